@@ -1,0 +1,101 @@
+"""Datasets in the store: immutable data folders published behind a small manifest.
+
+A dataset at ``prefix`` is ``prefix/_manifest.json`` naming one ``prefix/data-<id>/`` folder.
+Writers publish the data folder first and the manifest last, so readers see the previous
+complete dataset or the new complete one, never a mix; a crash before the manifest leaves only
+an unreferenced folder that the next publish sweeps away.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from infra.errors import StoreError
+from infra.store import ObjectStore
+
+MANIFEST = "_manifest.json"
+
+
+class DatasetManifest(BaseModel):
+    """What a published dataset holds and where its files are."""
+
+    prefix: str
+    data_prefix: str
+    files: list[str]
+    rows: int
+    created_at: dt.datetime = Field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+def publish_dataset(
+    store: ObjectStore,
+    local_dir: Path,
+    prefix: str,
+    *,
+    rows: int,
+    metadata: dict[str, Any] | None = None,
+) -> DatasetManifest:
+    """Publish the Parquet files in ``local_dir`` as the dataset at ``prefix`` (replacing it)."""
+    prefix = prefix.strip("/")
+    for junk in list(local_dir.rglob("*")):
+        if junk.is_file() and junk.name.startswith((".", "_")):
+            junk.unlink()  # Spark's _SUCCESS and .crc files are not data
+    data_prefix = f"{prefix}/data-{uuid.uuid4().hex[:12]}"
+    keys = store.publish_dir(local_dir, data_prefix)
+    previous = find_dataset(store, prefix)
+    manifest = DatasetManifest(
+        prefix=prefix,
+        data_prefix=data_prefix,
+        files=[k for k in keys if k.endswith(".parquet")],
+        rows=rows,
+        metadata=metadata or {},
+    )
+    store.put_json(f"{prefix}/{MANIFEST}", manifest.model_dump(mode="json"))
+    _sweep_unreferenced(store, prefix, keep={data_prefix, previous.data_prefix if previous else ""})
+    return manifest
+
+
+def _sweep_unreferenced(store: ObjectStore, prefix: str, keep: set[str]) -> None:
+    """Remove data folders of older generations; the one before the current stays for readers
+    that resolved the previous manifest a moment ago."""
+    seen: set[str] = set()
+    for key in store.list(prefix):
+        rest = key[len(prefix) + 1 :]
+        head = rest.split("/", 1)[0]
+        if head.startswith("data-") and "/" in rest:
+            seen.add(f"{prefix}/{head}")
+    for data_prefix in seen - keep:
+        store.delete_prefix(data_prefix)
+
+
+def find_dataset(store: ObjectStore, prefix: str) -> DatasetManifest | None:
+    """The dataset's manifest, or None when nothing was published at ``prefix``."""
+    try:
+        return DatasetManifest.model_validate(store.get_json(f"{prefix.strip('/')}/{MANIFEST}"))
+    except FileNotFoundError:
+        return None
+
+
+def read_dataset_manifest(store: ObjectStore, prefix: str) -> DatasetManifest:
+    """The dataset's manifest; StoreError naming the URI when it was never published."""
+    manifest = find_dataset(store, prefix)
+    if manifest is None:
+        raise StoreError(f"no dataset published at {store.key_uri(prefix)}")
+    return manifest
+
+
+def local_dataset_dir(store: ObjectStore, manifest: DatasetManifest) -> Path:
+    """A local folder with the dataset's files (the store's own folder for a local store)."""
+    return store.materialize(manifest.data_prefix, manifest.files)
+
+
+def release_local_dir(store: ObjectStore, path: Path) -> None:
+    """Drop a temporary copy made by :func:`local_dataset_dir` (never the store's own folder)."""
+    if store.local_path("x") is None:
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,17 @@
+"""Prefect defaults for a project-local setup; applied before Prefect is imported."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def configure_prefect_defaults(base: Path | None = None) -> None:
+    """Keep Prefect's state inside the project and its logs readable; never override the user."""
+    base = (base or Path.cwd()) / ".hybridflow"
+    os.environ.setdefault("PREFECT_HOME", str(base / "prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "tasks,infra,flows")
+    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
+    Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
