@@ -42,5 +42,7 @@ def features_flow(params: FeaturesParams) -> FeaturesResult:
         params.horizon_days or settings.horizon_days,
     )
     write_stage_manifest(store, run_id, "features", result)
-    publish_stage_table(result.report, as_of=result.as_of, positive_rate=round(result.positive_rate, 4))
+    publish_stage_table(
+        result.report, as_of=result.as_of, positive_rate=round(result.positive_rate, 4)
+    )
     return result

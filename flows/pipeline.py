@@ -48,7 +48,9 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         )
     )
     features = features_flow(
-        FeaturesParams(run_id=run_id, as_of=params.as_of, horizon_days=params.horizon_days, store=store)
+        FeaturesParams(
+            run_id=run_id, as_of=params.as_of, horizon_days=params.horizon_days, store=store
+        )
     )
     prepared = preprocess_flow(PreprocessParams(run_id=run_id, store=store))
     trained = train_flow(TrainParams(run_id=run_id, device=params.device, store=store))

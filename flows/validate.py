@@ -34,5 +34,7 @@ def validate_flow(params: ValidateParams) -> ValidateResult:
         settings.max_bad_fraction if max_bad is None else max_bad,
     )
     write_stage_manifest(store, run_id, "validate", result)
-    publish_stage_table(result.report, quarantined=result.rows_quarantined, **result.quarantine_reasons)
+    publish_stage_table(
+        result.report, quarantined=result.rows_quarantined, **result.quarantine_reasons
+    )
     return result

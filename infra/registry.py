@@ -94,7 +94,9 @@ class ModelRegistry:
                 if_none_match=True,
             )
         except PreconditionFailed:
-            raise StoreError(f"model version {version} exists already; versions are immutable") from None
+            raise StoreError(
+                f"model version {version} exists already; versions are immutable"
+            ) from None
         return manifest
 
     def get(self, version: str) -> ModelManifest:
@@ -180,12 +182,19 @@ class ModelRegistry:
             raise HybridflowInputError(f"alias {name} has no earlier version to roll back to")
         previous = current.history[-2].version
         return self.set_alias(
-            previous, f"rollback from {current.version}", name=name, expected_version=current.version
+            previous,
+            f"rollback from {current.version}",
+            name=name,
+            expected_version=current.version,
         )
 
 
 def manifest_summary(manifest: ModelManifest) -> str:
     """One JSON line about a version (for CLI listings)."""
     return json.dumps(
-        {"version": manifest.version, "created_at": manifest.created_at.isoformat(), **manifest.metrics}
+        {
+            "version": manifest.version,
+            "created_at": manifest.created_at.isoformat(),
+            **manifest.metrics,
+        }
     )

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from infra.errors import HybridflowInputError
 from infra.store import ObjectStore
-from tasks.features import end_of_day, feature_names, training_examples, customer_features
+from tasks.features import customer_features, end_of_day, feature_names, training_examples
 from tasks.spark_io import read_dataset, write_dataset
 from tasks.stage_records import FeaturesResult, StageReport, ValidateResult
 
@@ -51,7 +51,9 @@ def features_stage(
         )
     available = set(validated.available_columns)
     events = read_dataset(spark, store, validated.events_prefix)
-    after = events.filter(F.col("event_time") > F.lit(cutoff.isoformat(sep=" ")).cast("timestamp")).count()
+    after = events.filter(
+        F.col("event_time") > F.lit(cutoff.isoformat(sep=" ")).cast("timestamp")
+    ).count()
     if after:
         log.warning("ignoring %d event(s) after as_of %s (point-in-time features)", after, as_of)
 
@@ -64,7 +66,9 @@ def features_stage(
         raise HybridflowInputError(
             f"no customer has an event on or before {training_cutoff.date()} (as_of - horizon)"
         )
-    label_stats = read_dataset(spark, store, examples.prefix).agg(F.avg("label").alias("rate")).first()
+    label_stats = (
+        read_dataset(spark, store, examples.prefix).agg(F.avg("label").alias("rate")).first()
+    )
     positive_rate = float(label_stats["rate"]) if label_stats else 0.0
     if positive_rate in (0.0, 1.0):
         raise HybridflowInputError(

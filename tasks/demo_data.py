@@ -100,7 +100,9 @@ def _chunk_events(params: DemoDataParams, first_customer: int, n: int, rng: np.r
         )
         parts.append((owner, t, amount, quantity, category, channel, np.full(owner.size, type_idx)))
 
-    owner, t, amount, quantity, category, channel, etype = (np.concatenate(c) for c in zip(*parts))
+    owner, t, amount, quantity, category, channel, etype = (
+        np.concatenate(c) for c in zip(*parts, strict=True)
+    )
     return owner + first_customer, t, amount, quantity, category, channel, etype
 
 

@@ -60,9 +60,9 @@ def customer_features(
     """
     cutoff = _as_naive_utc(cutoff)
     is_purchase = F.col("event_type") == "purchase"
-    days_before = (
-        F.unix_micros(_ts(cutoff)) - F.unix_micros(F.col("event_time"))
-    ) / (SECONDS_PER_DAY * 1e6)
+    days_before = (F.unix_micros(_ts(cutoff)) - F.unix_micros(F.col("event_time"))) / (
+        SECONDS_PER_DAY * 1e6
+    )
     past = events.filter(F.col("event_time") <= _ts(cutoff)).select(
         "customer_id",
         days_before.alias("d"),
@@ -103,7 +103,8 @@ def customer_features(
     out = past.groupBy("customer_id").agg(*aggs)
     out = (
         out.withColumn(
-            "purchase_recency_days", F.coalesce(F.col("_first_purchase_recency"), F.lit(NO_PURCHASE_DAYS))
+            "purchase_recency_days",
+            F.coalesce(F.col("_first_purchase_recency"), F.lit(NO_PURCHASE_DAYS)),
         )
         .withColumn(
             "purchase_amount_mean",
@@ -118,13 +119,17 @@ def customer_features(
         )
         .withColumn("basket_size_mean", F.coalesce(F.col("_basket"), F.lit(0.0)))
         .withColumn(
-            "trend_30d_vs_365d", (F.col("purchases_30d") * (365 / 30)) / (F.col("purchases_365d") + 1.0)
+            "trend_30d_vs_365d",
+            (F.col("purchases_30d") * (365 / 30)) / (F.col("purchases_365d") + 1.0),
         )
         .withColumn(
-            "trend_90d_vs_365d", (F.col("purchases_90d") * (365 / 90)) / (F.col("purchases_365d") + 1.0)
+            "trend_90d_vs_365d",
+            (F.col("purchases_90d") * (365 / 90)) / (F.col("purchases_365d") + 1.0),
         )
     )
-    return out.select("customer_id", *[F.col(n).cast("double") for n in feature_names(available_columns)])
+    return out.select(
+        "customer_id", *[F.col(n).cast("double") for n in feature_names(available_columns)]
+    )
 
 
 def purchase_labels(events: DataFrame, start: dt.datetime, end: dt.datetime) -> DataFrame:

@@ -27,8 +27,10 @@ def decide_promotion(
     same data (its features differ), or when the candidate's test AUC beats it by ``margin``."""
     if production_version is None:
         return PromotionDecision(
-            promote=True, reason="first model: no production model yet",
-            candidate_auc=candidate_auc, margin=margin,
+            promote=True,
+            reason="first model: no production model yet",
+            candidate_auc=candidate_auc,
+            margin=margin,
         )
     if not comparable or production_auc is None:
         return PromotionDecision(

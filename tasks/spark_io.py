@@ -8,7 +8,12 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from infra.datasets import DatasetManifest, local_dataset_dir, publish_dataset, read_dataset_manifest
+from infra.datasets import (
+    DatasetManifest,
+    local_dataset_dir,
+    publish_dataset,
+    read_dataset_manifest,
+)
 from infra.store import ObjectStore
 
 

@@ -141,7 +141,11 @@ def train_model(
         outcome.history.append(record)
         log.info(
             "epoch %d: train loss %.4f, val logloss %.4f, val AUC %.4f (%.1fs)",
-            epoch, record.train_loss, record.val_logloss, record.val_auc, record.seconds,
+            epoch,
+            record.train_loss,
+            record.val_logloss,
+            record.val_auc,
+            record.seconds,
         )
         if record.val_logloss < best_loss - 1e-5:
             best_loss, stale, outcome.best_epoch = record.val_logloss, 0, epoch

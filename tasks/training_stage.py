@@ -58,7 +58,12 @@ def train_stage(
             on_epoch(record)
     model = outcome.model.cpu()
     metrics = evaluate(model, test)
-    log.info("test AUC %.4f, PR AUC %.4f, log loss %.4f", metrics["auc"], metrics["pr_auc"], metrics["logloss"])
+    log.info(
+        "test AUC %.4f, PR AUC %.4f, log loss %.4f",
+        metrics["auc"],
+        metrics["pr_auc"],
+        metrics["logloss"],
+    )
 
     registry = ModelRegistry(store)
     production = registry.alias()

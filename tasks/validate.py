@@ -109,13 +109,15 @@ def _parse_time(df: DataFrame, name: str) -> Column:
 def quarantine_reason(df: DataFrame) -> Column:
     """The first contract rule a conformed row breaks, or null for a good row."""
     amount = F.col("amount")
-    bad_amount = (
-        amount.isNull() | F.isnan(amount) | (F.abs(amount) == float("inf")) | (amount < 0)
+    bad_amount = amount.isNull() | F.isnan(amount) | (F.abs(amount) == float("inf")) | (amount < 0)
+    quantity_given = (
+        F.col("raw_quantity").isNotNull() if "raw_quantity" in df.columns else F.lit(False)
     )
-    quantity_given = F.col("raw_quantity").isNotNull() if "raw_quantity" in df.columns else F.lit(False)
     bad_quantity = quantity_given & (F.col("quantity").isNull() | (F.col("quantity") < 1))
     return (
-        F.when(F.col("customer_id").isNull() | (F.col("customer_id") == ""), REASON_MISSING_CUSTOMER_ID)
+        F.when(
+            F.col("customer_id").isNull() | (F.col("customer_id") == ""), REASON_MISSING_CUSTOMER_ID
+        )
         .when(F.col("event_time").isNull(), REASON_INVALID_EVENT_TIME)
         .when(bad_amount, REASON_INVALID_AMOUNT)
         .when(bad_quantity, REASON_INVALID_QUANTITY)
@@ -183,10 +185,14 @@ def validate_stage(
     if quarantine.rows:
         q = read_dataset(spark, store, quarantine.prefix)
         reasons = {r["reason"]: int(r["count"]) for r in q.groupBy("reason").count().collect()}
-    span = read_dataset(spark, store, events.prefix).agg(
-        F.min(F.unix_micros("event_time")).alias("first"),
-        F.max(F.unix_micros("event_time")).alias("last"),
-    ).first()
+    span = (
+        read_dataset(spark, store, events.prefix)
+        .agg(
+            F.min(F.unix_micros("event_time")).alias("first"),
+            F.max(F.unix_micros("event_time")).alias("last"),
+        )
+        .first()
+    )
     bad_fraction = quarantine.rows / rows_read
     for reason, count in sorted(reasons.items()):
         log.warning("quarantined %d row(s): %s", count, reason)

@@ -1,0 +1,43 @@
+# hybridflow — the README's commands. Every target creates/updates .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+DEMO_CUSTOMERS ?= 20000
+DEMO_DAYS      ?= 730
+PYTEST_ARGS    ?=
+
+export PREFECT_HOME ?= $(CURDIR)/.hybridflow/prefect
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export SPARK_LOCAL_IP ?= 127.0.0.1
+
+.PHONY: install demo test test-fast bench lint clean
+
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "Java 17+ is required for Spark: apt-get install openjdk-17-jre-headless"; exit 2; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/hybridflow demo-data --customers $(DEMO_CUSTOMERS) --days $(DEMO_DAYS) --out data/demo-events
+	$(BIN)/hybridflow run --events data/demo-events
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not integration and not e2e" $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python -m bench
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf .hybridflow data tests/output bench/results

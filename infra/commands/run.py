@@ -1,0 +1,68 @@
+"""``hybridflow run``: the whole pipeline in this process (embedded mode)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from infra.commands._args import EXIT_OK, add_run_args
+
+if TYPE_CHECKING:
+    from flows.pipeline import PipelineParams
+    from tasks.stage_records import PipelineSummary
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the subcommand."""
+    p = sub.add_parser("run", help="run the whole pipeline in this process")
+    add_run_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON summary line last")
+    p.set_defaults(handler=run)
+
+
+def pipeline_params(args: argparse.Namespace) -> PipelineParams:
+    """PipelineParams from the shared run options."""
+    from flows.pipeline import PipelineParams
+
+    return PipelineParams(
+        events=str(Path(args.events).expanduser().resolve()),
+        as_of=args.as_of,
+        horizon_days=args.horizon_days,
+        max_bad_fraction=args.max_bad_fraction,
+        device=args.device,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the pipeline flow and print its summary."""
+    from flows.pipeline import pipeline_flow
+
+    summary = pipeline_flow(pipeline_params(args))
+    print(summary.model_dump_json() if args.json else format_summary(summary))
+    return EXIT_OK
+
+
+def format_summary(summary: PipelineSummary) -> str:
+    """The human summary printed at the end of ``hybridflow run``."""
+    m = summary.metrics
+    promoted = "promoted to production" if summary.promoted else "not promoted"
+    reasons = dict(summary.quarantine_reasons) or ""
+    lines = [
+        "",
+        f"hybridflow run {summary.run_id} completed in {summary.seconds:.0f}s "
+        f"(as_of {summary.as_of}, horizon {summary.horizon_days} days)",
+        f"  predictions : {summary.predictions_uri}",
+        f"  model       : {summary.model_version} ({promoted}: {summary.promotion_reason})",
+        f"  scored with : {summary.scored_with}",
+        f"  test metrics: ROC AUC {m['test_auc']:.4f} | PR AUC {m['test_pr_auc']:.4f} | "
+        f"log loss {m['test_logloss']:.4f} | n_train {int(m['n_train'])} | "
+        f"n_test {int(m['n_test'])}",
+        f"  rows        : read {summary.rows_read:,} | quarantined {summary.rows_quarantined:,} "
+        f"{reasons} | scored {summary.rows_scored:,}",
+        f"  quarantine  : {summary.quarantine_uri}",
+        "  stages      :",
+    ]
+    for s in summary.stages:
+        lines.append(f"    {s.name:<16} {s.seconds:7.1f}s  {s.device:<5} {s.pool}")
+    return "\n".join(lines)

@@ -1,0 +1,68 @@
+"""``hybridflow features|train|infer``: single stages, run in this process."""
+
+from __future__ import annotations
+
+import argparse
+
+from infra.commands._args import EXIT_OK, add_run_args, iso_date
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the subcommands."""
+    features = sub.add_parser("features", help="validate + features + preprocess only")
+    add_run_args(features)
+    features.set_defaults(handler=run_features)
+
+    train = sub.add_parser("train", help="train on the snapshot of an earlier features run")
+    train.add_argument("--run-id", required=True, help="run id printed by 'hybridflow features'")
+    train.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    train.set_defaults(handler=run_train)
+
+    infer = sub.add_parser("infer", help="batch-score the features published for an as-of date")
+    infer.add_argument("--as-of", type=iso_date, required=True)
+    infer.add_argument("--model-version", default=None, help="default: production")
+    infer.set_defaults(handler=run_infer)
+
+
+def run_features(args: argparse.Namespace) -> int:
+    """Validate, build features and publish the training snapshot; print the run id."""
+    from flows.prepare import PrepareParams, prepare_flow
+    from infra.commands.run import pipeline_params
+
+    p = pipeline_params(args)
+    result = prepare_flow(
+        PrepareParams(
+            events=p.events,
+            as_of=p.as_of,
+            horizon_days=p.horizon_days,
+            max_bad_fraction=p.max_bad_fraction,
+        )
+    )
+    print(
+        f"run id: {result.run_id}\nsnapshot: {result.snapshot_prefix}\n"
+        f"next: hybridflow train --run-id {result.run_id}"
+    )
+    return EXIT_OK
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Train on an earlier run's snapshot."""
+    from flows.train import TrainParams, train_flow
+
+    result = train_flow(TrainParams(run_id=args.run_id, device=args.device))
+    print(result.model_dump_json(indent=2))
+    return EXIT_OK
+
+
+def run_infer(args: argparse.Namespace) -> int:
+    """Batch-score with production or a given version."""
+    from flows.batch_inference import InferenceParams, batch_inference_flow
+
+    result = batch_inference_flow(
+        InferenceParams(as_of=args.as_of, model_version=args.model_version)
+    )
+    print(
+        f"scored {result.rows_scored:,} customers with {result.model_version}: "
+        f"{result.predictions_uri}"
+    )
+    return EXIT_OK

@@ -1,0 +1,72 @@
+"""Shared fixtures: a real local Spark session, Prefect's test harness, small demo data."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_PREFECT_HOME = Path(tempfile.mkdtemp(prefix="hf-test-prefect-"))
+os.environ.setdefault("PREFECT_HOME", str(_PREFECT_HOME))
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "tasks,infra,flows")
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("HYBRIDFLOW_SPARK_DRIVER_MEMORY", "2g")
+os.environ.setdefault("HYBRIDFLOW_SPARK_SHUFFLE_PARTITIONS", "4")
+
+OUTPUT_DIR = Path(__file__).parent / "output"
+
+
+@pytest.fixture(scope="session")
+def settings():
+    """Settings as the tests run them (small Spark)."""
+    from infra.settings import HybridflowSettings
+
+    return HybridflowSettings()
+
+
+@pytest.fixture(scope="session")
+def spark(settings):
+    """One local SparkSession for the whole test session."""
+    from infra.spark import get_spark
+
+    session = get_spark(settings)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """A temporary Prefect API (SQLite) for every flow run in the session."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def local_store(tmp_path):
+    """A fresh folder store."""
+    from infra.store import LocalFolderStore
+
+    return LocalFolderStore(tmp_path / "store")
+
+
+@pytest.fixture(scope="session")
+def demo_events(tmp_path_factory) -> Path:
+    """Small synthetic events (3,000 customers, two years) with the planted signal."""
+    from tasks.demo_data import DemoDataParams, generate_demo_events
+
+    out = tmp_path_factory.mktemp("demo") / "events"
+    generate_demo_events(DemoDataParams(customers=3000, days=730, seed=11), out)
+    return out
+
+
+@pytest.fixture
+def output_dir(request) -> Path:
+    """A folder under tests/output for files a person may want to look at after the run."""
+    path = OUTPUT_DIR / request.node.name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
