@@ -1,0 +1,1 @@
+"""Benchmarks: each compares hybridflow against a baseline measured in the same run."""
