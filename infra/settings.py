@@ -10,6 +10,8 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infra.pools import PoolSpec, default_pools
+
 
 class TrainingSettings(BaseSettings):
     """Model and optimiser hyper-parameters (``HYBRIDFLOW_TRAIN__*``)."""
@@ -55,6 +57,23 @@ class HybridflowSettings(BaseSettings):
     )
 
     train: TrainingSettings = Field(default_factory=TrainingSettings)
+
+    pools: list[PoolSpec] = Field(
+        default_factory=default_pools,
+        description="routable work pools with prices (JSON list; see README)",
+    )
+    pool_price_overrides: dict[str, float] = Field(
+        default_factory=dict, description='per-pool USD/hour, e.g. {"gpu-pool": 4.9}'
+    )
+
+    def priced_pools(self) -> list[PoolSpec]:
+        """The pools with per-pool price overrides applied."""
+        return [
+            p.model_copy(update={"price_per_hour": self.pool_price_overrides[p.name]})
+            if p.name in self.pool_price_overrides
+            else p
+            for p in self.pools
+        ]
 
     @field_validator("spark_conf")
     @classmethod

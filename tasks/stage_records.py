@@ -7,7 +7,7 @@ finished; the next stage (possibly on another machine) reads it and nothing else
 from __future__ import annotations
 
 import datetime as dt
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,7 @@ class StageReport(BaseModel):
     rows_in: int | None = None
     rows_out: int | None = None
     cached: bool = False
+    peak_memory_mb: float | None = None
 
 
 class ValidateResult(BaseModel):
@@ -136,3 +137,5 @@ class PipelineSummary(BaseModel):
     rows_scored: int
     stages: list[StageReport]
     seconds: float
+    plan: list[dict[str, str]] = Field(default_factory=list)
+    cost: dict[str, Any] = Field(default_factory=dict)
