@@ -77,3 +77,20 @@ def test_second_run_goes_through_the_gate(first_run):
     assert "production" in second.promotion_reason
     expected = second.model_version if second.promoted else first.model_version
     assert registry.alias().version == expected == second.scored_with
+
+
+def test_run_is_planned_priced_and_profiled(first_run):
+    from infra.costs import read_cost_reports
+    from infra.profiles import read_profiles
+
+    store_dir, _, summary = first_run
+    store = LocalFolderStore(store_dir)
+    assert [p["stage"] for p in summary.plan] == [s.name for s in summary.stages]
+    assert dict((p["stage"], p["pool"]) for p in summary.plan)["train"] == "gpu-pool"
+    cost = summary.cost
+    assert cost["total_usd"] == pytest.approx(sum(s["cost_usd"] for s in cost["stages"]))
+    assert {s["pool"] for s in cost["stages"]} == {"cpu-pool"}  # this box is a CPU node
+    profiles = [p for p in read_profiles(store) if p.run_id == summary.run_id]
+    assert sorted(p.stage for p in profiles) == sorted(s.name for s in summary.stages)
+    assert all(p.seconds > 0 and p.peak_memory_mb and p.peak_memory_mb > 0 for p in profiles)
+    assert summary.run_id in {r.run_id for r in read_cost_reports(store)}
