@@ -44,12 +44,13 @@ class LimitsAndMetrics:
         try:
             body = await self._read_body(scope, receive)
             if body is None:
+                message = f"larger than {self.max_body_bytes} bytes"
                 await _send_json(
                     send_and_note,
                     413,
                     {
-                        "detail": f"request body larger than {self.max_body_bytes} bytes",
-                        "errors": [{"field": "body", "message": "too large"}],
+                        "detail": f"body: {message}",
+                        "errors": [{"field": "body", "message": message}],
                     },
                 )
                 return
