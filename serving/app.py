@@ -38,6 +38,11 @@ def error_response(status: int, problems: list[dict[str, str]]) -> JSONResponse:
     return JSONResponse({"detail": detail, "errors": problems}, status_code=status)
 
 
+def problem(status: int, field: str, message: str) -> JSONResponse:
+    """An error answer about one field."""
+    return error_response(status, [{"field": field, "message": message}])
+
+
 def feature_matrix(state: ServingState, items: list[PredictItem], batch: bool) -> np.ndarray:
     """Raw features in the model's order, one row per item; PredictError naming the field."""
     served = state.model
@@ -143,23 +148,16 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
             return error_response(422, describe_validation_error(exc))
         state = holder.state  # read once: this request finishes on this model
         if state.model is None:
-            return error_response(503, [{"field": "model", "message": "no model loaded yet"}])
+            return problem(503, "model", "no model loaded yet")
         items = req.as_items()
         batch = req.items is not None
         if len(items) > settings.max_batch_items:
-            return error_response(
-                413,
-                [
-                    {
-                        "field": "items",
-                        "message": f"{len(items)} items; at most {settings.max_batch_items}",
-                    }
-                ],
-            )
+            limit = settings.max_batch_items
+            return problem(413, "items", f"{len(items)} items; at most {limit}")
         try:
             x = feature_matrix(state, items, batch)
         except PredictError as exc:
-            return error_response(exc.status, [{"field": exc.field, "message": exc.message}])
+            return problem(exc.status, exc.field, exc.message)
         scores = predict_proba(state.model.model, x)
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         metrics.items.inc(len(items))
@@ -189,24 +187,15 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
     async def admin_reload(request: Request) -> JSONResponse:
         """Check the alias and snapshots now (bearer token required)."""
         if token is None:
-            return error_response(
-                403,
-                [
-                    {
-                        "field": "authorization",
-                        "message": "reload is disabled: set HYBRIDFLOW_SERVE__ADMIN_TOKEN",
-                    }
-                ],
-            )
+            disabled = "reload is disabled: set HYBRIDFLOW_SERVE__ADMIN_TOKEN"
+            return problem(403, "authorization", disabled)
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given:
-            response = error_response(
-                401, [{"field": "authorization", "message": "bearer token required"}]
-            )
+            response = problem(401, "authorization", "bearer token required")
             response.headers["WWW-Authenticate"] = "Bearer"
             return response
         if not hmac.compare_digest(given.encode(), token.encode()):
-            return error_response(403, [{"field": "authorization", "message": "wrong token"}])
+            return problem(403, "authorization", "wrong token")
         report = await asyncio.to_thread(holder.refresh, True)
         return JSONResponse(report.model_dump(mode="json"))
 
