@@ -2,6 +2,9 @@
 calling the same model on the same snapshot (same run, same uvicorn), then the same load while the
 production alias moves every second (hot reloads; errors must be 0).
 
+``ratio`` is endpoint/bare throughput; ``cpu_ratio`` is bare/endpoint server CPU time per request,
+which other load on a shared machine disturbs far less than wall-clock figures.
+
 Everything runs in separate processes: the endpoint (``python -m serving``), the bare handler and
 the load generator (a lean asyncio HTTP/1.1 keep-alive client, so the client costs little CPU).
 Run it: ``python -m bench serving``.
@@ -22,6 +25,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 CUSTOMERS = 20_000
@@ -77,6 +81,9 @@ def main(results_dir: Path) -> list[dict]:
                         "p95_ms": subject["p95_ms"],
                         "p99_ms": subject["p99_ms"],
                         "errors": subject["errors"],
+                        "cpu_us_per_req": subject["cpu_us_per_req"],
+                        "cpu_ratio": baseline["cpu_us_per_req"] / subject["cpu_us_per_req"],
+                        "base_cpu_us_per_req": baseline["cpu_us_per_req"],
                         "base_rps": baseline["rps"],
                         "base_p50_ms": baseline["p50_ms"],
                         "base_p99_ms": baseline["p99_ms"],
@@ -112,8 +119,8 @@ def main(results_dir: Path) -> list[dict]:
 
 
 @contextlib.contextmanager
-def _server(cmd: list[str], workdir: Path, env: dict[str, str]) -> Iterator[str]:
-    """Start a server process on a free loopback port; yields its base URL; stops it by PID."""
+def _server(cmd: list[str], workdir: Path, env: dict[str, str]) -> Iterator[Server]:
+    """Start a server process on a free loopback port; yields it; stops it by PID."""
     workdir.mkdir(parents=True)
     port_file = workdir / "port"
     log = open(workdir / "log", "wb")
@@ -132,7 +139,7 @@ def _server(cmd: list[str], workdir: Path, env: dict[str, str]) -> Iterator[str]
             time.sleep(0.1)
         url = f"http://127.0.0.1:{port_file.read_text()}"
         _wait_ready(url, deadline)
-        yield url
+        yield Server(url, proc.pid)
     finally:
         proc.terminate()
         try:
@@ -141,6 +148,19 @@ def _server(cmd: list[str], workdir: Path, env: dict[str, str]) -> Iterator[str]
             proc.kill()
             proc.wait()
         log.close()
+
+
+@dataclass
+class Server:
+    """A server process under test."""
+
+    url: str
+    pid: int
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the process has used so far (Linux /proc)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_ready(url: str, deadline: float) -> None:
@@ -154,8 +174,8 @@ def _wait_ready(url: str, deadline: float) -> None:
     raise RuntimeError(f"{url} never answered /predict")
 
 
-def _start_load(url: str, concurrency: int, seconds: float) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "bench.bench_serving", "load", "--url", url]
+def _start_load(server: Server, concurrency: int, seconds: float) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "bench.bench_serving", "load", "--url", server.url]
     cmd += ["--concurrency", str(concurrency), "--seconds", str(seconds)]
     cmd += ["--warmup", str(WARMUP_SECONDS)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=_env({}))
@@ -174,8 +194,15 @@ def _finish_load(proc: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _load(url: str, concurrency: int, seconds: float) -> dict:
-    return _finish_load(_start_load(url, concurrency, seconds))
+def _load(server: Server, concurrency: int, seconds: float) -> dict:
+    """Run the load generator against ``server``; adds the server's CPU time per request (robust
+    against other load on the machine, unlike wall-clock latency). Warm-up requests are in the
+    CPU figure too, so it is a slight over-estimate for both subjects alike."""
+    cpu_before = server.cpu_seconds()
+    result = _finish_load(_start_load(server, concurrency, seconds))
+    cpu = server.cpu_seconds() - cpu_before
+    result["cpu_us_per_req"] = cpu / max(result["requests"] + result["warmup_requests"], 1) * 1e6
+    return result
 
 
 # --- the load generator (its own process) -------------------------------------------------
@@ -208,6 +235,7 @@ async def _client(
                 reader, writer = await asyncio.open_connection(host, port)
             elapsed = time.perf_counter() - now
             if now < measure_from:
+                stats["warmup"] += 1
                 continue
             stats["latencies"].append(elapsed)
             if not ok:
@@ -223,7 +251,7 @@ async def _client(
 
 async def _run_load(url: str, concurrency: int, seconds: float, warmup: float) -> dict:
     host, port = url.removeprefix("http://").split(":")
-    stats: dict = {"latencies": [], "errors": 0, "versions": Counter()}
+    stats: dict = {"latencies": [], "errors": 0, "warmup": 0, "versions": Counter()}
     begin = time.perf_counter()
     measure_from = begin + warmup
     deadline = measure_from + seconds
@@ -240,6 +268,7 @@ async def _run_load(url: str, concurrency: int, seconds: float, warmup: float) -
 
     return {
         "requests": len(lat),
+        "warmup_requests": stats["warmup"],
         "errors": stats["errors"],
         "rps": len(lat) / seconds,
         "p50_ms": pct(0.50),
