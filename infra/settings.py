@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from infra.pools import PoolSpec, default_pools
@@ -26,6 +26,24 @@ class TrainingSettings(BaseSettings):
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=3, ge=1, description="epochs without val improvement before stop")
     seed: int = 7
+
+
+class ServingSettings(BaseSettings):
+    """The real-time endpoint (``HYBRIDFLOW_SERVE__*``)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="bind address (loopback unless told)")
+    port: int = Field(default=8000, ge=0, le=65535, description="0 = any free port")
+    admin_token: SecretStr | None = Field(
+        default=None, description="bearer token for POST /admin/reload; unset = reload disabled"
+    )
+    poll_interval_s: float = Field(
+        default=5.0, gt=0, description="how often the production alias and snapshot are checked"
+    )
+    max_batch_items: int = Field(default=256, ge=1, description="most items in one batch request")
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, description="largest request body")
+    torch_threads: int = Field(default=1, ge=1, description="torch intra-op threads")
 
 
 class HybridflowSettings(BaseSettings):
@@ -57,6 +75,7 @@ class HybridflowSettings(BaseSettings):
     )
 
     train: TrainingSettings = Field(default_factory=TrainingSettings)
+    serve: ServingSettings = Field(default_factory=ServingSettings)
 
     pools: list[PoolSpec] = Field(
         default_factory=default_pools,
