@@ -93,6 +93,8 @@ class InferenceResult(BaseModel):
     predictions_prefix: str
     predictions_uri: str
     rows_scored: int
+    model_loads: int = Field(default=0, description="Python workers that loaded the model")
+    torch_threads: int = Field(default=1, description="torch threads per Spark task")
 
 
 def stage_key(run_id: str, stage: str) -> str:
