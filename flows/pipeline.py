@@ -31,6 +31,7 @@ class PipelineParams(BaseModel):
     max_bad_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
     device: Literal["auto", "cuda", "cpu"] = "auto"
     store: str | None = Field(default=None, description="default: HYBRIDFLOW_STORE")
+    fresh_training: bool = Field(default=False, description="ignore the training's checkpoints")
 
 
 @flow(name="pipeline")
@@ -53,7 +54,9 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         )
     )
     prepared = preprocess_flow(PreprocessParams(run_id=run_id, store=store))
-    trained = train_flow(TrainParams(run_id=run_id, device=params.device, store=store))
+    trained = train_flow(
+        TrainParams(run_id=run_id, device=params.device, store=store, fresh=params.fresh_training)
+    )
     scored = batch_inference_flow(InferenceParams(as_of=features.as_of, run_id=run_id, store=store))
     return PipelineSummary(
         status="completed",
