@@ -21,7 +21,10 @@ CPU = torch.device("cpu")
 
 @pytest.fixture
 def store(tmp_path):
-    return LocalFolderStore(tmp_path / "store")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # what train_stage picks for a model this small
+    yield LocalFolderStore(tmp_path / "store")
+    torch.set_num_threads(threads)
 
 
 def _stream(store, prepared, chunk_rows=700) -> tuple[SnapshotStream, Normalizer]:
