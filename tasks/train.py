@@ -184,6 +184,7 @@ def train_model(
         net = DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
+    eager = net
     if compile_model:
         net = torch.compile(net)
     loss_fn = nn.BCEWithLogitsLoss()
@@ -213,7 +214,15 @@ def train_model(
             xb = xb.to(device, non_blocking=True)
             yb = yb.to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=on_cuda):
-                loss = loss_fn(net(xb).float(), yb)
+                try:
+                    logits = net(xb)
+                except Exception as exc:  # a compile backend failing on this machine's toolchain
+                    if net is eager:
+                        raise
+                    log.warning("torch.compile failed (%s); continuing without it", exc)
+                    net = eager
+                    logits = net(xb)
+                loss = loss_fn(logits.float(), yb)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
