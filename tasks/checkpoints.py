@@ -169,16 +169,22 @@ class CheckpointStore:
         return n
 
     def _prune(self) -> None:
-        """Keep the newest ``keep`` checkpoints; drop older ones and orphaned state objects."""
+        """Keep the newest ``keep`` checkpoints; drop older ones and orphaned state objects
+        (manifests first, so nothing visible ever points at a deleted object)."""
         keys = self.store.list(self.prefix)
         steps = sorted(
             {int(k.rsplit("-", 1)[-1][:-5]) for k in keys if "/manifest-" in k}, reverse=True
         )
-        kept = set(steps[: self.keep])
+        if not steps:
+            return
         for step in steps[self.keep :]:
             self.store.delete(f"{self.prefix}/manifest-{step:010d}.json")
-        for key in keys:
-            part = key[len(self.prefix) + 1 :].split("/", 1)[0]
-            if part.startswith("step-") and int(part[5:]) not in kept and steps:
-                if int(part[5:]) < max(steps):
-                    self.store.delete(key)
+        kept = set(steps[: self.keep])
+        state_steps = {
+            int(part[5:])
+            for part in (k[len(self.prefix) + 1 :].split("/", 1)[0] for k in keys)
+            if part.startswith("step-")
+        }
+        for step in sorted(state_steps):
+            if step not in kept and step < steps[0]:
+                self.store.delete_prefix(f"{self.prefix}/step-{step:010d}")
