@@ -37,6 +37,7 @@ class PipelineParams(BaseModel):
         default_factory=dict, description="stage -> pool, always wins over the router"
     )
     tight_budget: bool = Field(default=False, description="CPU first where rules decide")
+    fresh_training: bool = Field(default=False, description="ignore the training's checkpoints")
 
 
 @flow(name="pipeline")
@@ -72,7 +73,9 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         )
     )
     prepared = preprocess_flow(PreprocessParams(run_id=run_id, store=store))
-    trained = train_flow(TrainParams(run_id=run_id, device=device, store=store))
+    trained = train_flow(
+        TrainParams(run_id=run_id, device=device, store=store, fresh=params.fresh_training)
+    )
     scored = batch_inference_flow(InferenceParams(as_of=features.as_of, run_id=run_id, store=store))
     stages = [validated.report, features.report, prepared.report, trained.report, scored.report]
     for report in stages:

@@ -26,6 +26,35 @@ class TrainingSettings(BaseSettings):
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=3, ge=1, description="epochs without val improvement before stop")
     seed: int = 7
+    warm_start: bool = Field(
+        default=True, description="fine-tune the production model when its features match"
+    )
+    warm_start_lr_factor: float = Field(
+        default=0.2, gt=0, le=1, description="learning rate multiplier when warm-starting"
+    )
+    stream_chunk_rows: int = Field(
+        default=65_536, ge=64, description="rows read and shuffled together from the snapshot"
+    )
+    stream_cache_mb: int = Field(
+        default=2048, ge=0, description="decoded snapshot kept in memory up to this size"
+    )
+    compile: bool | None = Field(
+        default=None, description="torch.compile the model (default: on CUDA only)"
+    )
+    threads: int = Field(default=0, ge=0, description="CPU torch threads (0: available cores)")
+    ddp_processes: int = Field(
+        default=1, ge=1, description="GPUs on the worker: >1 launches torchrun DDP training"
+    )
+
+
+class CheckpointSettings(BaseSettings):
+    """Training checkpoints in the store (``HYBRIDFLOW_CHECKPOINT__*``)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    every_steps: int = Field(default=2000, ge=0, description="0: no step-based checkpoints")
+    every_seconds: float = Field(default=300.0, ge=0, description="0: no time-based checkpoints")
+    keep: int = Field(default=3, ge=1, description="newest checkpoints kept per training run")
 
 
 class ServingSettings(BaseSettings):
@@ -103,6 +132,12 @@ class HybridflowSettings(BaseSettings):
             else p
             for p in self.pools
         ]
+
+    checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
+    store_retries: int = Field(default=5, ge=0, description="S3 retries after a failed request")
+    store_backoff_s: float = Field(
+        default=0.2, ge=0, description="first S3 retry delay; doubles per attempt"
+    )
 
     @field_validator("spark_conf")
     @classmethod

@@ -83,6 +83,12 @@ class TrainResult(BaseModel):
     n_test: int
     epochs: int
     best_epoch: int
+    training_id: str = ""
+    warm_start: bool = False
+    parent_version: str | None = None
+    resumed_from_step: int | None = None
+    steps: int = 0
+    checkpoints_uri: str = ""
 
 
 class InferenceResult(BaseModel):
