@@ -152,17 +152,26 @@ def detect_delimiter(header: str) -> str:
     return best if counts[best] else ","
 
 
-def _check_csv_files(files: list[Path], delimiter: str | None) -> tuple[str, int]:
+def _check_csv_files(
+    files: list[Path], delimiter: str | None, column_map: dict[str, str]
+) -> tuple[str, int]:
     """The delimiter and the number of non-empty files; all headers must agree (Spark applies
-    the first file's header to every file)."""
+    the first file's header to every file) and name each needed column once."""
     headers = [(f, h) for f in files if (h := _csv_header(f)) is not None]
     if not headers:
         return delimiter or ",", 0
     first_file, first = headers[0]
     delimiter = delimiter or detect_delimiter(first)
-    want = [c.strip().lower() for c in first.split(delimiter)]
+    want = [_norm(c) for c in first.split(delimiter)]
+    needed = set(CONTRACT_COLUMNS) | {_norm(c) for c in column_map.values()}
+    dupes = sorted({c for c in want if want.count(c) > 1 and c in needed})
+    if dupes:
+        raise HybridflowInputError(
+            f"column {dupes[0]!r} appears more than once (names are case-insensitive) in "
+            f"{first_file}: {first}"
+        )
     for f, h in headers[1:]:
-        got = [c.strip().lower() for c in h.split(delimiter)]
+        got = [_norm(c) for c in h.split(delimiter)]
         if got != want:
             raise HybridflowInputError(
                 f"CSV file {f} has header {got}, unlike {first_file} ({want}): "
@@ -185,7 +194,7 @@ def read_events(spark: SparkSession, path: str | Path, options: InputOptions) ->
             raise HybridflowInputError(f"events input is empty (no rows): {path}")
         reader = spark.read
     else:
-        delimiter, non_empty = _check_csv_files(files, options.csv_delimiter)
+        delimiter, non_empty = _check_csv_files(files, options.csv_delimiter, options.column_map)
         if non_empty == 0:
             raise HybridflowInputError(f"events input is empty (no rows): {path}")
         log.info("reading CSV with delimiter %r", delimiter)
