@@ -20,6 +20,7 @@ from flows.preprocess import PreprocessParams, preprocess_flow
 from flows.train import TrainParams, train_flow
 from flows.validate import ValidateParams, validate_flow
 from tasks.run_accounting import account_run, embedded_pool, peak_memory_mb, plan_pipeline
+from tasks.input_formats import InputOptions
 from tasks.stage_records import PipelineSummary
 
 
@@ -31,6 +32,8 @@ class PipelineParams(BaseModel):
     horizon_days: int | None = Field(default=None, ge=1, le=3650)
     max_bad_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
     device: Literal["auto", "cuda", "cpu"] = "auto"
+    input: InputOptions = Field(default_factory=InputOptions, description="how to read events")
+    use_cache: bool | None = Field(default=None, description="False: recompute CPU stages")
     store: str | None = Field(default=None, description="default: HYBRIDFLOW_STORE")
     deadline: str | None = Field(default=None, description="pipeline deadline, e.g. 2h")
     pinned_pools: dict[str, str] = Field(
@@ -64,15 +67,23 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
             events=params.events,
             run_id=run_id,
             max_bad_fraction=params.max_bad_fraction,
+            input=params.input,
+            use_cache=params.use_cache,
             store=store,
         )
     )
     features = features_flow(
         FeaturesParams(
-            run_id=run_id, as_of=params.as_of, horizon_days=params.horizon_days, store=store
+            run_id=run_id,
+            as_of=params.as_of,
+            horizon_days=params.horizon_days,
+            use_cache=params.use_cache,
+            store=store,
         )
     )
-    prepared = preprocess_flow(PreprocessParams(run_id=run_id, store=store))
+    prepared = preprocess_flow(
+        PreprocessParams(run_id=run_id, use_cache=params.use_cache, store=store)
+    )
     trained = train_flow(
         TrainParams(run_id=run_id, device=device, store=store, fresh=params.fresh_training)
     )

@@ -109,6 +109,19 @@ class HybridflowSettings(BaseSettings):
     as_of: dt.date | None = Field(default=None, description="default as-of date (T)")
     horizon_days: int = Field(default=90, ge=1, le=3650)
     max_bad_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
+    column_map: dict[str, str] = Field(
+        default_factory=dict,
+        description='events column mapping, JSON {"contract_column": "your_column"}; --map wins',
+    )
+    csv_delimiter: str | None = Field(default=None, description="CSV delimiter (default: detected)")
+    timestamp_format: str | None = Field(
+        default=None,
+        description="event_time format: Spark datetime pattern, epoch_seconds or epoch_millis",
+    )
+    stage_cache: bool = Field(
+        default=True,
+        description="reuse CPU stage outputs when their input fingerprint is unchanged",
+    )
     promotion_margin: float = Field(
         default=0.0, ge=0.0, description="test AUC a candidate must gain over production"
     )
