@@ -19,8 +19,8 @@ from flows.features import FeaturesParams, features_flow
 from flows.preprocess import PreprocessParams, preprocess_flow
 from flows.train import TrainParams, train_flow
 from flows.validate import ValidateParams, validate_flow
-from tasks.run_accounting import account_run, embedded_pool, peak_memory_mb, plan_pipeline
 from tasks.input_formats import InputOptions
+from tasks.run_accounting import account_run, embedded_pool, peak_memory_mb, plan_pipeline
 from tasks.stage_records import PipelineSummary
 
 
