@@ -2,6 +2,10 @@
 
 Orchestration only. Each stage is its own flow (a subflow here, so the UI shows the tree) and
 reads what the previous one published in the store, never in-memory objects.
+
+Embedded mode runs the stages in this process. Deployed mode (the default inside a deployment
+run) dispatches them to their pools' workers (:mod:`flows.dispatch`) under a run key derived from
+the parameters and the events' fingerprint, so a re-run resumes where a failed run stopped.
 """
 
 from __future__ import annotations
@@ -11,15 +15,28 @@ import time
 from typing import Literal
 
 from prefect import flow
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from flows._glue import resolve_run_id
+from flows._glue import publish_pipeline_artifacts, resolve_run_id, stage_context
 from flows.batch_inference import InferenceParams, batch_inference_flow
+from flows.dispatch import BATCH_INFERENCE, PREPARE, TRAIN, dispatch_mode, run_or_reuse
 from flows.features import FeaturesParams, features_flow
+from flows.prepare import PrepareParams
 from flows.preprocess import PreprocessParams, preprocess_flow
 from flows.train import TrainParams, train_flow
 from flows.validate import ValidateParams, validate_flow
-from tasks.stage_records import PipelineSummary
+from infra.registry import VERSIONS
+from tasks.run_key import events_fingerprint, pipeline_run_key
+from tasks.stage_records import (
+    FeaturesResult,
+    InferenceResult,
+    PipelineSummary,
+    PreprocessResult,
+    StageReport,
+    TrainResult,
+    ValidateResult,
+    read_stage_manifest,
+)
 
 
 class PipelineParams(BaseModel):
@@ -31,11 +48,27 @@ class PipelineParams(BaseModel):
     max_bad_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
     device: Literal["auto", "cuda", "cpu"] = "auto"
     store: str | None = Field(default=None, description="default: HYBRIDFLOW_STORE")
+    mode: Literal["auto", "embedded", "deployed"] = Field(
+        default="auto",
+        description="deployed: each stage on its pool's worker; auto: deployed in a deployment run",
+    )
+    run_id: str | None = Field(
+        default=None, description="deployed: resume this run key (default: derived from inputs)"
+    )
+    fresh: bool = Field(default=False, description="deployed: start over instead of resuming")
+
+    model_config = ConfigDict(extra="forbid")
+
+    def output_parameters(self) -> dict[str, object]:
+        """The parameters that change a run's outputs (what the run key hashes)."""
+        return self.model_dump(mode="json", exclude={"mode", "run_id", "fresh"})
 
 
 @flow(name="pipeline")
 def pipeline_flow(params: PipelineParams) -> PipelineSummary:
-    """The whole DAG in this process (embedded mode)."""
+    """The whole DAG: in this process (embedded) or stage by stage on the pools (deployed)."""
+    if dispatch_mode(params.mode) == "deployed":
+        return _pipeline_deployed(params)
     started = time.perf_counter()
     run_id = resolve_run_id(None)
     store = params.store
@@ -55,9 +88,24 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     prepared = preprocess_flow(PreprocessParams(run_id=run_id, store=store))
     trained = train_flow(TrainParams(run_id=run_id, device=params.device, store=store))
     scored = batch_inference_flow(InferenceParams(as_of=features.as_of, run_id=run_id, store=store))
+    stages = [validated.report, features.report, prepared.report, trained.report, scored.report]
+    return pipeline_summary(run_id, run_id, validated, features, trained, scored, stages, started)
+
+
+def pipeline_summary(
+    flow_run_id: str,
+    run_id: str,
+    validated: ValidateResult,
+    features: FeaturesResult,
+    trained: TrainResult,
+    scored: InferenceResult,
+    stages: list[StageReport],
+    started: float,
+) -> PipelineSummary:
+    """The run summary from the stages' results (``started``: perf_counter at the start)."""
     return PipelineSummary(
         status="completed",
-        flow_run_id=run_id,
+        flow_run_id=flow_run_id,
         run_id=run_id,
         as_of=features.as_of,
         horizon_days=features.horizon_days,
@@ -78,6 +126,62 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         rows_quarantined=validated.rows_quarantined,
         quarantine_reasons=validated.quarantine_reasons,
         rows_scored=scored.rows_scored,
-        stages=[validated.report, features.report, prepared.report, trained.report, scored.report],
+        stages=stages,
         seconds=time.perf_counter() - started,
     )
+
+
+def deployed_run_key(params: PipelineParams, store_uri: str) -> str:
+    """Explicit ``run_id``, a fresh id with ``fresh``, else the key of these inputs."""
+    if params.run_id:
+        return params.run_id
+    if params.fresh:
+        return resolve_run_id(None)
+    parameters = params.output_parameters() | {"store": store_uri}
+    return pipeline_run_key(parameters, events_fingerprint(params.events))
+
+
+def _pipeline_deployed(params: PipelineParams) -> PipelineSummary:
+    """The DAG dispatched to the pools; stages already complete under the run key are skipped."""
+    started = time.perf_counter()
+    settings, store = stage_context(params.store)
+    run_id = deployed_run_key(params, store.uri)
+    poll = settings.dispatch_poll_seconds
+    common = {"run_id": run_id, "store": store.uri}
+    prepare_params = PrepareParams(
+        events=params.events,
+        as_of=params.as_of,
+        horizon_days=params.horizon_days,
+        max_bad_fraction=params.max_bad_fraction,
+        **common,
+    )
+    origins = {PREPARE: run_or_reuse(PREPARE, prepare_params, store, run_id, poll)}
+    validated = read_stage_manifest(store, run_id, "validate", ValidateResult)
+    features = read_stage_manifest(store, run_id, "features", FeaturesResult)
+    prepared = read_stage_manifest(store, run_id, "preprocess", PreprocessResult)
+    train_params = TrainParams(device=params.device, **common)
+    origins[TRAIN] = run_or_reuse(TRAIN, train_params, store, run_id, poll)
+    trained = read_stage_manifest(store, run_id, "train", TrainResult)
+    scoring_params = InferenceParams(as_of=features.as_of, **common)
+    origins[BATCH_INFERENCE] = run_or_reuse(BATCH_INFERENCE, scoring_params, store, run_id, poll)
+    scored = read_stage_manifest(store, run_id, "batch_inference", InferenceResult)
+
+    results = [
+        (validated, PREPARE),
+        (features, PREPARE),
+        (prepared, PREPARE),
+        (trained, TRAIN),
+        (scored, BATCH_INFERENCE),
+    ]
+    stages = [
+        r.report.model_copy(update={"pool": origins[u].pool, "cached": origins[u].cached})
+        for r, u in results
+    ]
+    flow_run_id = resolve_run_id(None)
+    summary = pipeline_summary(
+        flow_run_id, run_id, validated, features, trained, scored, stages, started
+    )
+    publish_pipeline_artifacts(
+        summary, store.key_uri(f"{VERSIONS}/{trained.model_version}/manifest.json")
+    )
+    return summary

@@ -6,4 +6,5 @@ COMMAND_MODULES: tuple[str, ...] = (
     "infra.commands.run",
     "infra.commands.stages",
     "infra.commands.models",
+    "infra.commands.stack",
 )
