@@ -152,6 +152,21 @@ class HybridflowSettings(BaseSettings):
         default=0.2, ge=0, description="first S3 retry delay; doubles per attempt"
     )
 
+    stack_dir: Path = Field(
+        default=Path(".hybridflow/stack"),
+        description="`hybridflow up`: PIDs, logs, the Prefect server's SQLite, demo data",
+    )
+    stack_gpu_slots: int = Field(default=1, ge=1, description="flow runs gpu-pool runs at once")
+    stack_heartbeat_seconds: int = Field(
+        default=30, ge=30, description="flow-run heartbeat interval on the stack's workers"
+    )
+    stack_crash_after_seconds: int = Field(
+        default=90, ge=45, description="no heartbeat this long -> the run is marked Crashed"
+    )
+    dispatch_poll_seconds: float = Field(
+        default=1.0, gt=0, description="deployed mode: how often the pipeline polls a stage run"
+    )
+
     @field_validator("spark_conf")
     @classmethod
     def _only_spark_keys(cls, conf: dict[str, str]) -> dict[str, str]:

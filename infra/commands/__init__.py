@@ -9,4 +9,5 @@ COMMAND_MODULES: tuple[str, ...] = (
     "infra.commands.serve",
     "infra.commands.refresh",
     "infra.commands.plan",
+    "infra.commands.stack",
 )

@@ -35,7 +35,7 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
         horizon_days=args.horizon_days,
         max_bad_fraction=args.max_bad_fraction,
         device=args.device,
-        fresh_training=getattr(args, "fresh", False),
+        fresh=getattr(args, "fresh", False),
         input=InputOptions(
             column_map=dict(args.map),
             csv_delimiter=args.csv_delimiter,

@@ -70,7 +70,9 @@ def test_rfm_and_windows_by_hand(spark, events):
     assert a["purchases_90d"] == 3 and a["amount_90d"] == pytest.approx(60.0)
     assert a["events_7d"] == 2
     assert a["share_view"] == pytest.approx(0.25)
-    assert a["n_categories"] == 2 and a["n_channels"] == 2
+    assert a["std_interpurchase_days"] == pytest.approx(6.0)  # gaps 20 and 8 days
+    assert a["max_interpurchase_days"] == pytest.approx(20.0)
+    assert a["n_channels"] == 2 and a["top_category_share"] == pytest.approx(0.75)
     assert a["trend_30d_vs_365d"] == pytest.approx(2 * (365 / 30) / 4)
 
 
