@@ -19,7 +19,6 @@ from serving.holder import ModelHolder, ServingState
 from serving.metrics import ServingMetrics
 from serving.middleware import LimitsAndMetrics
 from serving.schemas import PredictItem, PredictRequest, describe_validation_error
-from tasks.model import predict_proba
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +157,7 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
             x = feature_matrix(state, items, batch)
         except PredictError as exc:
             return problem(exc.status, exc.field, exc.message)
-        scores = predict_proba(state.model.model, x)
+        scores = state.model.score(x)
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         metrics.items.inc(len(items))
         version = state.model.version
