@@ -7,6 +7,8 @@ import uuid
 from prefect.artifacts import create_table_artifact
 from prefect.runtime import flow_run
 
+from infra.costs import CostReport
+from infra.planning import RoutingPlan
 from infra.settings import HybridflowSettings, get_settings
 from infra.store import ObjectStore, open_store
 from tasks.stage_records import StageReport
@@ -42,3 +44,55 @@ def publish_stage_table(report: StageReport, **extra: object) -> None:
         key=f"stage-{report.name.replace('_', '-')}",
         description=f"{report.name}: {report.seconds:.1f}s on {report.device}",
     )
+
+
+def publish_plan_table(plan: RoutingPlan) -> None:
+    """The routing plan as a table artifact: stage, pool, alternative, basis, reason."""
+    create_table_artifact(
+        table=[
+            {
+                "stage": d.stage,
+                "pool": d.pool,
+                "alternative": d.alternative or "-",
+                "basis": d.basis,
+                "reason": d.reason,
+            }
+            for d in plan.decisions
+        ],
+        key="routing-plan",
+        description="where each stage runs and why",
+    )
+
+
+def publish_cost_table(cost: CostReport) -> None:
+    """Per-stage cost, total and the all-CPU / all-GPU alternatives as a table artifact."""
+    rows = [
+        {
+            "stage": c.stage,
+            "pool": c.pool,
+            "seconds": round(c.seconds, 2),
+            "usd": round(c.cost_usd, 6),
+        }
+        for c in cost.stages
+    ]
+    rows += [
+        {
+            "stage": "TOTAL",
+            "pool": "-",
+            "seconds": round(sum(c.seconds for c in cost.stages), 2),
+            "usd": round(cost.total_usd, 6),
+        },
+        {
+            "stage": "all-cpu alternative",
+            "pool": "cpu",
+            "seconds": "-",
+            "usd": round(cost.all_cpu_usd, 6),
+        },
+        {
+            "stage": "all-gpu alternative",
+            "pool": "gpu",
+            "seconds": "-",
+            "usd": round(cost.all_gpu_usd, 6),
+        },
+    ]
+    create_table_artifact(table=rows, key="run-cost", description=f"run cost ({cost.basis})")

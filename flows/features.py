@@ -24,6 +24,7 @@ class FeaturesParams(BaseModel):
     run_id: str = Field(description="pipeline run whose validated events to use")
     as_of: dt.date | None = Field(default=None, description="T (default: last event's date)")
     horizon_days: int | None = Field(default=None, ge=1, le=3650)
+    use_cache: bool | None = Field(default=None, description="default: HYBRIDFLOW_STAGE_CACHE")
     store: str | None = None
 
 
@@ -40,6 +41,7 @@ def features_flow(params: FeaturesParams) -> FeaturesResult:
         validated,
         params.as_of or settings.as_of,
         params.horizon_days or settings.horizon_days,
+        use_cache=settings.stage_cache if params.use_cache is None else params.use_cache,
     )
     write_stage_manifest(store, run_id, "features", result)
     publish_stage_table(

@@ -13,12 +13,14 @@ from typing import Literal
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from flows._glue import resolve_run_id
+from flows._glue import publish_cost_table, publish_plan_table, resolve_run_id, stage_context
 from flows.batch_inference import InferenceParams, batch_inference_flow
 from flows.features import FeaturesParams, features_flow
 from flows.preprocess import PreprocessParams, preprocess_flow
 from flows.train import TrainParams, train_flow
 from flows.validate import ValidateParams, validate_flow
+from tasks.input_formats import InputOptions
+from tasks.run_accounting import account_run, embedded_pool, peak_memory_mb, plan_pipeline
 from tasks.stage_records import PipelineSummary
 
 
@@ -30,7 +32,15 @@ class PipelineParams(BaseModel):
     horizon_days: int | None = Field(default=None, ge=1, le=3650)
     max_bad_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
     device: Literal["auto", "cuda", "cpu"] = "auto"
+    input: InputOptions = Field(default_factory=InputOptions, description="how to read events")
+    use_cache: bool | None = Field(default=None, description="False: recompute CPU stages")
     store: str | None = Field(default=None, description="default: HYBRIDFLOW_STORE")
+    deadline: str | None = Field(default=None, description="pipeline deadline, e.g. 2h")
+    pinned_pools: dict[str, str] = Field(
+        default_factory=dict, description="stage -> pool, always wins over the router"
+    )
+    tight_budget: bool = Field(default=False, description="CPU first where rules decide")
+    fresh_training: bool = Field(default=False, description="ignore the training's checkpoints")
 
 
 @flow(name="pipeline")
@@ -39,22 +49,51 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     started = time.perf_counter()
     run_id = resolve_run_id(None)
     store = params.store
+    settings, store_obj = stage_context(store)
+    plan = plan_pipeline(
+        params.events,
+        settings,
+        store_obj,
+        deadline=params.deadline,
+        pinned=params.pinned_pools,
+        tight_budget=params.tight_budget,
+    )
+    publish_plan_table(plan)
+    device = params.device
+    if device == "auto" and plan.pool_for("train") == "cpu-pool":
+        device = "cpu"  # the router decided training is cheaper on CPU
     validated = validate_flow(
         ValidateParams(
             events=params.events,
             run_id=run_id,
             max_bad_fraction=params.max_bad_fraction,
+            input=params.input,
+            use_cache=params.use_cache,
             store=store,
         )
     )
     features = features_flow(
         FeaturesParams(
-            run_id=run_id, as_of=params.as_of, horizon_days=params.horizon_days, store=store
+            run_id=run_id,
+            as_of=params.as_of,
+            horizon_days=params.horizon_days,
+            use_cache=params.use_cache,
+            store=store,
         )
     )
-    prepared = preprocess_flow(PreprocessParams(run_id=run_id, store=store))
-    trained = train_flow(TrainParams(run_id=run_id, device=params.device, store=store))
+    prepared = preprocess_flow(
+        PreprocessParams(run_id=run_id, use_cache=params.use_cache, store=store)
+    )
+    trained = train_flow(
+        TrainParams(run_id=run_id, device=device, store=store, fresh=params.fresh_training)
+    )
     scored = batch_inference_flow(InferenceParams(as_of=features.as_of, run_id=run_id, store=store))
+    stages = [validated.report, features.report, prepared.report, trained.report, scored.report]
+    for report in stages:
+        report.pool = embedded_pool(report.device)
+        report.peak_memory_mb = peak_memory_mb()
+    cost = account_run(store_obj, settings, run_id, stages)
+    publish_cost_table(cost)
     return PipelineSummary(
         status="completed",
         flow_run_id=run_id,
@@ -78,6 +117,8 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         rows_quarantined=validated.rows_quarantined,
         quarantine_reasons=validated.quarantine_reasons,
         rows_scored=scored.rows_scored,
-        stages=[validated.report, features.report, prepared.report, trained.report, scored.report],
+        stages=stages,
         seconds=time.perf_counter() - started,
+        plan=[{"stage": d.stage, "pool": d.pool, "reason": d.reason} for d in plan.decisions],
+        cost=cost.model_dump(mode="json"),
     )

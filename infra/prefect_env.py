@@ -14,4 +14,6 @@ def configure_prefect_defaults(base: Path | None = None) -> None:
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "tasks,infra,flows")
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
+    # the ephemeral API needs ~10 s on an idle 2-core box; give a busy one room
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)

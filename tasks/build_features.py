@@ -9,18 +9,41 @@ import time
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from infra.datasets import read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.store import ObjectStore
 from tasks.features import customer_features, end_of_day, feature_names, training_examples
+from tasks.fingerprint import code_version, stage_fingerprint
 from tasks.spark_io import read_dataset, write_dataset
+from tasks.stage_cache import load_cached, save_cached
 from tasks.stage_records import FeaturesResult, StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
+FEATURES_CODE = ("tasks.features", "tasks.build_features", "tasks.spark_io", "infra.datasets")
 
 
 def scoring_features_prefix(as_of: dt.date) -> str:
     """Where the features to score (and serve) for an as-of date are published."""
     return f"features/as_of={as_of.isoformat()}"
+
+
+def resolve_as_of(validated: ValidateResult, as_of: dt.date | None, horizon_days: int) -> dt.date:
+    """T (default: the last valid event's date), checked against the span of the events."""
+    if validated.first_event is None or validated.last_event is None:
+        raise HybridflowInputError("no valid events to compute features from")
+    as_of = as_of or validated.last_event.date()
+    first_day = validated.first_event.date()
+    if as_of < first_day:
+        raise HybridflowInputError(
+            f"as_of {as_of} is before the first event ({first_day}): nothing to learn from"
+        )
+    training_cutoff = end_of_day(as_of) - dt.timedelta(days=horizon_days)
+    if training_cutoff.date() < first_day:
+        raise HybridflowInputError(
+            f"as_of {as_of} minus horizon {horizon_days} days is before the first event "
+            f"({first_day}): no customer has an event in the training window"
+        )
+    return as_of
 
 
 def features_stage(
@@ -30,25 +53,46 @@ def features_stage(
     validated: ValidateResult,
     as_of: dt.date | None,
     horizon_days: int,
+    use_cache: bool = True,
 ) -> FeaturesResult:
     """Compute and publish training examples (features at T-H, labels in (T-H, T]) and the
-    scoring features at T. ``as_of`` defaults to the date of the last valid event."""
-    started = time.perf_counter()
-    if validated.first_event is None or validated.last_event is None:
-        raise HybridflowInputError("no valid events to compute features from")
-    as_of = as_of or validated.last_event.date()
-    first_day = validated.first_event.date()
-    if as_of < first_day:
-        raise HybridflowInputError(
-            f"as_of {as_of} is before the first event ({first_day}): nothing to learn from"
+    scoring features at T. ``as_of`` defaults to the date of the last valid event. The same
+    events generation, as-of, horizon and code reuse an earlier run's output."""
+    as_of = resolve_as_of(validated, as_of, horizon_days)
+    fingerprint = stage_fingerprint(
+        "features",
+        events=read_dataset_manifest(store, validated.events_prefix).data_prefix,
+        columns=sorted(validated.available_columns),
+        as_of=as_of.isoformat(),
+        horizon_days=horizon_days,
+        code=code_version(*FEATURES_CODE),
+    )
+    result = load_cached(store, "features", fingerprint, FeaturesResult) if use_cache else None
+    if result is None:
+        result = build_features(spark, store, run_id, validated, as_of, horizon_days)
+        save_cached(
+            store,
+            "features",
+            fingerprint,
+            run_id,
+            result,
+            [result.training_prefix, result.scoring_prefix],
         )
+    return result
+
+
+def build_features(
+    spark: SparkSession,
+    store: ObjectStore,
+    run_id: str,
+    validated: ValidateResult,
+    as_of: dt.date,
+    horizon_days: int,
+) -> FeaturesResult:
+    """Compute and publish both feature sets for a resolved ``as_of``."""
+    started = time.perf_counter()
     cutoff = end_of_day(as_of)
     training_cutoff = cutoff - dt.timedelta(days=horizon_days)
-    if training_cutoff.date() < first_day:
-        raise HybridflowInputError(
-            f"as_of {as_of} minus horizon {horizon_days} days is before the first event "
-            f"({first_day}): no customer has an event in the training window"
-        )
     available = set(validated.available_columns)
     events = read_dataset(spark, store, validated.events_prefix)
     after = events.filter(
@@ -70,11 +114,7 @@ def features_stage(
         read_dataset(spark, store, examples.prefix).agg(F.avg("label").alias("rate")).first()
     )
     positive_rate = float(label_stats["rate"]) if label_stats else 0.0
-    if positive_rate in (0.0, 1.0):
-        raise HybridflowInputError(
-            f"all {examples.rows} training labels are {int(positive_rate)} for as_of {as_of} "
-            f"and horizon {horizon_days} days: the model needs both buyers and non-buyers"
-        )
+    check_labels(positive_rate, examples.rows, as_of, horizon_days)
     scoring = write_dataset(
         customer_features(events, cutoff, available), store, scoring_features_prefix(as_of)
     )
@@ -95,3 +135,13 @@ def features_stage(
         positive_rate=positive_rate,
         events_after_as_of=after,
     )
+
+
+def check_labels(positive_rate: float, n: int, as_of: dt.date, horizon_days: int) -> None:
+    """Training needs both classes: a single class in the labels is an input error."""
+    if positive_rate in (0.0, 1.0):
+        raise HybridflowInputError(
+            f"all {n} training labels are {int(positive_rate)} for as_of {as_of} and "
+            f"horizon {horizon_days} days: the model needs both "
+            "buyers and non-buyers (try another --as-of or --horizon-days)"
+        )

@@ -1,4 +1,4 @@
-"""The events input contract (DESIGN.md): column names, defaults and quarantine reasons."""
+"""The events input contract (DESIGN.md): column names, defaults, types and quarantine reasons."""
 
 from __future__ import annotations
 
@@ -10,6 +10,20 @@ OPTIONAL_DEFAULTS: dict[str, object] = {
     "channel": None,
 }
 CONTRACT_COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + tuple(OPTIONAL_DEFAULTS)
+
+_INTEGRAL = {"tinyint", "smallint", "int", "bigint"}
+_NUMERIC = _INTEGRAL | {"float", "double", "decimal"}
+# Spark type names (without parameters) each contract column can be cast from; "void" is an
+# all-null column, whose rows the quarantine rules then catch.
+ALLOWED_TYPES: dict[str, set[str]] = {
+    "customer_id": _INTEGRAL | {"string", "decimal", "void"},
+    "event_time": {"string", "timestamp", "timestamp_ntz", "date", "void"},
+    "amount": _NUMERIC | {"string", "void"},
+    "quantity": _NUMERIC | {"string", "void"},
+    "event_type": _INTEGRAL | {"string", "boolean", "void"},
+    "category": _INTEGRAL | {"string", "boolean", "void"},
+    "channel": _INTEGRAL | {"string", "boolean", "void"},
+}
 
 REASON_MISSING_CUSTOMER_ID = "missing_customer_id"
 REASON_INVALID_EVENT_TIME = "invalid_event_time"

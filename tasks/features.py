@@ -2,53 +2,107 @@
 
 Features at cutoff ``c`` use only events with ``event_time <= c``. Training uses features at
 ``T - H`` with the label "purchased in (T - H, T]"; scoring uses features at ``T``.
-Which features exist depends on which optional columns the input had (see
-:func:`feature_names`); every feature is defined once, here.
+Each feature is listed once in :data:`FEATURE_SPECS` (name, the optional column it needs, its
+meaning) and computed once in :func:`customer_features`; :func:`feature_names` gives the ones an
+input with a given set of columns gets.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 WINDOWS_DAYS: tuple[int, ...] = (7, 30, 90, 180, 365)
 NO_PURCHASE_DAYS = 3650.0  # recency/gap stand-in for "never purchased"
 EVENT_TYPE_MIX: tuple[str, ...] = ("view", "add_to_cart", "return")
 SECONDS_PER_DAY = 86_400.0
+DAY_MICROS = SECONDS_PER_DAY * 1e6
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One feature: its column name, the optional input column it needs, what it means."""
+
+    name: str
+    meaning: str
+    needs: str | None = None
+
+
+def _specs() -> tuple[FeatureSpec, ...]:
+    s = [
+        FeatureSpec("recency_days", "days from the last event of any type to the cutoff"),
+        FeatureSpec("tenure_days", "days from the first event to the cutoff"),
+        FeatureSpec("n_purchases", "purchases ever"),
+        FeatureSpec(
+            "purchase_recency_days", f"days since the last purchase ({NO_PURCHASE_DAYS:g} if none)"
+        ),
+        FeatureSpec("purchase_amount_total", "sum of purchase amounts ever"),
+        FeatureSpec("purchase_amount_mean", "mean purchase amount (0 if none)"),
+    ]
+    for w in WINDOWS_DAYS:
+        s += [
+            FeatureSpec(f"purchases_{w}d", f"purchases in the last {w} days"),
+            FeatureSpec(f"amount_{w}d", f"purchase amount in the last {w} days"),
+            FeatureSpec(
+                f"amount_mean_{w}d", f"mean purchase amount in the last {w} days (0 if none)"
+            ),
+        ]
+    s += [
+        FeatureSpec(
+            "mean_interpurchase_days",
+            f"mean days between consecutive purchases ({NO_PURCHASE_DAYS:g} if < 2 purchases)",
+        ),
+        FeatureSpec("std_interpurchase_days", "population std of those gaps (0 if < 2 purchases)"),
+        FeatureSpec(
+            "max_interpurchase_days", f"longest gap between purchases ({NO_PURCHASE_DAYS:g} if < 2)"
+        ),
+        FeatureSpec(
+            "purchase_recency_over_gap",
+            "purchase_recency_days / max(mean_interpurchase_days, 1): > 1 means overdue",
+        ),
+        FeatureSpec("trend_30d_vs_365d", "purchases_30d scaled to a year / (purchases_365d + 1)"),
+        FeatureSpec("trend_90d_vs_365d", "purchases_90d scaled to a year / (purchases_365d + 1)"),
+        FeatureSpec("trend_amount_90d_vs_365d", "amount_90d scaled to a year / (amount_365d + 1)"),
+        FeatureSpec("basket_size_mean", "mean quantity per purchase (0 if none)", "quantity"),
+        FeatureSpec("basket_size_max", "largest quantity in one purchase (0 if none)", "quantity"),
+        FeatureSpec("n_events", "events of any type ever", "event_type"),
+    ]
+    s += [
+        FeatureSpec(f"events_{w}d", f"events of any type in the last {w} days", "event_type")
+        for w in WINDOWS_DAYS
+    ]
+    s += [
+        FeatureSpec(f"share_{t}", f"share of events that are '{t}'", "event_type")
+        for t in ("purchase", *EVENT_TYPE_MIX)
+    ]
+    for col in ("category", "channel"):
+        s += [
+            FeatureSpec(f"n_{col}s", f"distinct {col} values among events", col),
+            FeatureSpec(f"top_{col}_share", f"share of events in the customer's top {col}", col),
+            FeatureSpec(f"{col}_entropy", f"Shannon entropy (nats) of the {col} mix", col),
+        ]
+    return tuple(s)
+
+
+FEATURE_SPECS: tuple[FeatureSpec, ...] = _specs()
 
 
 def feature_names(available_columns: set[str]) -> list[str]:
     """The features computed for an input that has ``available_columns`` (contract names)."""
-    names = [
-        "recency_days",
-        "tenure_days",
-        "n_events",
-        "n_purchases",
-        "purchase_recency_days",
-        "purchase_amount_total",
-        "purchase_amount_mean",
-        "mean_interpurchase_days",
-        "basket_size_mean",
-    ]
-    for w in WINDOWS_DAYS:
-        names += [f"purchases_{w}d", f"amount_{w}d"]
-    names += ["trend_30d_vs_365d", "trend_90d_vs_365d"]
-    if "event_type" in available_columns:
-        names += [f"events_{w}d" for w in WINDOWS_DAYS]
-        names += [f"share_{t}" for t in EVENT_TYPE_MIX]
-    if "category" in available_columns:
-        names.append("n_categories")
-    if "channel" in available_columns:
-        names.append("n_channels")
-    return names
+    return [s.name for s in FEATURE_SPECS if s.needs is None or s.needs in available_columns]
 
 
 def _ts(cutoff: dt.datetime) -> Column:
     # A string literal is read in the session time zone (UTC), unlike a Python datetime literal,
     # which PySpark converts through the process's local time zone.
     return F.lit(_as_naive_utc(cutoff).isoformat(sep=" ")).cast("timestamp")
+
+
+def _safe_div(num: Column, den: Column) -> Column:
+    return F.when(den > 0, num / den).otherwise(0.0)
 
 
 def customer_features(
@@ -59,76 +113,118 @@ def customer_features(
     ``cutoff`` is a naive UTC datetime (or aware; converted). Nothing after it is read.
     """
     cutoff = _as_naive_utc(cutoff)
-    is_purchase = F.col("event_type") == "purchase"
-    days_before = (F.unix_micros(_ts(cutoff)) - F.unix_micros(F.col("event_time"))) / (
-        SECONDS_PER_DAY * 1e6
-    )
+    days_before = (F.unix_micros(_ts(cutoff)) - F.unix_micros(F.col("event_time"))) / DAY_MICROS
     past = events.filter(F.col("event_time") <= _ts(cutoff)).select(
         "customer_id",
+        "event_time",
         days_before.alias("d"),
-        is_purchase.alias("p"),
+        (F.col("event_type") == "purchase").alias("p"),
         "amount",
         "quantity",
         "event_type",
         "category",
         "channel",
     )
-    p = F.col("p")
-    d = F.col("d")
+    out = past.groupBy("customer_id").agg(*_event_aggregates(available_columns))
+    out = out.join(_gap_features(past), "customer_id", "left")
+    for col in ("category", "channel"):
+        if col in available_columns:
+            out = out.join(_mix_features(past, col), "customer_id", "left")
+    n_p = F.col("n_purchases")
+    mean_gap = F.coalesce(F.col("_gap_mean"), F.lit(NO_PURCHASE_DAYS))
+    derived = {
+        "purchase_recency_days": F.coalesce(F.col("_last_purchase_d"), F.lit(NO_PURCHASE_DAYS)),
+        "purchase_amount_mean": _safe_div(F.col("purchase_amount_total"), n_p),
+        "mean_interpurchase_days": mean_gap,
+        "std_interpurchase_days": F.coalesce(F.col("_gap_std"), F.lit(0.0)),
+        "max_interpurchase_days": F.coalesce(F.col("_gap_max"), F.lit(NO_PURCHASE_DAYS)),
+        "purchase_recency_over_gap": F.coalesce(F.col("_last_purchase_d"), F.lit(NO_PURCHASE_DAYS))
+        / F.greatest(mean_gap, F.lit(1.0)),
+        "trend_30d_vs_365d": (F.col("purchases_30d") * (365 / 30)) / (F.col("purchases_365d") + 1),
+        "trend_90d_vs_365d": (F.col("purchases_90d") * (365 / 90)) / (F.col("purchases_365d") + 1),
+        "trend_amount_90d_vs_365d": (F.col("amount_90d") * (365 / 90))
+        / (F.col("amount_365d") + 1.0),
+        "basket_size_mean": F.coalesce(F.col("_basket_mean"), F.lit(0.0)),
+        "basket_size_max": F.coalesce(F.col("_basket_max"), F.lit(0.0)),
+    }
+    for w in WINDOWS_DAYS:
+        derived[f"amount_mean_{w}d"] = _safe_div(F.col(f"amount_{w}d"), F.col(f"purchases_{w}d"))
+    for col in ("category", "channel"):
+        for name in (f"n_{col}s", f"top_{col}_share", f"{col}_entropy"):
+            derived[name] = F.coalesce(F.col(f"_{name}"), F.lit(0.0))
+    names = feature_names(available_columns)
+    return out.select(
+        "customer_id",
+        *[(derived[n] if n in derived else F.col(n)).cast("double").alias(n) for n in names],
+    )
+
+
+def _event_aggregates(available_columns: set[str]) -> list[Column]:
+    """Single-pass aggregates over a customer's past events (``d`` = days before the cutoff)."""
+    p, d, amount = F.col("p"), F.col("d"), F.col("amount")
     aggs: list[Column] = [
         F.min(d).alias("recency_days"),
         F.max(d).alias("tenure_days"),
-        F.count(F.lit(1)).cast("double").alias("n_events"),
         F.sum(p.cast("double")).alias("n_purchases"),
-        F.min(F.when(p, d)).alias("_first_purchase_recency"),
-        F.max(F.when(p, d)).alias("_oldest_purchase_days"),
-        F.sum(F.when(p, F.col("amount")).otherwise(0.0)).alias("purchase_amount_total"),
-        F.avg(F.when(p, F.col("quantity").cast("double"))).alias("_basket"),
+        F.min(F.when(p, d)).alias("_last_purchase_d"),
+        F.sum(F.when(p, amount).otherwise(0.0)).alias("purchase_amount_total"),
+        F.avg(F.when(p, F.col("quantity").cast("double"))).alias("_basket_mean"),
+        F.max(F.when(p, F.col("quantity").cast("double"))).alias("_basket_max"),
     ]
     for w in WINDOWS_DAYS:
         in_w = d < float(w)
         aggs.append(F.sum((p & in_w).cast("double")).alias(f"purchases_{w}d"))
-        aggs.append(F.sum(F.when(p & in_w, F.col("amount")).otherwise(0.0)).alias(f"amount_{w}d"))
-        if "event_type" in available_columns:
-            aggs.append(F.sum(in_w.cast("double")).alias(f"events_{w}d"))
+        aggs.append(F.sum(F.when(p & in_w, amount).otherwise(0.0)).alias(f"amount_{w}d"))
     if "event_type" in available_columns:
-        for t in EVENT_TYPE_MIX:
+        aggs.append(F.count(F.lit(1)).cast("double").alias("n_events"))
+        for w in WINDOWS_DAYS:
+            aggs.append(F.sum((d < float(w)).cast("double")).alias(f"events_{w}d"))
+        for t in ("purchase", *EVENT_TYPE_MIX):
             aggs.append(F.avg((F.col("event_type") == t).cast("double")).alias(f"share_{t}"))
-    if "category" in available_columns:
-        aggs.append(F.count_distinct("category").cast("double").alias("n_categories"))
-    if "channel" in available_columns:
-        aggs.append(F.count_distinct("channel").cast("double").alias("n_channels"))
+    return aggs
 
-    n_p = F.col("n_purchases")
-    out = past.groupBy("customer_id").agg(*aggs)
-    out = (
-        out.withColumn(
-            "purchase_recency_days",
-            F.coalesce(F.col("_first_purchase_recency"), F.lit(NO_PURCHASE_DAYS)),
+
+def _gap_features(past: DataFrame) -> DataFrame:
+    """Mean, std and max of the days between consecutive purchases (customers with 2+)."""
+    order = Window.partitionBy("customer_id").orderBy("event_time")
+    gaps = (
+        past.filter(F.col("p"))
+        .select(
+            "customer_id",
+            (
+                (F.unix_micros("event_time") - F.unix_micros(F.lag("event_time").over(order)))
+                / DAY_MICROS
+            ).alias("gap"),
         )
-        .withColumn(
-            "purchase_amount_mean",
-            F.when(n_p > 0, F.col("purchase_amount_total") / n_p).otherwise(0.0),
-        )
-        .withColumn(
-            "mean_interpurchase_days",
-            F.when(
-                n_p > 1,
-                (F.col("_oldest_purchase_days") - F.col("_first_purchase_recency")) / (n_p - 1),
-            ).otherwise(NO_PURCHASE_DAYS),
-        )
-        .withColumn("basket_size_mean", F.coalesce(F.col("_basket"), F.lit(0.0)))
-        .withColumn(
-            "trend_30d_vs_365d",
-            (F.col("purchases_30d") * (365 / 30)) / (F.col("purchases_365d") + 1.0),
-        )
-        .withColumn(
-            "trend_90d_vs_365d",
-            (F.col("purchases_90d") * (365 / 90)) / (F.col("purchases_365d") + 1.0),
-        )
+        .filter(F.col("gap").isNotNull())
     )
-    return out.select(
-        "customer_id", *[F.col(n).cast("double") for n in feature_names(available_columns)]
+    return gaps.groupBy("customer_id").agg(
+        F.avg("gap").alias("_gap_mean"),
+        F.stddev_pop("gap").alias("_gap_std"),
+        F.max("gap").alias("_gap_max"),
+    )
+
+
+def _mix_features(past: DataFrame, col: str) -> DataFrame:
+    """Distinct values, top-value share and entropy of ``col`` among a customer's events."""
+    per_value = (
+        past.filter(F.col(col).isNotNull())
+        .groupBy("customer_id", col)
+        .agg(F.count(F.lit(1)).alias("c"))
+    )
+    c = F.col("c").cast("double")
+    totals = per_value.groupBy("customer_id").agg(
+        F.count(F.lit(1)).cast("double").alias(f"_n_{col}s"),
+        F.max(c).alias("_top"),
+        F.sum(c).alias("_total"),
+        F.sum(c * F.log(c)).alias("_clogc"),
+    )
+    total = F.col("_total")
+    return totals.select(
+        "customer_id",
+        f"_n_{col}s",
+        (F.col("_top") / total).alias(f"_top_{col}_share"),
+        (F.log(total) - F.col("_clogc") / total).alias(f"_{col}_entropy"),
     )
 
 

@@ -15,12 +15,16 @@ from pydantic import BaseModel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from infra.datasets import read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.store import ObjectStore, sha256_bytes
+from tasks.fingerprint import code_version, stage_fingerprint
 from tasks.spark_io import read_dataset, write_dataset
+from tasks.stage_cache import load_cached, save_cached
 from tasks.stage_records import FeaturesResult, PreprocessResult, StageReport
 
 SPLITS = ("train", "val", "test")
+PREPROCESS_CODE = ("tasks.preprocess", "tasks.spark_io", "infra.datasets")
 
 
 class SplitFractions(BaseModel):
@@ -82,8 +86,34 @@ def preprocess_stage(
     store: ObjectStore,
     features: FeaturesResult,
     seed: int,
+    *,
+    use_cache: bool = True,
+    run_id: str = "",
 ) -> PreprocessResult:
-    """Split customers, fit the normaliser on train, publish the snapshot (split=train|val|test)."""
+    """Split customers, fit the normaliser on train, publish the snapshot (split=train|val|test).
+
+    The same training examples (data generation), seed and code reuse an earlier output."""
+    fingerprint = stage_fingerprint(
+        "preprocess",
+        examples=read_dataset_manifest(store, features.training_prefix).data_prefix,
+        features=features.features,
+        as_of=features.as_of.isoformat(),
+        horizon_days=features.horizon_days,
+        seed=seed,
+        fractions=SplitFractions().model_dump(),
+        code=code_version(*PREPROCESS_CODE),
+    )
+    result = load_cached(store, "preprocess", fingerprint, PreprocessResult) if use_cache else None
+    if result is None:
+        result = build_snapshot(spark, store, features, seed)
+        save_cached(store, "preprocess", fingerprint, run_id, result, [result.snapshot_prefix])
+    return result
+
+
+def build_snapshot(
+    spark: SparkSession, store: ObjectStore, features: FeaturesResult, seed: int
+) -> PreprocessResult:
+    """Split, fit and publish the snapshot for ``features`` (no cache)."""
     started = time.perf_counter()
     examples = assign_split(read_dataset(spark, store, features.training_prefix), seed)
     normalizer = fit_normalizer(examples.filter(F.col("split") == "train"), features.features)

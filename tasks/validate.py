@@ -8,9 +8,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from py4j.protocol import Py4JJavaError
 from pyspark import StorageLevel
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -28,55 +30,36 @@ from tasks.events_contract import (
     REASON_MISSING_CUSTOMER_ID,
     REQUIRED_COLUMNS,
 )
+from tasks.fingerprint import code_version, files_fingerprint, stage_fingerprint
+from tasks.input_formats import (
+    EPOCH_MILLIS,
+    EPOCH_SECONDS,
+    InputOptions,
+    list_event_files,
+    read_events,
+)
 from tasks.spark_io import read_dataset, write_dataset
+from tasks.stage_cache import load_cached, save_cached
 from tasks.stage_records import StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
+VALIDATE_CODE = (
+    "tasks.validate",
+    "tasks.input_formats",
+    "tasks.events_contract",
+    "tasks.spark_io",
+    "infra.datasets",
+)
 
 
-def detect_format(path: Path) -> str:
-    """``parquet`` or ``csv`` from the file name, or from the files inside a folder."""
-    if not path.exists():
-        raise HybridflowInputError(f"events path not found: {path}")
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-    data_files = [p for p in files if not p.name.startswith((".", "_"))]
-    suffixes = {p.suffix.lower() for p in data_files}
-    if not data_files:
-        raise HybridflowInputError(f"events path holds no data files: {path}")
-    if suffixes <= {".parquet", ".pq"}:
-        return "parquet"
-    if suffixes <= {".csv", ".txt"}:
-        return "csv"
-    raise HybridflowInputError(
-        f"cannot tell the format of {path}: expected .parquet or .csv files, "
-        f"found {', '.join(sorted(suffixes))}"
-    )
-
-
-def read_events(spark: SparkSession, path: str | Path) -> DataFrame:
-    """Read a Parquet/CSV file or folder; column names are lower-cased (matched
-    case-insensitively). CSV columns are read as strings and parsed by :func:`conform_events`."""
-    path = Path(path).expanduser().resolve()
-    fmt = detect_format(path)
-    try:
-        if fmt == "parquet":
-            df = spark.read.parquet(str(path))
-        else:
-            df = spark.read.option("header", True).option("inferSchema", False).csv(str(path))
-    except PySparkException as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise HybridflowInputError(f"cannot read events file(s) at {path}: {first}") from exc
-    return df.toDF(*[c.strip().lower() for c in df.columns])
-
-
-def conform_events(df: DataFrame) -> DataFrame:
+def conform_events(df: DataFrame, timestamp_format: str | None = None) -> DataFrame:
     """Check required columns, add defaults for missing optional ones, keep raw values as
     strings (``raw_*``) for the quarantine and typed values for everything downstream."""
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise HybridflowInputError(
             f"events are missing required column(s) {', '.join(missing)}; "
-            f"found: {', '.join(df.columns) or '(none)'}"
+            f"found: {', '.join(df.columns) or '(none)'} (rename with --map column=yours)"
         )
     extra = [c for c in df.columns if c not in CONTRACT_COLUMNS]
     if extra:
@@ -84,14 +67,16 @@ def conform_events(df: DataFrame) -> DataFrame:
     raw = [F.col(c).cast("string").alias(f"raw_{c}") for c in CONTRACT_COLUMNS if c in df.columns]
     typed: list[Column] = [
         F.trim(F.col("customer_id").cast("string")).alias("customer_id"),
-        _parse_time(df, "event_time").alias("event_time"),
+        parse_event_time(df, timestamp_format).alias("event_time"),
         F.col("amount").try_cast("double").alias("amount"),
     ]
     for name, default in OPTIONAL_DEFAULTS.items():
         if name not in df.columns:
             typed.append(F.lit(default).cast("int" if name == "quantity" else "string").alias(name))
         elif name == "quantity":
-            typed.append(F.col("quantity").try_cast("int").alias("quantity"))
+            q = F.col("quantity").try_cast("double")
+            whole = ~F.isnan(q) & (q == F.floor(q))
+            typed.append(F.when(whole, q.try_cast("int")).alias("quantity"))
         else:
             col = F.trim(F.col(name).cast("string"))
             fallback = F.lit(default).cast("string")
@@ -99,11 +84,20 @@ def conform_events(df: DataFrame) -> DataFrame:
     return df.select(*typed, *raw)
 
 
-def _parse_time(df: DataFrame, name: str) -> Column:
-    dtype = dict(df.dtypes)[name]
+def parse_event_time(df: DataFrame, timestamp_format: str | None) -> Column:
+    """``event_time`` as a timestamp (naive = UTC): native types cast, strings parsed with the
+    given/detected format (ISO-8601 when None); unparsable values become null."""
+    dtype = dict(df.dtypes)["event_time"]
     if dtype.startswith("timestamp") or dtype == "date":
-        return F.col(name).cast("timestamp")
-    return F.col(name).cast("string").try_cast("timestamp")
+        return F.col("event_time").cast("timestamp")
+    text = F.trim(F.col("event_time").cast("string"))
+    if timestamp_format == EPOCH_SECONDS:
+        return F.timestamp_seconds(text.try_cast("bigint"))
+    if timestamp_format == EPOCH_MILLIS:
+        return F.timestamp_millis(text.try_cast("bigint"))
+    if timestamp_format:
+        return F.try_to_timestamp(text, F.lit(timestamp_format))
+    return text.try_cast("timestamp")
 
 
 def quarantine_reason(df: DataFrame) -> Column:
@@ -162,23 +156,61 @@ def validate_stage(
     run_id: str,
     events_path: str,
     max_bad_fraction: float,
+    options: InputOptions | None = None,
+    use_cache: bool = True,
+    on_quarantine: Callable[[ValidateResult], None] | None = None,
 ) -> ValidateResult:
     """Read, validate and publish the run's good events and its quarantine.
 
+    Unchanged input files, options and code reuse an earlier run's output (``report.cached``).
     The quarantine is published even when the bad fraction is over ``max_bad_fraction``, so the
-    user can look at it; then the stage fails with an input error.
+    user can look at it (``on_quarantine`` gets the result first); then the stage fails with an
+    input error.
     """
+    options = options or InputOptions()
+    path = Path(events_path).expanduser().resolve()
+    files = list_event_files(path)
+    fingerprint = stage_fingerprint(
+        "validate",
+        path=str(path),
+        files=files_fingerprint(path, files),
+        options=options.model_dump(mode="json"),
+        code=code_version(*VALIDATE_CODE),
+    )
+    result = load_cached(store, "validate", fingerprint, ValidateResult) if use_cache else None
+    if result is None:
+        result = validate_events(spark, store, run_id, path, options)
+        save_cached(
+            store,
+            "validate",
+            fingerprint,
+            run_id,
+            result,
+            [result.events_prefix, result.quarantine_prefix],
+        )
+    if on_quarantine is not None:
+        on_quarantine(result)
+    check_bad_fraction(result, max_bad_fraction)
+    return result
+
+
+def validate_events(
+    spark: SparkSession, store: ObjectStore, run_id: str, path: Path, options: InputOptions
+) -> ValidateResult:
+    """Read ``path``, split good rows from bad, publish both; figures for the summary."""
     started = time.perf_counter()
-    raw = read_events(spark, events_path)
-    present = sorted(c for c in CONTRACT_COLUMNS if c in raw.columns)
-    conformed = conform_events(raw).persist(StorageLevel.MEMORY_AND_DISK)
+    raw = read_events(spark, path, options)
+    present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
+    conformed = conform_events(raw.df, raw.timestamp_format).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         rows_read = conformed.count()
         if rows_read == 0:
-            raise HybridflowInputError(f"events input is empty: {events_path}")
+            raise HybridflowInputError(f"events input is empty (no rows): {path}")
         parts = split_valid_events(conformed)
         quarantine = write_dataset(parts.quarantine, store, f"runs/{run_id}/quarantine")
         events = write_dataset(parts.good, store, f"runs/{run_id}/events")
+    except (PySparkException, Py4JJavaError) as exc:
+        raise HybridflowInputError(f"cannot read events at {path}: {_first_line(exc)}") from None
     finally:
         conformed.unpersist()
     reasons: dict[str, int] = {}
@@ -193,16 +225,8 @@ def validate_stage(
         )
         .first()
     )
-    bad_fraction = quarantine.rows / rows_read
     for reason, count in sorted(reasons.items()):
         log.warning("quarantined %d row(s): %s", count, reason)
-    if bad_fraction > max_bad_fraction:
-        raise HybridflowInputError(
-            f"{quarantine.rows} of {rows_read} event rows ({bad_fraction:.1%}) are bad, over "
-            f"--max-bad-fraction {max_bad_fraction:.1%}: see {store.key_uri(quarantine.data_prefix)}"
-        )
-    if events.rows == 0:
-        raise HybridflowInputError(f"no valid events left after validation of {events_path}")
     return ValidateResult(
         report=StageReport(
             name="validate",
@@ -221,6 +245,25 @@ def validate_stage(
         first_event=_from_micros(span["first"]) if span else None,
         last_event=_from_micros(span["last"]) if span else None,
     )
+
+
+def check_bad_fraction(result: ValidateResult, max_bad_fraction: float) -> None:
+    """Fail (input error naming the quarantine) when too many rows are bad or none is good."""
+    bad_fraction = result.rows_quarantined / max(result.rows_read, 1)
+    if bad_fraction > max_bad_fraction:
+        raise HybridflowInputError(
+            f"{result.rows_quarantined} of {result.rows_read} event rows ({bad_fraction:.1%}) "
+            f"are bad, over --max-bad-fraction {max_bad_fraction:.1%}: see {result.quarantine_uri}"
+        )
+    if result.rows_valid == 0:
+        raise HybridflowInputError(
+            f"no valid events left after validation: see {result.quarantine_uri}"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _from_micros(value: int | None) -> dt.datetime | None:

@@ -8,4 +8,5 @@ COMMAND_MODULES: tuple[str, ...] = (
     "infra.commands.models",
     "infra.commands.serve",
     "infra.commands.refresh",
+    "infra.commands.plan",
 )

@@ -27,6 +27,22 @@ def fraction(value: str) -> float:
     return f
 
 
+def column_mapping(value: str) -> tuple[str, str]:
+    """argparse type: ``contract_column=source_column``."""
+    target, sep, source = value.partition("=")
+    if not sep or not target.strip() or not source.strip():
+        raise argparse.ArgumentTypeError(f"expected column=source_column, got {value!r}")
+    return target.strip().lower(), source.strip()
+
+
+def delimiter(value: str) -> str:
+    """argparse type: one character; ``\\t`` or ``tab`` for a tab."""
+    value = {"\\t": "\t", "tab": "\t"}.get(value, value)
+    if len(value) != 1:
+        raise argparse.ArgumentTypeError(f"a delimiter is one character, got {value!r}")
+    return value
+
+
 def add_run_args(p: argparse.ArgumentParser) -> None:
     """Options shared by ``run`` and ``features``."""
     p.add_argument("--events", required=True, help="Parquet/CSV file or folder of events")
@@ -34,3 +50,23 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon-days", type=int, default=None, help="H (default 90)")
     p.add_argument("--max-bad-fraction", type=fraction, default=None, help="default 0.05")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument(
+        "--map",
+        type=column_mapping,
+        action="append",
+        default=[],
+        metavar="COLUMN=SOURCE",
+        help="read the contract COLUMN from the input's SOURCE column (repeatable)",
+    )
+    p.add_argument("--csv-delimiter", type=delimiter, default=None, help="default: detected")
+    p.add_argument(
+        "--timestamp-format",
+        default=None,
+        help="event_time format: Spark pattern like 'dd/MM/yyyy HH:mm', epoch_seconds or "
+        "epoch_millis (default: detected)",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="recompute validate/features/preprocess even when their inputs are unchanged",
+    )

@@ -18,12 +18,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the whole pipeline in this process")
     add_run_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON summary line last")
+    p.add_argument(
+        "--fresh", action="store_true", help="train from step 0 (ignore earlier checkpoints)"
+    )
     p.set_defaults(handler=run)
 
 
 def pipeline_params(args: argparse.Namespace) -> PipelineParams:
     """PipelineParams from the shared run options."""
     from flows.pipeline import PipelineParams
+    from tasks.input_formats import InputOptions
 
     return PipelineParams(
         events=str(Path(args.events).expanduser().resolve()),
@@ -31,6 +35,13 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
         horizon_days=args.horizon_days,
         max_bad_fraction=args.max_bad_fraction,
         device=args.device,
+        fresh_training=getattr(args, "fresh", False),
+        input=InputOptions(
+            column_map=dict(args.map),
+            csv_delimiter=args.csv_delimiter,
+            timestamp_format=args.timestamp_format,
+        ),
+        use_cache=False if args.no_cache else None,
     )
 
 
@@ -64,5 +75,6 @@ def format_summary(summary: PipelineSummary) -> str:
         "  stages      :",
     ]
     for s in summary.stages:
-        lines.append(f"    {s.name:<16} {s.seconds:7.1f}s  {s.device:<5} {s.pool}")
+        cached = "  (cached)" if s.cached else ""
+        lines.append(f"    {s.name:<16} {s.seconds:7.1f}s  {s.device:<5} {s.pool}{cached}")
     return "\n".join(lines)

@@ -36,6 +36,8 @@ def run_features(args: argparse.Namespace) -> int:
             as_of=p.as_of,
             horizon_days=p.horizon_days,
             max_bad_fraction=p.max_bad_fraction,
+            input=p.input,
+            use_cache=p.use_cache,
         )
     )
     print(
