@@ -137,9 +137,11 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
         """Prometheus text format."""
         return Response(metrics.render(), media_type=metrics.content_type)
 
-    @app.post("/predict")
     async def predict(request: Request) -> Response:
-        """Score one customer / one feature vector, or a batch of them (``items``)."""
+        """Score one customer / one feature vector, or a batch of them (``items``).
+
+        A plain Starlette route: the body is parsed and validated here in one pass, so FastAPI's
+        dependency machinery (about 50 us a request) would add nothing."""
         started = time.perf_counter()
         try:
             req = PredictRequest.model_validate_json(await request.body())
@@ -181,6 +183,8 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
                 ],
             }
         )
+
+    app.add_route("/predict", predict, methods=["POST"])
 
     @app.post("/admin/reload")
     async def admin_reload(request: Request) -> JSONResponse:
