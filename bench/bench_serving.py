@@ -287,8 +287,9 @@ def _bare_app(store_uri: str):
 
     from infra.registry import ModelRegistry
     from infra.store import open_store
+    from serving.scorer import fast_scorer
     from serving.snapshot import load_snapshot, newest_snapshot_manifest
-    from tasks.model import load_bundle, predict_proba
+    from tasks.model import load_bundle
 
     torch.set_num_threads(1)
     store = open_store(store_uri)
@@ -296,6 +297,7 @@ def _bare_app(store_uri: str):
     version = registry.alias().version
     manifest, files = registry.read_files(version)
     model = load_bundle(files, manifest.files)
+    score_rows = fast_scorer(model)  # the endpoint's scoring path
     snapshot = load_snapshot(store, newest_snapshot_manifest(store))
     columns = snapshot.column_indices(model.config.features)
     headers = [(b"content-type", b"application/json")]
@@ -309,7 +311,7 @@ def _bare_app(store_uri: str):
             body += message.get("body", b"")
             more = message.get("more_body", False)
         row = snapshot.row_of[json.loads(body)["customer_id"]]
-        score = float(predict_proba(model, snapshot.values[row : row + 1, columns])[0])
+        score = float(score_rows(snapshot.values[row : row + 1, columns])[0])
         out = json.dumps({"score": score, "model_version": version}).encode()
         length = [(b"content-length", str(len(out)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers + length})

@@ -80,6 +80,7 @@ def refresh_flow(params: RefreshParams) -> RefreshResult:
         candidate_version=trained.model_version,
         production_before=production.version if production else None,
         production_after=after.version if after else None,
+        warm_start=trained.warm_start,
         promoted=promoted,
         forced=forced,
         reason=reason,

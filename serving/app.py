@@ -19,7 +19,6 @@ from serving.holder import ModelHolder, ServingState
 from serving.metrics import ServingMetrics
 from serving.middleware import LimitsAndMetrics
 from serving.schemas import PredictItem, PredictRequest, describe_validation_error
-from tasks.model import predict_proba
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +137,11 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
         """Prometheus text format."""
         return Response(metrics.render(), media_type=metrics.content_type)
 
-    @app.post("/predict")
     async def predict(request: Request) -> Response:
-        """Score one customer / one feature vector, or a batch of them (``items``)."""
+        """Score one customer / one feature vector, or a batch of them (``items``).
+
+        A plain Starlette route: the body is parsed and validated here in one pass, so FastAPI's
+        dependency machinery (about 50 us a request) would add nothing."""
         started = time.perf_counter()
         try:
             req = PredictRequest.model_validate_json(await request.body())
@@ -158,7 +159,7 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
             x = feature_matrix(state, items, batch)
         except PredictError as exc:
             return problem(exc.status, exc.field, exc.message)
-        scores = predict_proba(state.model.model, x)
+        scores = state.model.score(x)
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         metrics.items.inc(len(items))
         version = state.model.version
@@ -182,6 +183,8 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
                 ],
             }
         )
+
+    app.add_route("/predict", predict, methods=["POST"])
 
     @app.post("/admin/reload")
     async def admin_reload(request: Request) -> JSONResponse:

@@ -24,6 +24,7 @@ from infra.errors import ChecksumMismatchError, HybridflowInputError
 from infra.registry import ALIASES, PRODUCTION, AliasRecord, ModelRegistry
 from infra.store import ObjectStore
 from serving.metrics import ServingMetrics
+from serving.scorer import Scorer, canonical_scorer, fast_scorer
 from serving.snapshot import FeatureSnapshot, load_snapshot, newest_snapshot_manifest
 from tasks.model import CustomerMLP, load_bundle, predict_proba
 
@@ -45,6 +46,7 @@ class ServedModel:
 
     version: str
     model: CustomerMLP
+    score: Scorer  # features (rows x features, model order) -> probabilities
     features: tuple[str, ...]
     position: dict[str, int]
     loaded_at: float
@@ -204,11 +206,26 @@ class ModelHolder:
         served = ServedModel(
             version=version,
             model=model,
+            score=_checked_fast_scorer(model, batch, scores, version),
             features=features,
             position={f: i for i, f in enumerate(features)},
             loaded_at=time.time(),
         )
         return served, columns
+
+
+def _checked_fast_scorer(
+    model: CustomerMLP, batch: np.ndarray, expected: np.ndarray, version: str
+) -> Scorer:
+    """The fast path when it reproduces ``predict_proba`` on the warm-up batch, else canonical."""
+    fast = fast_scorer(model)
+    if fast is not None:
+        got = np.concatenate([fast(batch), fast(batch[:1])])
+        want = np.concatenate([expected, expected[:1]])
+        if np.allclose(got, want, rtol=0, atol=1e-6):
+            return fast
+        log.warning("model %s: fast scoring path differs from predict_proba; not used", version)
+    return canonical_scorer(model)
 
 
 def _columns_for(snapshot: FeatureSnapshot, features: tuple[str, ...], what: str) -> np.ndarray:

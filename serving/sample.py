@@ -17,10 +17,11 @@ from infra.datasets import publish_dataset
 from infra.registry import ModelRegistry
 from infra.store import ObjectStore
 from tasks.build_features import scoring_features_prefix
+from tasks.events_contract import CONTRACT_COLUMNS
 from tasks.features import feature_names
 from tasks.model import CustomerMLP, ModelConfig, bundle_bytes
 
-SAMPLE_FEATURES = feature_names({"event_type", "category", "channel"})
+SAMPLE_FEATURES = feature_names(set(CONTRACT_COLUMNS))  # input with every optional column
 
 
 def sample_feature_table(customers: int, seed: int = 0) -> pa.Table:

@@ -30,6 +30,7 @@ class RefreshResult(BaseModel):
     candidate_version: str
     production_before: str | None
     production_after: str | None
+    warm_start: bool = False
     promoted: bool
     forced: bool
     reason: str

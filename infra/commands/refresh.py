@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"refresh {result.run_id} as_of {result.as_of} (horizon {result.horizon_days} days) "
         f"in {result.seconds:.0f}s\n"
-        f"  candidate  : {result.candidate_version} ({moved})\n"
+        f"  candidate  : {result.candidate_version} ({moved}; "
+        f"{'fine-tuned from production' if result.warm_start else 'trained from scratch'})\n"
         f"  production : {result.production_before or '-'} -> {result.production_after or '-'}\n"
         f"  reason     : {result.reason}\n"
         f"  test AUC   : {result.metrics.get('auc', float('nan')):.4f}"

@@ -51,6 +51,7 @@ def test_refresh_promotes_and_the_endpoint_serves_it(
             assert result["production_after"] == candidate
             assert f"beats production {v0}" in result["reason"]  # evaluated on the same test split
             assert result["horizon_days"] == 90  # production's horizon
+            assert result["warm_start"] is True  # fine-tuned from production's weights
             manifest = registry.get(candidate)
             assert manifest.parent_version == v0 and manifest.as_of == AS_OF
 
