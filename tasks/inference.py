@@ -71,7 +71,11 @@ class _WorkerModelCache:
         self.loads = 0
 
     def get(self, model: ScoringModel) -> tuple[CustomerMLP, bool]:
-        """The loaded model and whether this call loaded it (verifying sha256 first)."""
+        """The loaded model and whether this call loaded it (verifying sha256 first).
+
+        Keyed by the manifest checksums: a cached model was verified against exactly those when
+        it was loaded, so a hit needs no re-hashing and unverified bytes are never loaded.
+        """
         from tasks.model import load_bundle
 
         key = model.cache_key

@@ -175,8 +175,9 @@ def test_batch_inference_end_to_end(
         assert scored.count() == feats.n_scoring
         assert 1 <= loads.value < tasks
 
-        # 5. Bundle bytes that do not match their sha256 are refused by the workers.
-        good = load_scoring_model(store, fresh)
+        # 5. Bundle bytes that do not match their sha256 are refused by the workers (a version
+        # no worker has cached; a cached one was verified when it was loaded).
+        good = load_scoring_model(store, _register(registry, feats.features, seed=4))
         tampered = ScoringModel(
             version=good.version,
             files={**good.files, "model.pt": good.files["model.pt"] + b"x"},
