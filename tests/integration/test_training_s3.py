@@ -107,6 +107,13 @@ def test_checkpoints_write_read_verify_prune_and_skip_corrupt(s3_store, caplog):
             samples_seen=step * 32,
         )
     assert [m.step for m in ckpts.manifests()] == [30, 20]  # keep=2 pruned step 10
+    head = s3_store.client.head_object(
+        Bucket=BUCKET, Key=s3_store._key("checkpoints/t-roundtrip/step-0000000030/state.pt")
+    )
+    assert "-" in head["ETag"]  # a multipart upload's ETag is "<md5 of parts>-<n parts>"
+    blob = os.urandom(17 << 20)
+    s3_store.put_bytes("big/blob.bin", blob)  # large put_bytes goes multipart too
+    assert s3_store.get_bytes("big/blob.bin") == blob
     assert not any("step-0000000010" in k for k in s3_store.list("checkpoints/t-roundtrip"))
     loaded = ckpts.latest_valid()
     assert loaded.manifest.step == 30 and torch.equal(loaded.state["w"], big + 30)
