@@ -48,6 +48,9 @@ def test_train_flow_reuses_a_finished_training_and_publishes_the_model_card(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["model-card"]))
         )
     texts = [str(c.data) for c in cards]
-    card = next(t for t in texts if f"# Model {first.model_version}" in t)
+    first_cards = [t for t in texts if f"# Model {first.model_version}" in t]
+    assert len(first_cards) == 2  # the training run and the re-run that reused its version
+    card = next(t for t in first_cards if "**Promoted:** yes" in t)
     assert "**Promoted:** yes — first model: no production model yet" in card
+    assert any("is production already" in t for t in first_cards)
     assert first.training_id in card and "sha256" in card and "## Promotion gate" in card
