@@ -92,9 +92,7 @@ def test_input_errors_name_the_file_column_or_value(spark, local_store, tmp_path
 
     array_amount = tmp_path / "array_amount.parquet"
     pq.write_table(
-        pa.table(
-            {"customer_id": ["a"], "event_time": ["2025-01-01"], "amount": [[1.0, 2.0]]}
-        ),
+        pa.table({"customer_id": ["a"], "event_time": ["2025-01-01"], "amount": [[1.0, 2.0]]}),
         array_amount,
     )
     message = _error(spark, local_store, array_amount)
@@ -113,12 +111,12 @@ def test_input_errors_name_the_file_column_or_value(spark, local_store, tmp_path
     good = _write(tmp_path / "good.csv", GOOD_CSV)
     message = _error(spark, local_store, good, options=InputOptions(column_map={"price": "x"}))
     assert "'price' is not an events column" in message
-    message = _error(
-        spark, local_store, good, options=InputOptions(column_map={"amount": "Total"})
-    )
+    message = _error(spark, local_store, good, options=InputOptions(column_map={"amount": "Total"}))
     assert "no column 'Total'" in message
 
-    dupes = _write(tmp_path / "dupes.csv", "customer_id,Amount,event_time,AMOUNT\nc1,1,2025-01-01,2\n")
+    dupes = _write(
+        tmp_path / "dupes.csv", "customer_id,Amount,event_time,AMOUNT\nc1,1,2025-01-01,2\n"
+    )
     assert "'amount' appears more than once" in _error(spark, local_store, dupes)
 
 
@@ -158,7 +156,13 @@ def test_every_quarantine_reason_keeps_original_values_and_good_rows_flow(
         "invalid_quantity": 3,
     }
     assert result.rows_quarantined == 13 and result.rows_valid == 5
-    assert result.available_columns == ["amount", "channel", "customer_id", "event_time", "quantity"]
+    assert result.available_columns == [
+        "amount",
+        "channel",
+        "customer_id",
+        "event_time",
+        "quantity",
+    ]
 
     quarantine = _rows(spark, local_store, result.quarantine_prefix)
     by_amount = {r["amount"]: r["reason"] for r in quarantine if r["customer_id"] == "c5"}
@@ -172,7 +176,14 @@ def test_every_quarantine_reason_keeps_original_values_and_good_rows_flow(
     assert [r["event_time"] for r in quarantine if r["reason"] == "invalid_event_time"] == [
         "not a time"
     ]
-    assert set(quarantine[0]) == {"customer_id", "event_time", "amount", "quantity", "channel", "reason"}
+    assert set(quarantine[0]) == {
+        "customer_id",
+        "event_time",
+        "amount",
+        "quantity",
+        "channel",
+        "reason",
+    }
 
     good = _rows(spark, local_store, result.events_prefix)
     assert sorted((r["customer_id"], r["amount"]) for r in good) == [
@@ -217,7 +228,9 @@ def test_csv_dialects_and_parquet_partitions_read_the_same_events(spark, local_s
         "CUSTOMER_ID\tEvent_Time\tAmount\n7\t1735725600\t3\n8\t1735812000\t4\n",
     )
     result = _validate(spark, local_store, epoch, run_id="r2")
-    assert result.rows_valid == 2 and result.first_event == dt.datetime(2025, 1, 1, 10, tzinfo=dt.UTC)
+    assert result.rows_valid == 2 and result.first_event == dt.datetime(
+        2025, 1, 1, 10, tzinfo=dt.UTC
+    )
     assert {r["customer_id"] for r in _rows(spark, local_store, result.events_prefix)} == {"7", "8"}
 
     iso = _write(tmp_path / "iso.csv", "customer_id,event_time,amount\nc1,2025-03-01T10:00:00Z,1\n")
