@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 WINDOWS_DAYS: tuple[int, ...] = (7, 30, 90, 180, 365)
 NO_PURCHASE_DAYS = 3650.0  # recency/gap stand-in for "never purchased"
 EVENT_TYPE_MIX: tuple[str, ...] = ("view", "add_to_cart", "return")
+MIX_COLUMNS: dict[str, str] = {"category": "categories", "channel": "channels"}
 SECONDS_PER_DAY = 86_400.0
 DAY_MICROS = SECONDS_PER_DAY * 1e6
 
@@ -78,9 +79,9 @@ def _specs() -> tuple[FeatureSpec, ...]:
         FeatureSpec(f"share_{t}", f"share of events that are '{t}'", "event_type")
         for t in ("purchase", *EVENT_TYPE_MIX)
     ]
-    for col in ("category", "channel"):
+    for col, plural in MIX_COLUMNS.items():
         s += [
-            FeatureSpec(f"n_{col}s", f"distinct {col} values among events", col),
+            FeatureSpec(f"n_{plural}", f"distinct {col} values among events", col),
             FeatureSpec(f"top_{col}_share", f"share of events in the customer's top {col}", col),
             FeatureSpec(f"{col}_entropy", f"Shannon entropy (nats) of the {col} mix", col),
         ]
@@ -127,7 +128,7 @@ def customer_features(
     )
     out = past.groupBy("customer_id").agg(*_event_aggregates(available_columns))
     out = out.join(_gap_features(past), "customer_id", "left")
-    for col in ("category", "channel"):
+    for col in MIX_COLUMNS:
         if col in available_columns:
             out = out.join(_mix_features(past, col), "customer_id", "left")
     n_p = F.col("n_purchases")
@@ -149,8 +150,8 @@ def customer_features(
     }
     for w in WINDOWS_DAYS:
         derived[f"amount_mean_{w}d"] = _safe_div(F.col(f"amount_{w}d"), F.col(f"purchases_{w}d"))
-    for col in ("category", "channel"):
-        for name in (f"n_{col}s", f"top_{col}_share", f"{col}_entropy"):
+    for col, plural in MIX_COLUMNS.items():
+        for name in (f"n_{plural}", f"top_{col}_share", f"{col}_entropy"):
             derived[name] = F.coalesce(F.col(f"_{name}"), F.lit(0.0))
     names = feature_names(available_columns)
     return out.select(
@@ -214,7 +215,7 @@ def _mix_features(past: DataFrame, col: str) -> DataFrame:
     )
     c = F.col("c").cast("double")
     totals = per_value.groupBy("customer_id").agg(
-        F.count(F.lit(1)).cast("double").alias(f"_n_{col}s"),
+        F.count(F.lit(1)).cast("double").alias(f"_n_{MIX_COLUMNS[col]}"),
         F.max(c).alias("_top"),
         F.sum(c).alias("_total"),
         F.sum(c * F.log(c)).alias("_clogc"),
@@ -222,7 +223,7 @@ def _mix_features(past: DataFrame, col: str) -> DataFrame:
     total = F.col("_total")
     return totals.select(
         "customer_id",
-        f"_n_{col}s",
+        f"_n_{MIX_COLUMNS[col]}",
         (F.col("_top") / total).alias(f"_top_{col}_share"),
         (F.log(total) - F.col("_clogc") / total).alias(f"_{col}_entropy"),
     )

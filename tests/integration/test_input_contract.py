@@ -1,0 +1,235 @@
+"""Bring-your-own data end to end: a 4-column transaction log (own column names, semicolons,
+day-first dates) trains and scores; the second run reuses the CPU stages' outputs; a forced
+re-run replaces them atomically with the same content; a killed write leaves no visible partial
+output; and the real CLI answers bad input with exit code 2 and one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from infra.datasets import find_dataset, publish_dataset
+from infra.registry import ModelRegistry
+from infra.store import LocalFolderStore
+from tasks.features import feature_names
+from tasks.input_formats import InputOptions
+from tasks.stage_records import FeaturesResult, ValidateResult, read_stage_manifest
+
+REPO = Path(__file__).parents[2]
+HYBRIDFLOW = Path(sys.executable).with_name("hybridflow")
+SHOP_MAP = {
+    "customer_id": "CustomerID",
+    "event_time": "InvoiceDate",
+    "amount": "Total",
+    "quantity": "Qty",
+}
+
+
+def _transaction_log(demo_events: Path, out: Path) -> Path:
+    """Purchases of the demo log as a shop's CSV export: 4 columns, ';', dd/MM/yyyy HH:mm:ss."""
+    table = pq.read_table(
+        demo_events, columns=["customer_id", "event_time", "event_type", "amount", "quantity"]
+    )
+    frame = table.to_pandas()
+    frame = frame[frame["event_type"] == "purchase"].drop(columns="event_type")
+    frame["event_time"] = frame["event_time"].dt.strftime("%d/%m/%Y %H:%M:%S")
+    frame.columns = ["CustomerID", "InvoiceDate", "Total", "Qty"]
+    out.mkdir(parents=True)
+    half = len(frame) // 2
+    frame.iloc[:half].to_csv(out / "2024.csv", sep=";", index=False)
+    frame.iloc[half:].to_csv(out / "2025.csv", sep=";", index=False)
+    return out
+
+
+@pytest.mark.integration
+def test_transaction_log_trains_scores_caches_and_reruns_atomically(
+    prefect_harness, demo_events, tmp_path
+):
+    from flows.pipeline import PipelineParams, pipeline_flow
+    from flows.prepare import PrepareParams, prepare_flow
+
+    log = _transaction_log(demo_events, tmp_path / "shop")
+    store_uri = str(tmp_path / "store")
+    store = LocalFolderStore(store_uri)
+    options = InputOptions(column_map=SHOP_MAP)
+
+    summary = pipeline_flow(
+        PipelineParams(events=str(log), input=options, device="cpu", store=store_uri)
+    )
+    assert summary.status == "completed" and summary.rows_scored > 1000
+    assert summary.quarantine_reasons.keys() <= {
+        "missing_customer_id",
+        "invalid_amount",
+        "duplicate_event",
+    }
+    assert summary.rows_quarantined == sum(summary.quarantine_reasons.values()) > 0
+    assert not any(s.cached for s in summary.stages)
+    four_columns = {"customer_id", "event_time", "amount", "quantity"}
+    manifest = ModelRegistry(store).get(summary.model_version)
+    assert manifest.features == feature_names(four_columns)
+    assert "basket_size_mean" in manifest.features and "n_events" not in manifest.features
+    assert pq.read_table(summary.predictions_uri).num_rows == summary.rows_scored
+
+    first = read_stage_manifest(store, summary.run_id, "features", FeaturesResult)
+    scoring = find_dataset(store, first.scoring_prefix)
+
+    cached = prepare_flow(PrepareParams(events=str(log), input=options, store=store_uri))
+    validated = read_stage_manifest(store, cached.run_id, "validate", ValidateResult)
+    features = read_stage_manifest(store, cached.run_id, "features", FeaturesResult)
+    assert cached.run_id != summary.run_id
+    assert validated.report.cached and features.report.cached
+    assert validated.quarantine_uri == summary.quarantine_uri
+    assert features.training_prefix == first.training_prefix
+    assert find_dataset(store, first.scoring_prefix).data_prefix == scoring.data_prefix
+
+    forced = prepare_flow(
+        PrepareParams(events=str(log), input=options, use_cache=False, store=store_uri)
+    )
+    again = read_stage_manifest(store, forced.run_id, "features", FeaturesResult)
+    assert not again.report.cached and again.scoring_prefix == first.scoring_prefix
+    replaced = find_dataset(store, first.scoring_prefix)
+    assert replaced.data_prefix != scoring.data_prefix and replaced.rows == scoring.rows
+    old = pq.read_table(store.local_path(scoring.data_prefix)).sort_by("customer_id")
+    new = pq.read_table(store.local_path(replaced.data_prefix)).sort_by("customer_id")
+    assert old.equals(new)
+
+
+def _orphan_after_crash(store: LocalFolderStore, prefix: str) -> None:
+    """What a crash between publishing a data folder and its manifest leaves behind."""
+    orphan = store.root / prefix / "data-crashedrun1"
+    orphan.mkdir(parents=True)
+    pq.write_table(pa.table({"id": [-1]}), orphan / "part-0.parquet")
+
+
+def test_unpublished_data_folders_stay_invisible_and_are_swept(tmp_path):
+    store = LocalFolderStore(tmp_path / "store")
+    prefix = "features/as_of=2025-01-01"
+    staged = tmp_path / "v1"
+    staged.mkdir()
+    pq.write_table(pa.table({"id": [1, 2]}), staged / "part-0.parquet")
+    v1 = publish_dataset(store, staged, prefix, rows=2)
+    _orphan_after_crash(store, prefix)
+    assert find_dataset(store, prefix).data_prefix == v1.data_prefix
+    staged = tmp_path / "v2"
+    staged.mkdir()
+    pq.write_table(pa.table({"id": [3]}), staged / "part-0.parquet")
+    v2 = publish_dataset(store, staged, prefix, rows=1)
+    folders = sorted(p.name for p in (store.root / prefix).iterdir() if p.name.startswith("data-"))
+    assert folders == sorted([v1.data_prefix.split("/")[-1], v2.data_prefix.split("/")[-1]])
+
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import sys
+    from infra.settings import HybridflowSettings
+    from infra.spark import get_spark
+    from infra.store import LocalFolderStore
+    from tasks.spark_io import write_dataset
+
+    spark = get_spark(HybridflowSettings())
+    store = LocalFolderStore(sys.argv[1])
+    prefix = "features/as_of=2025-01-01"
+    write_dataset(spark.range(1000).selectExpr("id", "'old' AS gen"), store, prefix)
+    print("PUBLISHED", flush=True)
+    big = spark.range(0, 30_000_000, numPartitions=8).selectExpr(
+        "id", "'new' AS gen", "sha2(CAST(id AS STRING), 256) AS pad"
+    )
+    write_dataset(big, store, prefix)
+    print("DONE", flush=True)
+    """
+)
+
+
+@pytest.mark.e2e
+def test_killed_write_leaves_no_visible_partial_output(tmp_path):
+    store_root = tmp_path / "store"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(store_root)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.strip() == "PUBLISHED":
+                break
+        assert proc.poll() is None, "the writer died before publishing the first generation"
+        deadline = time.monotonic() + 180
+        staging = store_root / ".staging"
+        while time.monotonic() < deadline:
+            if any(p.is_file() and p.name.startswith("part-") for p in staging.rglob("*")):
+                break
+            assert proc.poll() is None, "the writer finished before it could be killed"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    store = LocalFolderStore(store_root)
+    manifest = find_dataset(store, "features/as_of=2025-01-01")
+    table = pq.read_table(store.local_path(manifest.data_prefix))
+    assert manifest.rows == table.num_rows == 1000
+    assert set(table.column("gen").to_pylist()) == {"old"}
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = os.environ | {
+        "HYBRIDFLOW_STORE": str(tmp_path / "store"),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "HYBRIDFLOW_SPARK_DRIVER_MEMORY": "2g",
+    }
+    env.pop("PREFECT_API_URL", None)
+    return subprocess.run(
+        [str(HYBRIDFLOW), "run", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.e2e
+def test_cli_bad_input_exits_2_with_one_line(tmp_path):
+    events = tmp_path / "shop.csv"
+    events.write_text("Client;When;Qty\nc1;2025-01-01 10:00;1\n")
+    done = _cli(tmp_path, "--events", str(events), "--map", "customer_id=client")
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "hybridflow: error: events are missing required column(s) event_time, amount"
+    )
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.e2e
+def test_cli_too_many_bad_rows_exits_2_after_writing_the_quarantine(tmp_path):
+    events = tmp_path / "events.csv"
+    events.write_text(
+        "customer_id,event_time,amount\n"
+        "c1,2025-01-01 10:00:00,1\nc2,2025-01-02 10:00:00,2\n"
+        ",2025-01-03 10:00:00,3\nc4,2025-01-04 10:00:00,-4\n"
+    )
+    done = _cli(tmp_path, "--events", str(events), "--max-bad-fraction", "0.1", "--json")
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "2 of 4 event rows (50.0%) are bad, over --max-bad-fraction 10.0%" in last
+    quarantine = Path(last.rsplit("see ", 1)[1])
+    rows = pq.read_table(quarantine).to_pylist()
+    assert sorted(r["reason"] for r in rows) == ["invalid_amount", "missing_customer_id"]
+    assert {r["amount"] for r in rows} == {"3", "-4"}
+    assert "Traceback" not in done.stderr and not done.stdout.strip().startswith("{")
