@@ -14,4 +14,6 @@ def configure_prefect_defaults(base: Path | None = None) -> None:
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "tasks,infra,flows")
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
+    # a stack's crash detection (hybridflow up) expects a heartbeat at least this often
+    os.environ.setdefault("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "30")
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
