@@ -82,7 +82,7 @@ def ensure_zombie_automation(api_url: str, crash_after_s: int) -> str:
     )
     with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
         existing = client.read_automations_by_name(ZOMBIE_AUTOMATION)
-        if existing and all(a.trigger.within == within for a in existing):  # type: ignore[union-attr]
+        if existing and all(getattr(a.trigger, "within", None) == within for a in existing):
             return "crash-detection automation already there"
         for old in existing:
             client.delete_automation(old.id)

@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.stack_driver import FINAL, chromium, cli, stack_state, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 SLOW_TRAINING = {  # first run only: training long enough to be killed in the middle
     "HYBRIDFLOW_TRAIN__BATCH_SIZE": "8",
@@ -127,6 +127,12 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
             timeout=400,
             every=1.0,
         )
+        # crash detection starts with a run's first heartbeat: kill after it reached the server
+        wait_for(
+            "the train run's first heartbeat",
+            lambda: _heartbeats(api, train_run.id),
+            timeout=60,
+        )
         gpu_worker = ProcessRecord.model_validate(
             stack_state(stack_dir)["processes"]["worker-gpu-pool"]
         )
@@ -178,6 +184,19 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
         assert train_table["pool"] == "gpu-pool"
         _outputs_are_in_s3(stack_state(stack_dir), stack_env, arts["predictions"].data)
         return str(done.id), done.name
+
+
+def _heartbeats(api: str, flow_run_id) -> int:
+    import httpx
+
+    body = {
+        "filter": {
+            "event": {"name": ["prefect.flow-run.heartbeat"]},
+            "resource": {"id": [f"prefect.flow-run.{flow_run_id}"]},
+        },
+        "limit": 5,
+    }
+    return len(httpx.post(f"{api}/events/filter", json=body, timeout=10).json()["events"])
 
 
 def _in_process_children(client, parent_id) -> list:
