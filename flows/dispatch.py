@@ -137,3 +137,18 @@ def run_or_reuse(
     pool = child.work_pool_name or pool
     log.info("%s: completed on %s (flow run %s)", deployment_name, pool, child.name)
     return StageOrigin(pool=pool, cached=False, flow_run_id=str(child.id))
+
+
+def schedule_profiling_runs(pools: list[str], parameters: dict[str, object]) -> list[str]:
+    """Start (without waiting) a short profiling run on each pool that has no profile yet."""
+    started = []
+    for pool in pools:
+        name = f"profile/profile-on-{pool}"
+        try:
+            child = run_deployment(name, parameters={"params": parameters}, timeout=0)
+        except ObjectNotFound:
+            log.warning("no %s deployment: deploy prefect.yaml to profile %s", name, pool)
+            continue
+        log.info("scheduled profiling run %s on %s", child.name, pool)
+        started.append(str(child.id))
+    return started

@@ -25,7 +25,14 @@ from flows._glue import (
     stage_context,
 )
 from flows.batch_inference import InferenceParams, batch_inference_flow
-from flows.dispatch import BATCH_INFERENCE, PREPARE, TRAIN, dispatch_mode, run_or_reuse
+from flows.dispatch import (
+    BATCH_INFERENCE,
+    PREPARE,
+    TRAIN,
+    dispatch_mode,
+    run_or_reuse,
+    schedule_profiling_runs,
+)
 from flows.features import FeaturesParams, features_flow
 from flows.prepare import PrepareParams
 from flows.preprocess import PreprocessParams, preprocess_flow
@@ -66,6 +73,10 @@ class PipelineParams(BaseModel):
         default_factory=dict, description="stage -> pool, always wins over the router"
     )
     tight_budget: bool = Field(default=False, description="CPU first where rules decide")
+    profile_missing: bool = Field(
+        default=False,
+        description="deployed: schedule a short profiling run on each pool without profiles",
+    )
     mode: Literal["auto", "embedded", "deployed"] = Field(
         default="auto",
         description="deployed: each stage on its pool's worker; auto: deployed in a deployment run",
@@ -84,7 +95,15 @@ class PipelineParams(BaseModel):
         """The parameters that change a run's outputs (what the run key hashes)."""
         return self.model_dump(
             mode="json",
-            exclude={"mode", "run_id", "fresh", "deadline", "pinned_pools", "tight_budget"},
+            exclude={
+                "mode",
+                "run_id",
+                "fresh",
+                "deadline",
+                "pinned_pools",
+                "tight_budget",
+                "profile_missing",
+            },
         )
 
 
@@ -218,6 +237,13 @@ def _pipeline_deployed(
     key are skipped."""
     started = time.perf_counter()
     run_id = deployed_run_key(params, store.uri)
+    missing = sorted({pool for d in plan.decisions for pool in d.profile_missing_on})
+    if params.profile_missing and missing:
+        schedule_profiling_runs(
+            missing,
+            params.model_dump(mode="json", include={"events", "as_of", "horizon_days", "input"})
+            | {"store": store.uri},
+        )
     poll = settings.dispatch_poll_seconds
     common = {"run_id": run_id, "store": store.uri}
     prepare_params = PrepareParams(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from infra.commands._args import EXIT_OK, iso_date
+from infra.commands._args import EXIT_OK, fraction, iso_date
 from infra.costs import CostReport
 from infra.errors import HybridflowInputError
 from infra.planning import RoutingPlan
@@ -19,6 +19,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--pin", action="append", default=[], metavar="STAGE=POOL")
     plan.add_argument("--tight-budget", action="store_true", help="CPU first where rules decide")
     plan.set_defaults(handler=run_plan)
+
+    profile = sub.add_parser(
+        "profile", help="measure the pipeline on a customer sample here, as a profile of this pool"
+    )
+    profile.add_argument("--events", required=True, help="Parquet/CSV file or folder of events")
+    profile.add_argument("--sample-fraction", type=fraction, default=0.05)
+    profile.add_argument("--as-of", type=iso_date, default=None)
+    profile.set_defaults(handler=run_profile)
 
     cost = sub.add_parser("cost", help="what runs cost, per run and in total")
     cost.add_argument("--since", type=iso_date, default=None, help="first day to include")
@@ -133,4 +141,24 @@ def run_cost(args: argparse.Namespace) -> int:
     from infra.store import open_store
 
     print(format_costs(read_cost_reports(open_store(get_settings().store), args.since)))
+    return EXIT_OK
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    """Run a profiling run in this process (for the pool this machine belongs to)."""
+    from pathlib import Path
+
+    from flows.profile import ProfileParams, profile_flow
+
+    result = profile_flow(
+        ProfileParams(
+            events=str(Path(args.events).expanduser().resolve()),
+            sample_fraction=args.sample_fraction,
+            as_of=args.as_of,
+        )
+    )
+    print(
+        f"recorded {result.profiles} stage profiles for {result.pool} "
+        f"from {result.sample_rows:,} sampled events"
+    )
     return EXIT_OK
