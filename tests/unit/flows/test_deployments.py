@@ -14,7 +14,7 @@ from flows.dispatch import DEPLOYED_DAG, DeployedStage, dispatch_mode, is_comple
 from tasks.stage_records import stage_key
 
 PREFECT_YAML = Path(__file__).resolve().parents[3] / "prefect.yaml"
-STAGE_OF_FLOW = {"batch-inference": "batch_inference"}
+STAGE_OF_FLOW = {"batch-inference": "batch_inference", "model-refresh": "train"}
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +37,9 @@ def test_each_deployment_runs_its_flow_on_its_stage_pool(deployments):
         pool = spec["work_pool"]["name"]
         assert pool == (routed_pool or POOL_BY_STAGE.get(stage, "cpu-pool")), (name, pool)
     assert deployments["train"]["work_pool"]["name"] == "gpu-pool"
+    refresh = deployments["model-refresh"]
+    assert refresh["work_pool"]["name"] == "gpu-pool"
+    assert [s["interval"] for s in refresh["schedules"]] == [21600]
 
 
 def test_dispatch_table_matches_prefect_yaml(deployments):
