@@ -70,18 +70,3 @@ def test_model_card_tells_decision_lineage_training_and_checksums():
     assert "warm start from m-old" in card and "resumed from checkpoint step 120" in card
     assert "`model.pt` sha256 `" + "ab" * 32 in card and "fp123" in card
     assert "processes: 2" in card and "hybridflow-0.1.0" in card and "f1, f2" in card
-
-
-def test_checkpoint_policy_fires_on_steps_and_on_elapsed_time():
-    import time
-
-    from tasks.checkpoints import CheckpointPolicy
-
-    by_steps = CheckpointPolicy(every_steps=50, every_seconds=0)
-    assert [s for s in range(1, 151) if by_steps.due(s)] == [50, 100, 150]
-    by_time = CheckpointPolicy(every_steps=0, every_seconds=0.05)
-    assert not by_time.due(1)
-    time.sleep(0.06)
-    assert by_time.due(2)
-    by_time.mark(2)
-    assert not by_time.due(3) and by_time.last_step_saved == 2
