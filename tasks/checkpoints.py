@@ -16,8 +16,11 @@ from __future__ import annotations
 import datetime as dt
 import io
 import logging
+import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +90,8 @@ class CheckpointStore:
         self.training_id = training_id
         self.keep = keep
         self.prefix = f"{ROOT}/{training_id}"
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: Future[CheckpointManifest] | None = None
 
     def uri(self) -> str:
         """Where this run's checkpoints live."""
@@ -95,28 +100,70 @@ class CheckpointStore:
     def save(self, state: dict[str, Any], **fields: Any) -> CheckpointManifest:
         """Write ``state`` then its manifest; prune older checkpoints. StoreError on failure
         (after the store's retries), with no manifest written for this step."""
-        step = int(fields["step"])
-        with tempfile.TemporaryDirectory(prefix="hf-ckpt-") as tmp:
-            path = Path(tmp) / STATE_FILE
-            torch.save(state, path)
-            digest, size = sha256_file(path), path.stat().st_size
-            manifest = CheckpointManifest(
-                training_id=self.training_id,
-                files={STATE_FILE: digest},
-                size_bytes=size,
-                **fields,
+        self.wait()
+        return self._upload(*self._serialize(state, fields))
+
+    def save_async(
+        self,
+        state: dict[str, Any],
+        on_saved: Callable[[CheckpointManifest], None] | None = None,
+        **fields: Any,
+    ) -> None:
+        """Serialise ``state`` now (a consistent snapshot) and upload it in a background thread
+        while training goes on. The previous upload is finished first and its failure, if any,
+        is raised here; :meth:`wait` raises the last one's."""
+        self.wait()
+        path, manifest = self._serialize(state, fields)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-ckpt")
+
+        def upload() -> CheckpointManifest:
+            saved = self._upload(path, manifest)
+            if on_saved is not None:
+                on_saved(saved)
+            return saved
+
+        self._pending = self._executor.submit(upload)
+
+    def wait(self) -> CheckpointManifest | None:
+        """Block until the background upload (if any) is done; raises its StoreError."""
+        pending, self._pending = self._pending, None
+        return pending.result() if pending is not None else None
+
+    def close(self) -> None:
+        """Let an upload in flight finish (its outcome is not raised) and stop the thread."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor, self._pending = None, None
+
+    def _serialize(
+        self, state: dict[str, Any], fields: dict[str, Any]
+    ) -> tuple[Path, CheckpointManifest]:
+        path = Path(tempfile.mkdtemp(prefix="hf-ckpt-")) / STATE_FILE
+        torch.save(state, path)
+        manifest = CheckpointManifest(
+            training_id=self.training_id,
+            files={STATE_FILE: sha256_file(path)},
+            size_bytes=path.stat().st_size,
+            **fields,
+        )
+        return path, manifest
+
+    def _upload(self, path: Path, manifest: CheckpointManifest) -> CheckpointManifest:
+        step = manifest.step
+        try:
+            self.store.put_file(f"{self.prefix}/step-{step:010d}/{STATE_FILE}", path)
+            self.store.put_bytes(
+                f"{self.prefix}/manifest-{step:010d}.json",
+                manifest.model_dump_json(indent=2).encode(),
             )
-            try:
-                self.store.put_file(f"{self.prefix}/step-{step:010d}/{STATE_FILE}", path)
-                self.store.put_bytes(
-                    f"{self.prefix}/manifest-{step:010d}.json",
-                    manifest.model_dump_json(indent=2).encode(),
-                )
-            except StoreError as exc:
-                raise StoreError(
-                    f"checkpoint of training {self.training_id} at step {step} could not be "
-                    f"saved to {self.uri()}: {exc}"
-                ) from exc
+        except StoreError as exc:
+            raise StoreError(
+                f"checkpoint of training {self.training_id} at step {step} could not be "
+                f"saved to {self.uri()}: {exc}"
+            ) from exc
+        finally:
+            shutil.rmtree(path.parent, ignore_errors=True)
         self._prune()
         return manifest
 

@@ -46,15 +46,13 @@ class DistContext:
         if self.distributed:
             dist.barrier()
 
-    def broadcast_flag(self, flag: bool) -> bool:
-        """Rank 0's ``flag`` on every rank."""
+    def broadcast_from_main(self, values: list[float], device: torch.device) -> list[float]:
+        """Rank 0's ``values`` on every rank, so all ranks take the same early-stopping step."""
         if not self.distributed:
-            return flag
-        t = torch.tensor([1 if flag else 0], dtype=torch.int32)
-        if dist.get_backend() == "nccl":
-            t = t.cuda()
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=device)
         dist.broadcast(t, src=0)
-        return bool(t.item())
+        return t.tolist()
 
 
 def init_distributed(device_preference: str = "auto") -> tuple[DistContext, torch.device]:

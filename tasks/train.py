@@ -245,6 +245,7 @@ def train_model(
                 return outcome
         model.eval()
         val = evaluate(model, data, "val")
+        val["logloss"], val["auc"] = ctx.broadcast_from_main([val["logloss"], val["auc"]], device)
         scheduler.step(val["logloss"])
         record = EpochRecord(
             epoch=epoch,

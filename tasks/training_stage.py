@@ -122,8 +122,11 @@ def train_stage(
             log.info("training %s starts at step 0", tid)
 
         def save(state: dict, progress: Progress) -> None:
-            manifest = checkpoints.save(
+            checkpoints.save_async(
                 state,
+                on_saved=lambda m: log.info(
+                    "checkpoint step %d saved (%d bytes)", m.step, m.size_bytes
+                ),
                 step=progress.step,
                 epoch=progress.epoch,
                 batch=progress.batch,
@@ -132,26 +135,29 @@ def train_stage(
                 finished=progress.finished,
                 world_size=ctx.world_size,
             )
-            log.info("checkpoint step %d saved (%d bytes)", manifest.step, manifest.size_bytes)
 
         compile_model = (
             settings.train.compile if settings.train.compile is not None else device.type == "cuda"
         )
-        outcome = train_model(
-            model,
-            data,
-            settings.train,
-            device,
-            learning_rate=start.learning_rate,
-            ctx=ctx,
-            resume=resume,
-            save=save,
-            policy=CheckpointPolicy(
-                settings.checkpoint.every_steps, settings.checkpoint.every_seconds
-            ),
-            stop_after_steps=options.stop_after_steps,
-            compile_model=compile_model,
-        )
+        try:
+            outcome = train_model(
+                model,
+                data,
+                settings.train,
+                device,
+                learning_rate=start.learning_rate,
+                ctx=ctx,
+                resume=resume,
+                save=save,
+                policy=CheckpointPolicy(
+                    settings.checkpoint.every_steps, settings.checkpoint.every_seconds
+                ),
+                stop_after_steps=options.stop_after_steps,
+                compile_model=compile_model,
+            )
+            checkpoints.wait()  # the last upload must have landed
+        finally:
+            checkpoints.close()
         if outcome.interrupted:
             raise TrainingInterrupted(
                 f"training {tid} stopped after {outcome.steps_this_run} steps at step "
