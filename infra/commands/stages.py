@@ -16,6 +16,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="train on the snapshot of an earlier features run")
     train.add_argument("--run-id", required=True, help="run id printed by 'hybridflow features'")
     train.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    train.add_argument(
+        "--fresh", action="store_true", help="ignore checkpoints of this training and start over"
+    )
+    train.add_argument(
+        "--scratch", action="store_true", help="do not warm-start from the production model"
+    )
     train.set_defaults(handler=run_train)
 
     infer = sub.add_parser(
@@ -56,7 +62,9 @@ def run_train(args: argparse.Namespace) -> int:
     """Train on an earlier run's snapshot."""
     from flows.train import TrainParams, train_flow
 
-    result = train_flow(TrainParams(run_id=args.run_id, device=args.device))
+    result = train_flow(
+        TrainParams(run_id=args.run_id, device=args.device, fresh=args.fresh, scratch=args.scratch)
+    )
     print(result.model_dump_json(indent=2))
     return EXIT_OK
 
