@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import logging
-
-from infra.errors import HybridflowInputError
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -74,23 +71,3 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         help="recompute validate/features/preprocess even when their inputs are unchanged",
     )
 
-
-class _NoInputErrorTraceback(logging.Filter):
-    """Keep Prefect's "flow failed" log line for an input error, without its stack trace."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], HybridflowInputError):
-            record.exc_info = None
-            record.exc_text = None
-        return True
-
-
-def quiet_input_error_tracebacks(debug: bool) -> None:
-    """Bad input ends in one line on stderr: drop Prefect's traceback unless ``--debug``.
-    Call after Prefect is imported (its logging setup runs then)."""
-    if debug:
-        return
-    for name in ("prefect.flow_runs", "prefect.task_runs"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _NoInputErrorTraceback) for f in logger.filters):
-            logger.addFilter(_NoInputErrorTraceback())

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra.commands._args import EXIT_OK, add_run_args, quiet_input_error_tracebacks
+from infra.commands._args import EXIT_OK, add_run_args
 
 if TYPE_CHECKING:
     from flows.pipeline import PipelineParams
@@ -45,7 +45,6 @@ def run(args: argparse.Namespace) -> int:
     """Run the pipeline flow and print its summary."""
     from flows.pipeline import pipeline_flow
 
-    quiet_input_error_tracebacks(args.debug)
     summary = pipeline_flow(pipeline_params(args))
     print(summary.model_dump_json() if args.json else format_summary(summary))
     return EXIT_OK

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from infra.commands._args import EXIT_OK, add_run_args, iso_date, quiet_input_error_tracebacks
+from infra.commands._args import EXIT_OK, add_run_args, iso_date
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +29,6 @@ def run_features(args: argparse.Namespace) -> int:
     from flows.prepare import PrepareParams, prepare_flow
     from infra.commands.run import pipeline_params
 
-    quiet_input_error_tracebacks(args.debug)
     p = pipeline_params(args)
     result = prepare_flow(
         PrepareParams(
