@@ -11,7 +11,7 @@ export PREFECT_HOME ?= $(CURDIR)/.hybridflow/prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install demo test test-fast bench lint clean
+.PHONY: install demo test test-fast bench lint clean up down
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17+ is required for Spark: apt-get install openjdk-17-jre-headless"; exit 2; }
@@ -38,6 +38,12 @@ bench: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+up: install
+	$(BIN)/hybridflow up $(UP_ARGS)
+
+down: install
+	$(BIN)/hybridflow down
 
 clean:
 	rm -rf .hybridflow data tests/output bench/results

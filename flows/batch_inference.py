@@ -25,13 +25,21 @@ class InferenceParams(BaseModel):
 
 @flow(name="batch-inference")
 def batch_inference_flow(params: InferenceParams) -> InferenceResult:
-    """Spark mapInPandas scoring; predictions replace earlier ones for the same as-of."""
+    """Spark mapInArrow scoring; predictions replace earlier ones for the same as-of."""
     settings, store = stage_context(params.store)
-    result = batch_inference_stage(get_spark(settings), store, params.as_of, params.model_version)
+    result = batch_inference_stage(
+        get_spark(settings),
+        store,
+        params.as_of,
+        params.model_version,
+        progress_interval_s=settings.progress_interval_s,
+    )
     if params.run_id:
         write_stage_manifest(store, params.run_id, "batch_inference", result)
     create_link_artifact(
         key="predictions", link=result.predictions_uri, description=f"predictions {params.as_of}"
     )
-    publish_stage_table(result.report, model_version=result.model_version)
+    publish_stage_table(
+        result.report, model_version=result.model_version, model_loads=result.model_loads
+    )
     return result

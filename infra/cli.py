@@ -33,6 +33,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _HideInputErrorTracebacks(logging.Filter):
+    """Prefect logs a flow's exception with its traceback; for input errors the CLI's one line
+    says it all, so the traceback is dropped (``--debug`` keeps it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], HybridflowInputError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _install_traceback_filter() -> None:
+    import prefect  # noqa: F401  - sets up Prefect's handlers, which get the filter too
+
+    hide = _HideInputErrorTracebacks()
+    loggers = [logging.getLogger()] + [
+        logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+    ]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", []):
+            handler.addFilter(hide)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand; exit 2 with one line on bad input, 1 on any other failure."""
     args = build_parser().parse_args(argv)
@@ -42,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for noisy in NOISY_LOGGERS:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not args.debug:
+        _install_traceback_filter()
     try:
         return args.handler(args)
     except HybridflowInputError as exc:

@@ -1,4 +1,4 @@
-"""Device detection for the torch stages: CUDA when present, else CPU with a warning."""
+"""Device detection and per-device torch settings for the training and scoring stages."""
 
 from __future__ import annotations
 
@@ -10,20 +10,38 @@ import torch
 log = logging.getLogger(__name__)
 
 
-def select_device(prefer: str = "auto") -> torch.device:
-    """``cuda`` when available (or asked for and present), else ``cpu`` with a logged warning."""
+def select_device(prefer: str = "auto", local_rank: int = 0) -> torch.device:
+    """``cuda`` (the local rank's GPU) when available, else ``cpu`` with a logged warning."""
     if prefer not in ("auto", "cuda", "cpu"):
         raise ValueError(f"device must be auto, cuda or cpu, not {prefer!r}")
     if prefer != "cpu" and torch.cuda.is_available():
-        return torch.device("cuda")
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     if prefer != "cpu":
         log.warning("no CUDA device found: training runs on CPU (same code path, slower)")
     return torch.device("cpu")
 
 
-def configure_cpu_threads(threads: int | None = None) -> int:
-    """Use one torch thread per available core unless told otherwise; returns the count."""
-    n = threads or len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    n = max(1, threads or n)
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def configure_cpu_threads(threads: int | None = None, processes: int = 1) -> int:
+    """One torch thread per available core, shared among ``processes`` local processes, unless
+    ``threads`` says otherwise; returns the count."""
+    n = threads or max(1, available_cores() // max(1, processes))
     torch.set_num_threads(n)
     return n
+
+
+def configure_accelerator(device: torch.device) -> None:
+    """TF32 matmuls and cuDNN autotuning on CUDA; nothing to do on CPU."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = True
+        torch.set_float32_matmul_precision("high")

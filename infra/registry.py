@@ -38,6 +38,7 @@ class ModelManifest(BaseModel):
     data_fingerprint: str = ""
     parent_version: str | None = None
     warm_start: bool = False
+    training_id: str = ""
     code_version: str = ""
     as_of: dt.date | None = None
     horizon_days: int | None = None
@@ -85,8 +86,14 @@ class ModelRegistry:
             files={name: sha256_bytes(data) for name, data in files.items()},
             **fields,
         )
-        for name, data in files.items():
-            self.store.put_bytes(f"{VERSIONS}/{version}/{name}", data)
+        try:
+            for name, data in files.items():
+                self.store.put_bytes(f"{VERSIONS}/{version}/{name}", data)
+        except StoreError as exc:
+            raise StoreError(
+                f"model version {version} could not be registered (no manifest written, so it "
+                f"is not visible): {exc}"
+            ) from exc
         try:
             self.store.put_bytes_if(
                 f"{VERSIONS}/{version}/manifest.json",
@@ -112,6 +119,13 @@ class ModelRegistry:
         keys = [k for k in self.store.list(VERSIONS) if k.endswith("/manifest.json")]
         manifests = [ModelManifest.model_validate_json(self.store.get_bytes(k)) for k in keys]
         return sorted(manifests, key=lambda m: (m.created_at, m.version))
+
+    def find_training(self, training_id: str) -> ModelManifest | None:
+        """The version a training run (by its stable id) registered, if it finished before."""
+        for manifest in reversed(self.list_versions()):
+            if manifest.training_id == training_id:
+                return manifest
+        return None
 
     def read_files(self, version: str) -> tuple[ModelManifest, dict[str, bytes]]:
         """The manifest and every file of ``version``, each verified against its sha256."""

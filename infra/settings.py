@@ -7,8 +7,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from infra.pools import PoolSpec, default_pools
 
 
 class TrainingSettings(BaseSettings):
@@ -24,6 +26,53 @@ class TrainingSettings(BaseSettings):
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=3, ge=1, description="epochs without val improvement before stop")
     seed: int = 7
+    warm_start: bool = Field(
+        default=True, description="fine-tune the production model when its features match"
+    )
+    warm_start_lr_factor: float = Field(
+        default=0.2, gt=0, le=1, description="learning rate multiplier when warm-starting"
+    )
+    stream_chunk_rows: int = Field(
+        default=65_536, ge=64, description="rows read and shuffled together from the snapshot"
+    )
+    stream_cache_mb: int = Field(
+        default=2048, ge=0, description="decoded snapshot kept in memory up to this size"
+    )
+    compile: bool | None = Field(
+        default=None, description="torch.compile the model (default: on CUDA only)"
+    )
+    threads: int = Field(default=0, ge=0, description="CPU torch threads (0: available cores)")
+    ddp_processes: int = Field(
+        default=1, ge=1, description="GPUs on the worker: >1 launches torchrun DDP training"
+    )
+
+
+class CheckpointSettings(BaseSettings):
+    """Training checkpoints in the store (``HYBRIDFLOW_CHECKPOINT__*``)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    every_steps: int = Field(default=2000, ge=0, description="0: no step-based checkpoints")
+    every_seconds: float = Field(default=300.0, ge=0, description="0: no time-based checkpoints")
+    keep: int = Field(default=3, ge=1, description="newest checkpoints kept per training run")
+
+
+class ServingSettings(BaseSettings):
+    """The real-time endpoint (``HYBRIDFLOW_SERVE__*``)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="bind address (loopback unless told)")
+    port: int = Field(default=8000, ge=0, le=65535, description="0 = any free port")
+    admin_token: SecretStr | None = Field(
+        default=None, description="bearer token for POST /admin/reload; unset = reload disabled"
+    )
+    poll_interval_s: float = Field(
+        default=5.0, gt=0, description="how often the production alias and snapshot are checked"
+    )
+    max_batch_items: int = Field(default=256, ge=1, description="most items in one batch request")
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, description="largest request body")
+    torch_threads: int = Field(default=1, ge=1, description="torch intra-op threads")
 
 
 class HybridflowSettings(BaseSettings):
@@ -39,10 +88,20 @@ class HybridflowSettings(BaseSettings):
     )
     work_dir: Path = Field(default=Path(".hybridflow/work"), description="local scratch space")
 
-    spark_master: str = "local[*]"
+    spark_master: str = Field(
+        default="local[*]", description="local[N], spark://host:7077, yarn, k8s://https://host"
+    )
     spark_driver_memory: str = "4g"
+    spark_executor_memory: str = Field(
+        default="4g", description="per executor on a cluster (local mode: the driver is it)"
+    )
     spark_shuffle_partitions: int = Field(default=8, ge=1)
-    spark_arrow_batch_size: int = Field(default=10_000, ge=100)
+    spark_arrow_batch_size: int = Field(
+        default=10_000, ge=100, description="rows per Arrow batch handed to Python workers"
+    )
+    progress_interval_s: float = Field(
+        default=5.0, gt=0, description="seconds between progress log lines/artifact updates"
+    )
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="extra spark.* settings passed through verbatim"
     )
@@ -68,6 +127,45 @@ class HybridflowSettings(BaseSettings):
     )
 
     train: TrainingSettings = Field(default_factory=TrainingSettings)
+    serve: ServingSettings = Field(default_factory=ServingSettings)
+
+    pools: list[PoolSpec] = Field(
+        default_factory=default_pools,
+        description="routable work pools with prices (JSON list; see README)",
+    )
+    pool_price_overrides: dict[str, float] = Field(
+        default_factory=dict, description='per-pool USD/hour, e.g. {"gpu-pool": 4.9}'
+    )
+
+    def priced_pools(self) -> list[PoolSpec]:
+        """The pools with per-pool price overrides applied."""
+        return [
+            p.model_copy(update={"price_per_hour": self.pool_price_overrides[p.name]})
+            if p.name in self.pool_price_overrides
+            else p
+            for p in self.pools
+        ]
+
+    checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
+    store_retries: int = Field(default=5, ge=0, description="S3 retries after a failed request")
+    store_backoff_s: float = Field(
+        default=0.2, ge=0, description="first S3 retry delay; doubles per attempt"
+    )
+
+    stack_dir: Path = Field(
+        default=Path(".hybridflow/stack"),
+        description="`hybridflow up`: PIDs, logs, the Prefect server's SQLite, demo data",
+    )
+    stack_gpu_slots: int = Field(default=1, ge=1, description="flow runs gpu-pool runs at once")
+    stack_heartbeat_seconds: int = Field(
+        default=30, ge=30, description="flow-run heartbeat interval on the stack's workers"
+    )
+    stack_crash_after_seconds: int = Field(
+        default=90, ge=45, description="no heartbeat this long -> the run is marked Crashed"
+    )
+    dispatch_poll_seconds: float = Field(
+        default=1.0, gt=0, description="deployed mode: how often the pipeline polls a stage run"
+    )
 
     @field_validator("spark_conf")
     @classmethod

@@ -32,6 +32,7 @@ def spark_conf_for(settings: HybridflowSettings) -> dict[str, str]:
         "spark.master": settings.spark_master,
         "spark.app.name": "hybridflow",
         "spark.driver.memory": settings.spark_driver_memory,
+        "spark.executor.memory": settings.spark_executor_memory,
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -44,11 +45,17 @@ def spark_conf_for(settings: HybridflowSettings) -> dict[str, str]:
         "spark.sql.parquet.compression.codec": "snappy",
         "spark.python.worker.reuse": "true",
     }
-    if not settings.spark_master.startswith("local"):
+    if not is_local_master(settings.spark_master):
+        # A cluster's executors must reach the driver: bind where Spark picks, not loopback.
         conf.pop("spark.driver.host")
         conf.pop("spark.driver.bindAddress")
     conf.update(settings.spark_conf)
     return conf
+
+
+def is_local_master(master: str) -> bool:
+    """True for ``local``, ``local[N]``, ``local[*]`` and ``local-cluster[...]``."""
+    return master.strip().startswith("local")
 
 
 def get_spark(settings: HybridflowSettings) -> SparkSession:

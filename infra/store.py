@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import io
 import json
 import logging
 import os
+import random
 import shutil
 import tempfile
 import time
@@ -288,6 +290,9 @@ class S3Store(ObjectStore):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
+        """Run ``fn`` with exponential backoff on transient failures (5xx, throttling,
+        connection errors); client errors fail at once; exhausted retries raise StoreError."""
+        from boto3.exceptions import S3UploadFailedError
         from botocore.exceptions import BotoCoreError, ClientError
 
         for attempt in range(self.retries + 1):
@@ -303,14 +308,14 @@ class S3Store(ObjectStore):
                 if status and status < 500 and code not in ("SlowDown", "RequestTimeout"):
                     raise StoreError(f"{what}: {code or status}") from exc
                 err: Exception = exc
-            except BotoCoreError as exc:
+            except (BotoCoreError, S3UploadFailedError) as exc:
                 err = exc
             if attempt == self.retries:
                 raise StoreError(
                     f"{what} failed after {self.retries + 1} attempts: {type(err).__name__}: {err}"
                 ) from err
-            delay = self.backoff_s * (2**attempt)
-            log.warning("store: %s failed (%s); retry %d in %.1fs", what, err, attempt + 1, delay)
+            delay = self.backoff_s * (2**attempt) * (1.0 + 0.25 * random.random())
+            log.warning("store: %s failed (%s); retry %d in %.2fs", what, err, attempt + 1, delay)
             time.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -318,6 +323,14 @@ class S3Store(ObjectStore):
         return None
 
     def put_bytes(self, key: str, data: bytes) -> None:
+        if len(data) >= self.transfer.multipart_threshold:
+            self._retry(
+                f"multipart put {self.key_uri(key)}",
+                lambda: self.client.upload_fileobj(
+                    io.BytesIO(data), self.bucket, self._key(key), Config=self.transfer
+                ),
+            )
+            return
         self._retry(
             f"put {self.key_uri(key)}",
             lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data),
@@ -414,7 +427,10 @@ class S3Store(ObjectStore):
 def open_store(uri: str) -> ObjectStore:
     """The store for ``uri``: ``s3://bucket/prefix`` or a folder path."""
     if uri.startswith("s3://"):
-        return S3Store(uri)
+        from infra.settings import get_settings
+
+        settings = get_settings()
+        return S3Store(uri, retries=settings.store_retries, backoff_s=settings.store_backoff_s)
     if "://" in uri and not uri.startswith("file://"):
         raise StoreError(f"unsupported store URI {uri!r}: use a folder path or s3://bucket/prefix")
     return LocalFolderStore(uri.removeprefix("file://"))

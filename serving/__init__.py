@@ -1,1 +1,1 @@
-"""hybridflow serving."""
+"""The real-time inference endpoint: FastAPI app, hot-reloading model holder, metrics."""

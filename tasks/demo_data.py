@@ -11,7 +11,7 @@ The generative story, per customer:
 
 So "purchased in (T-H, T]" is predictable from recency (has the customer churned?) and frequency
 (how high is the rate?), but not perfectly: a live customer with a low rate may buy nothing in
-the horizon. With the default parameters a good model reaches a test ROC AUC of 0.80-0.90; a model
+the horizon. With the default parameters a good model reaches a test ROC AUC of 0.85-0.96; a model
 that ignores the features scores 0.5. A small fraction of deliberately bad rows (null ids,
 negative amounts, exact duplicates) exercises the quarantine.
 
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
@@ -106,19 +107,28 @@ def _chunk_events(params: DemoDataParams, first_customer: int, n: int, rng: np.r
     return owner + first_customer, t, amount, quantity, category, channel, etype
 
 
-def _to_table(params: DemoDataParams, arrays, rng: np.random.Generator) -> tuple[pa.Table, int]:
+def _to_table(
+    params: DemoDataParams, first_customer: int, n_customers: int, arrays, rng: np.random.Generator
+) -> tuple[pa.Table, int]:
     owner, t, amount, quantity, category, channel, etype = arrays
     window_start = np.datetime64(params.end_date, "us") - np.timedelta64(params.days, "D")
     micros = (t * 86_400e6).astype(np.int64)
     event_time = window_start + micros.astype("timedelta64[us]")
-    ids = np.char.add("C", np.char.zfill(owner.astype(str), 8)).astype(object)
+    # Ids are formatted once per customer and gathered per event in Arrow: no Python string
+    # object per event (that alone was ~300 bytes/event of peak memory).
+    customer_ids = pa.array(
+        [f"C{i:08d}" for i in range(first_customer, first_customer + n_customers)], pa.string()
+    )
+    ids = customer_ids.take(pa.array(owner - first_customer))
     amount = amount.astype(float)
 
     n_bad = int(round(params.bad_row_fraction * owner.size))
     if n_bad:
         bad_idx = rng.choice(owner.size, size=n_bad, replace=False)
         third = max(1, n_bad // 3)
-        ids[bad_idx[:third]] = None
+        null_id = np.zeros(owner.size, dtype=bool)
+        null_id[bad_idx[:third]] = True
+        ids = pc.if_else(pa.array(null_id), pa.scalar(None, pa.string()), ids)
         amount[bad_idx[third : 2 * third]] = -np.abs(amount[bad_idx[third : 2 * third]]) - 1.0
         dup_idx = bad_idx[2 * third :]
     else:
@@ -126,19 +136,24 @@ def _to_table(params: DemoDataParams, arrays, rng: np.random.Generator) -> tuple
 
     table = pa.table(
         {
-            "customer_id": pa.array(ids, type=pa.string()),
+            "customer_id": ids,
             "event_time": pa.array(event_time, type=pa.timestamp("us", tz="UTC")),
-            "event_type": pa.array(np.array(EVENT_TYPES, dtype=object)[etype], type=pa.string()),
+            "event_type": _labels(EVENT_TYPES, etype),
             "amount": pa.array(amount, type=pa.float64()),
             "quantity": pa.array(quantity.astype(np.int32), type=pa.int32()),
-            "category": pa.array(np.array(CATEGORIES, dtype=object)[category], type=pa.string()),
-            "channel": pa.array(np.array(CHANNELS, dtype=object)[channel], type=pa.string()),
+            "category": _labels(CATEGORIES, category),
+            "channel": _labels(CHANNELS, channel),
         }
     )
     if dup_idx.size:
         table = pa.concat_tables([table, table.take(pa.array(dup_idx))])
     order = np.argsort(table.column("event_time").to_numpy(), kind="stable")
     return table.take(pa.array(order)), n_bad
+
+
+def _labels(names: tuple[str, ...], codes: np.ndarray) -> pa.Array:
+    """Plain string column from small integer codes (gathered in Arrow, not as Python objects)."""
+    return pa.array(names, pa.string()).take(pa.array(codes))
 
 
 def generate_demo_events(params: DemoDataParams, out: Path) -> DemoDataSummary:
@@ -155,7 +170,7 @@ def generate_demo_events(params: DemoDataParams, out: Path) -> DemoDataSummary:
         rng = np.random.default_rng(chunk_seed)
         first = i * params.customers_per_file
         n = min(params.customers_per_file, params.customers - first)
-        table, n_bad = _to_table(params, _chunk_events(params, first, n, rng), rng)
+        table, n_bad = _to_table(params, first, n, _chunk_events(params, first, n, rng), rng)
         pq.write_table(table, tmp / f"events-{i:05d}.parquet", row_group_size=500_000)
         events += table.num_rows
         bad += n_bad

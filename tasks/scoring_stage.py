@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 
 from pyspark.sql import SparkSession
@@ -12,9 +13,12 @@ from infra.errors import HybridflowInputError
 from infra.registry import ModelRegistry
 from infra.store import ObjectStore
 from tasks.build_features import scoring_features_prefix
-from tasks.inference import score_features
+from tasks.inference import ScoringModel, score_features, torch_threads_per_task
+from tasks.progress import ProgressReporter, SparkRowProgress
 from tasks.spark_io import read_dataset, write_dataset
 from tasks.stage_records import InferenceResult, StageReport
+
+log = logging.getLogger(__name__)
 
 
 def predictions_prefix(as_of: dt.date) -> str:
@@ -32,36 +36,74 @@ def resolve_model_version(registry: ModelRegistry, model_version: str | None) ->
     return production.version
 
 
+def load_scoring_model(store: ObjectStore, model_version: str | None) -> ScoringModel:
+    """The version's bundle bytes, verified against the registry manifest's sha256s."""
+    registry = ModelRegistry(store)
+    version = resolve_model_version(registry, model_version)
+    manifest, files = registry.read_files(version)
+    return ScoringModel(
+        version=version, files=files, sha256=dict(manifest.files), features=manifest.features
+    )
+
+
 def batch_inference_stage(
     spark: SparkSession,
     store: ObjectStore,
     as_of: dt.date,
     model_version: str | None = None,
+    *,
+    progress_interval_s: float = 5.0,
 ) -> InferenceResult:
-    """Score the published features for ``as_of`` and publish predictions atomically."""
+    """Score the published features for ``as_of`` and publish predictions atomically.
+
+    Rows scored are reported while the Spark job runs (log lines + a Prefect progress artifact
+    ``progress-batch-inference``).
+    """
     started = time.perf_counter()
-    registry = ModelRegistry(store)
-    version = resolve_model_version(registry, model_version)
-    manifest, files = registry.read_files(version)
+    model = load_scoring_model(store, model_version)
     prefix = scoring_features_prefix(as_of)
-    if find_dataset(store, prefix) is None:
+    published = find_dataset(store, prefix)
+    if published is None:
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"
         )
     features = read_dataset(spark, store, prefix)
-    scored = score_features(features, files, manifest.files, manifest.features, version, as_of)
-    out = write_dataset(
-        scored, store, predictions_prefix(as_of), metadata={"model_version": version}
+    threads = torch_threads_per_task(spark.conf.get("spark.task.cpus", "1"))
+    loads = spark.sparkContext.accumulator(0)
+    reporter = ProgressReporter(
+        "batch_inference", total=published.rows, min_interval_s=progress_interval_s, logger=log
+    )
+    with SparkRowProgress(spark, reporter) as progress:
+        scored = score_features(
+            features,
+            model,
+            as_of,
+            torch_threads=threads,
+            rows_done=progress.rows,
+            model_loads=loads,
+        )
+        out = write_dataset(
+            scored, store, predictions_prefix(as_of), metadata={"model_version": model.version}
+        )
+    seconds = time.perf_counter() - started
+    log.info(
+        "scored %s customers with %s in %.1fs (%s rows/s, %d model load(s), %d torch thread(s) "
+        "per task)",
+        f"{out.rows:,}",
+        model.version,
+        seconds,
+        f"{out.rows / seconds:,.0f}",
+        loads.value,
+        threads,
     )
     return InferenceResult(
         report=StageReport(
-            name="batch_inference",
-            seconds=time.perf_counter() - started,
-            rows_in=out.rows,
-            rows_out=out.rows,
+            name="batch_inference", seconds=seconds, rows_in=published.rows, rows_out=out.rows
         ),
-        model_version=version,
+        model_version=model.version,
         predictions_prefix=out.prefix,
         predictions_uri=store.key_uri(out.data_prefix),
         rows_scored=out.rows,
+        model_loads=loads.value,
+        torch_threads=threads,
     )

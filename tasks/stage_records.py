@@ -7,7 +7,7 @@ finished; the next stage (possibly on another machine) reads it and nothing else
 from __future__ import annotations
 
 import datetime as dt
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,7 @@ class StageReport(BaseModel):
     rows_in: int | None = None
     rows_out: int | None = None
     cached: bool = False
+    peak_memory_mb: float | None = None
 
 
 class ValidateResult(BaseModel):
@@ -82,6 +83,12 @@ class TrainResult(BaseModel):
     n_test: int
     epochs: int
     best_epoch: int
+    training_id: str = ""
+    warm_start: bool = False
+    parent_version: str | None = None
+    resumed_from_step: int | None = None
+    steps: int = 0
+    checkpoints_uri: str = ""
 
 
 class InferenceResult(BaseModel):
@@ -92,6 +99,8 @@ class InferenceResult(BaseModel):
     predictions_prefix: str
     predictions_uri: str
     rows_scored: int
+    model_loads: int = Field(default=0, description="Python workers that loaded the model")
+    torch_threads: int = Field(default=1, description="torch threads per Spark task")
 
 
 def stage_key(run_id: str, stage: str) -> str:
@@ -136,3 +145,5 @@ class PipelineSummary(BaseModel):
     rows_scored: int
     stages: list[StageReport]
     seconds: float
+    plan: list[dict[str, str]] = Field(default_factory=list)
+    cost: dict[str, Any] = Field(default_factory=dict)

@@ -1,7 +1,10 @@
-"""Training the purchase model in plain PyTorch: early stopping on validation log loss.
+"""The training loop in plain PyTorch: streamed mini-batches, early stopping on validation log
+loss, resumable checkpoints and DDP. Nothing here knows about Prefect or the registry.
 
-Input is a feature snapshot in local Parquet files (``split=train|val|test`` folders);
-nothing here knows about Prefect or the store.
+Everything a resumed run needs is in :func:`training_state` (plain tensors and Python types, so
+``torch.load(weights_only=True)`` reads it back): weights, optimiser, scheduler, best weights so
+far, RNG state and the data position. Resuming from step ``s`` therefore gives the same weights as
+never stopping (single process, CPU).
 """
 
 from __future__ import annotations
@@ -9,45 +12,23 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
-import pyarrow.dataset as pads
 import torch
 from torch import nn
 
 from infra.settings import TrainingSettings
+from tasks.checkpoints import CheckpointPolicy
+from tasks.ddp import DistContext
 from tasks.metrics import classification_metrics
 from tasks.model import CustomerMLP, ModelConfig, predict_proba
 from tasks.preprocess import Normalizer
+from tasks.snapshot_stream import SnapshotStream
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SplitArrays:
-    """Features (float32, ``features`` order), labels (float32) and ids of one split."""
-
-    x: np.ndarray
-    y: np.ndarray
-    customer_ids: np.ndarray
-
-
-def load_split(snapshot_dir: Path, split: str, features: list[str]) -> SplitArrays:
-    """Read one split of a snapshot into arrays."""
-    path = Path(snapshot_dir) / f"split={split}"
-    if not path.exists():
-        raise FileNotFoundError(f"snapshot split {split!r} missing at {path}")
-    table = pads.dataset(str(path), format="parquet").to_table(
-        columns=["customer_id", "label", *features]
-    )
-    x = np.column_stack([table.column(f).to_numpy().astype(np.float32) for f in features])
-    return SplitArrays(
-        x=x,
-        y=table.column("label").to_numpy().astype(np.float32),
-        customer_ids=table.column("customer_id").to_numpy(zero_copy_only=False),
-    )
 
 
 @dataclass
@@ -59,6 +40,22 @@ class EpochRecord:
     val_logloss: float
     val_auc: float
     seconds: float
+    learning_rate: float = 0.0
+
+
+@dataclass
+class Progress:
+    """Where training is: the data position, the step count and early-stopping bookkeeping."""
+
+    epoch: int = 1
+    batch: int = 0
+    step: int = 0
+    samples: int = 0
+    best_logloss: float = math.inf
+    best_epoch: int = 0
+    stale: int = 0
+    finished: bool = False
+    history: list[dict[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -66,15 +63,25 @@ class TrainOutcome:
     """The best model (by validation log loss) and how training went."""
 
     model: CustomerMLP
-    history: list[EpochRecord] = field(default_factory=list)
-    best_epoch: int = 0
-    steps: int = 0
-    samples_seen: int = 0
+    progress: Progress
+    history: list[EpochRecord]
     seconds: float = 0.0
+    steps_this_run: int = 0
+    resumed_from_step: int | None = None
+    checkpoints_written: int = 0
+    interrupted: bool = False
+
+    @property
+    def best_epoch(self) -> int:
+        return self.progress.best_epoch
+
+
+SaveFn = Callable[[dict[str, Any], Progress], None]
 
 
 def build_model(normalizer: Normalizer, settings: TrainingSettings) -> CustomerMLP:
-    """A fresh model for the snapshot's features and normaliser."""
+    """A fresh model for the snapshot's features and normaliser (initialised from the seed)."""
+    torch.manual_seed(settings.seed)
     return CustomerMLP(
         ModelConfig(
             features=normalizer.features,
@@ -86,82 +93,197 @@ def build_model(normalizer: Normalizer, settings: TrainingSettings) -> CustomerM
     )
 
 
+def training_state(
+    model: CustomerMLP,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    best_state: dict[str, torch.Tensor] | None,
+    progress: Progress,
+) -> dict[str, Any]:
+    """Everything a resumed run needs, as plain tensors and Python types."""
+    return {
+        "model_config": model.config.model_dump(),
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "best_model": best_state or {},
+        "rng_torch": torch.get_rng_state(),
+        "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "progress": asdict(progress),
+    }
+
+
+def model_from_state(state: dict[str, Any]) -> CustomerMLP:
+    """The network saved in a checkpoint state."""
+    model = CustomerMLP(ModelConfig.model_validate(state["model_config"]))
+    model.load_state_dict(state["model"])
+    return model
+
+
+def evaluate(model: CustomerMLP, data: SnapshotStream, split: str) -> dict[str, float]:
+    """Metrics of ``model`` on ``split``, streamed chunk by chunk."""
+    ys, ps = [], []
+    was_training = model.training
+    model.eval()
+    for x, y in data.chunks(split):
+        ys.append(y)
+        ps.append(predict_proba(model, x))
+    model.train(was_training)
+    return classification_metrics(np.concatenate(ys), np.concatenate(ps))
+
+
 def train_model(
     model: CustomerMLP,
-    train: SplitArrays,
-    val: SplitArrays,
+    data: SnapshotStream,
     settings: TrainingSettings,
     device: torch.device,
+    *,
     learning_rate: float | None = None,
+    ctx: DistContext | None = None,
+    resume: dict[str, Any] | None = None,
+    save: SaveFn | None = None,
+    policy: CheckpointPolicy | None = None,
+    stop_after_steps: int | None = None,
+    compile_model: bool = False,
 ) -> TrainOutcome:
-    """Mini-batch AdamW on BCE loss; keeps the weights of the best validation epoch."""
-    torch.manual_seed(settings.seed)
-    rng = np.random.default_rng(settings.seed)
+    """Mini-batch AdamW on BCE loss with early stopping; checkpoints through ``save`` (rank 0)
+    when ``policy`` says so; ``resume`` continues from a checkpoint state."""
+    ctx = ctx or DistContext()
+    started = time.perf_counter()
     model = model.to(device)
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=learning_rate or settings.learning_rate,
         weight_decay=settings.weight_decay,
     )
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=1)
+    progress, best_state = Progress(), None
+    torch.manual_seed(settings.seed + ctx.rank)  # dropout masks differ per rank
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        scheduler.load_state_dict(resume["scheduler"])
+        best_state = resume["best_model"] or None
+        progress = Progress(**resume["progress"])
+        if ctx.distributed:
+            torch.manual_seed(settings.seed + ctx.rank + 7919 * progress.step)
+        else:
+            torch.set_rng_state(resume["rng_torch"])
+            if device.type == "cuda" and resume["rng_cuda"]:
+                torch.cuda.set_rng_state_all(resume["rng_cuda"])
+    outcome = TrainOutcome(
+        model=model,
+        progress=progress,
+        history=[EpochRecord(**h) for h in progress.history],
+        resumed_from_step=progress.step if resume is not None else None,
+    )
+    net: nn.Module = model
+    if ctx.distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    eager = net
+    if compile_model:
+        net = torch.compile(net)
     loss_fn = nn.BCEWithLogitsLoss()
-    x_all = torch.from_numpy(train.x)
-    y_all = torch.from_numpy(train.y)
-    if device.type == "cuda":
-        x_all, y_all = x_all.pin_memory(), y_all.pin_memory()
-    outcome = TrainOutcome(model=model)
-    best_loss, best_state, stale = math.inf, None, 0
-    started = time.perf_counter()
-    for epoch in range(1, settings.max_epochs + 1):
-        t0 = time.perf_counter()
-        model.train()
-        order = torch.from_numpy(rng.permutation(len(train.y)))
-        total, batches = 0.0, 0
-        for start in range(0, len(order), settings.batch_size):
-            idx = order[start : start + settings.batch_size]
-            xb = x_all[idx].to(device, non_blocking=True)
-            yb = y_all[idx].to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                loss = loss_fn(model(xb).float(), yb)
+    on_cuda = device.type == "cuda"
+
+    def checkpoint() -> None:
+        if save is not None and ctx.is_main:
+            save(training_state(model, optimizer, scheduler, best_state, progress), progress)
+            outcome.checkpoints_written += 1
+        if policy is not None:
+            policy.mark(progress.step)
+
+    while not progress.finished:
+        epoch, t0 = progress.epoch, time.perf_counter()
+        net.train()
+        loss_sum = torch.zeros((), device=device)
+        n_batches = 0
+        for g, xb, yb in data.minibatches(
+            seed=settings.seed,
+            epoch=epoch,
+            batch_size=settings.batch_size,
+            start=progress.batch,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            pin_memory=on_cuda,
+        ):
+            xb = xb.to(device, non_blocking=True)
+            yb = yb.to(device, non_blocking=True)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=on_cuda):
+                try:
+                    logits = net(xb)
+                except Exception as exc:  # a compile backend failing on this machine's toolchain
+                    if net is eager:
+                        raise
+                    log.warning("torch.compile failed (%s); continuing without it", exc)
+                    net = eager
+                    logits = net(xb)
+                loss = loss_fn(logits.float(), yb)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            total += float(loss.detach())
-            batches += 1
-            outcome.steps += 1
-            outcome.samples_seen += len(idx)
+            loss_sum += loss.detach()
+            n_batches += 1
+            progress.step += 1
+            progress.samples += len(yb) * ctx.world_size
+            progress.batch = g - ctx.rank + ctx.world_size
+            outcome.steps_this_run += 1
+            if policy is not None and policy.due(progress.step):
+                checkpoint()
+            if stop_after_steps and outcome.steps_this_run >= stop_after_steps:
+                if policy is None or policy.last_step_saved != progress.step:
+                    checkpoint()
+                outcome.interrupted = True
+                outcome.seconds = time.perf_counter() - started
+                log.info(
+                    "stopping after %d steps this run (step %d)", stop_after_steps, progress.step
+                )
+                return outcome
         model.eval()
-        val_metrics = classification_metrics(val.y, predict_proba(model, val.x))
+        val = evaluate(model, data, "val")
+        scheduler.step(val["logloss"])
         record = EpochRecord(
             epoch=epoch,
-            train_loss=total / max(batches, 1),
-            val_logloss=val_metrics["logloss"],
-            val_auc=val_metrics["auc"],
+            train_loss=float(loss_sum) / max(n_batches, 1),
+            val_logloss=val["logloss"],
+            val_auc=val["auc"],
             seconds=time.perf_counter() - t0,
+            learning_rate=float(optimizer.param_groups[0]["lr"]),
         )
         outcome.history.append(record)
-        log.info(
-            "epoch %d: train loss %.4f, val logloss %.4f, val AUC %.4f (%.1fs)",
-            epoch,
-            record.train_loss,
-            record.val_logloss,
-            record.val_auc,
-            record.seconds,
-        )
-        if record.val_logloss < best_loss - 1e-5:
-            best_loss, stale, outcome.best_epoch = record.val_logloss, 0, epoch
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        progress.history.append(asdict(record))
+        if ctx.is_main:
+            log.info(
+                "epoch %d: train loss %.4f, val logloss %.4f, val AUC %.4f, lr %.2g (%.1fs, step %d)",
+                epoch,
+                record.train_loss,
+                record.val_logloss,
+                record.val_auc,
+                record.learning_rate,
+                record.seconds,
+                progress.step,
+            )
+        if record.val_logloss < progress.best_logloss - 1e-5:
+            progress.best_logloss, progress.best_epoch, progress.stale = (
+                record.val_logloss,
+                epoch,
+                0,
+            )
+            best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         else:
-            stale += 1
-            if stale >= settings.patience:
-                log.info("early stop after epoch %d (best epoch %d)", epoch, outcome.best_epoch)
-                break
+            progress.stale += 1
+        progress.epoch, progress.batch = epoch + 1, 0
+        if progress.stale >= settings.patience or epoch >= settings.max_epochs:
+            if ctx.is_main and progress.stale >= settings.patience:
+                log.info("early stop after epoch %d (best epoch %d)", epoch, progress.best_epoch)
+            progress.finished = True
+            checkpoint()
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
     outcome.seconds = time.perf_counter() - started
     return outcome
-
-
-def evaluate(model: CustomerMLP, split: SplitArrays) -> dict[str, float]:
-    """Test metrics of ``model`` on ``split``."""
-    return classification_metrics(split.y, predict_proba(model, split.x))

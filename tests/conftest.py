@@ -11,6 +11,7 @@ import pytest
 _PREFECT_HOME = Path(tempfile.mkdtemp(prefix="hf-test-prefect-"))
 os.environ.setdefault("PREFECT_HOME", str(_PREFECT_HOME))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "tasks,infra,flows")
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("HYBRIDFLOW_SPARK_DRIVER_MEMORY", "2g")

@@ -6,4 +6,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "infra.commands.run",
     "infra.commands.stages",
     "infra.commands.models",
+    "infra.commands.serve",
+    "infra.commands.refresh",
+    "infra.commands.plan",
+    "infra.commands.stack",
 )

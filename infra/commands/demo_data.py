@@ -18,6 +18,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--end-date", type=iso_date, default=dt.date(2025, 12, 31))
     p.add_argument("--bad-row-fraction", type=fraction, default=0.001)
+    p.add_argument(
+        "--customers-per-file",
+        type=int,
+        default=200_000,
+        help="customers generated per chunk/file; peak memory grows with this, not --customers",
+    )
     p.set_defaults(handler=run)
 
 
@@ -32,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             end_date=args.end_date,
             bad_row_fraction=args.bad_row_fraction,
+            customers_per_file=args.customers_per_file,
         ),
         args.out,
     )

@@ -18,6 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the whole pipeline in this process")
     add_run_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON summary line last")
+    p.add_argument(
+        "--fresh", action="store_true", help="train from step 0 (ignore earlier checkpoints)"
+    )
     p.set_defaults(handler=run)
 
 
@@ -32,6 +35,7 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
         horizon_days=args.horizon_days,
         max_bad_fraction=args.max_bad_fraction,
         device=args.device,
+        fresh=getattr(args, "fresh", False),
         input=InputOptions(
             column_map=dict(args.map),
             csv_delimiter=args.csv_delimiter,

@@ -18,9 +18,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     train.set_defaults(handler=run_train)
 
-    infer = sub.add_parser("infer", help="batch-score the features published for an as-of date")
+    infer = sub.add_parser(
+        "infer",
+        help="batch-score the features published for an as-of date (replaces its predictions)",
+    )
     infer.add_argument("--as-of", type=iso_date, required=True)
-    infer.add_argument("--model-version", default=None, help="default: production")
+    infer.add_argument(
+        "--model-version", default=None, help="any registry version (default: production)"
+    )
     infer.set_defaults(handler=run_infer)
 
 
@@ -63,8 +68,9 @@ def run_infer(args: argparse.Namespace) -> int:
     result = batch_inference_flow(
         InferenceParams(as_of=args.as_of, model_version=args.model_version)
     )
+    seconds = result.report.seconds
     print(
-        f"scored {result.rows_scored:,} customers with {result.model_version}: "
-        f"{result.predictions_uri}"
+        f"scored {result.rows_scored:,} customers with {result.model_version} in {seconds:.1f}s "
+        f"({result.rows_scored / max(seconds, 1e-9):,.0f} rows/s): {result.predictions_uri}"
     )
     return EXIT_OK

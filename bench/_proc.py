@@ -1,0 +1,44 @@
+"""CPU seconds used by this process and all its descendants (JVM, Python workers), from /proc."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, utime+stime+cutime+cstime in seconds) of ``pid``, None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    ppid = int(fields[1])
+    ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    return ppid, ticks / _TICKS
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds of ``root`` (default: this process) and its live descendants; children that
+    exited and were reaped are included through their parent's cutime/cstime."""
+    root = root or os.getpid()
+    if not Path("/proc").is_dir():
+        return 0.0
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None:
+                parents[int(entry.name)], cpu[int(entry.name)] = stat
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        total += cpu.get(pid, 0.0)
+        stack.extend(children.get(pid, []))
+    return total

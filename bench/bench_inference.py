@@ -1,0 +1,265 @@
+"""Batch inference: Spark end-to-end (read features -> score -> write) vs the in-process ceiling.
+
+The same rows (synthetic features in the pipeline's schema, published in a folder store) are
+scored by:
+
+* the ceiling: plain torch in this process on the rows already in memory, all cores;
+* the batch-inference stage on local Spark (warm: JVM up, Python workers started), which reads
+  the Parquet, ships Arrow batches to Python workers, scores, and writes + publishes Parquet;
+* breakdowns that say where Spark's time goes: Parquet in/out with no Python at all (I/O floor),
+  the same plus an Arrow round trip through Python workers with no model (transfer), the
+  skeleton's ``mapInPandas`` variant, and Arrow batch sizes.
+
+``HYBRIDFLOW_BENCH_INFERENCE_ROWS`` sets the row count (default 1,000,000).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+AS_OF = dt.date(2025, 12, 31)
+CEILING = "torch in-process, rows in memory, all cores"
+BATCH_KEY = "spark.sql.execution.arrow.maxRecordsPerBatch"
+ROUNDS = 2
+
+
+def _write_features(store, rows: int, features: list[str], seed: int = 0) -> None:
+    from infra.datasets import publish_dataset
+    from tasks.build_features import scoring_features_prefix
+
+    rng = np.random.default_rng(seed)
+    staging = store.staging_dir()
+    per_file = -(-rows // 4)
+    for i, start in enumerate(range(0, rows, per_file)):
+        n = min(per_file, rows - start)
+        cols = {"customer_id": pa.array([f"C{j:08d}" for j in range(start, start + n)])}
+        for f in features:
+            cols[f] = pa.array(rng.lognormal(1.0, 1.5, size=n))
+        pq.write_table(pa.table(cols), staging / f"part-{i:05d}.parquet", row_group_size=128_000)
+    publish_dataset(store, staging, scoring_features_prefix(AS_OF), rows=rows)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _register_model(store, features: list[str]) -> str:
+    import torch
+
+    from infra.registry import ModelRegistry
+    from infra.settings import TrainingSettings
+    from tasks.model import CustomerMLP, ModelConfig, bundle_bytes
+
+    torch.manual_seed(0)
+    hidden = TrainingSettings().hidden_sizes
+    model = CustomerMLP(
+        ModelConfig(
+            features=features,
+            hidden_sizes=hidden,
+            dropout=0.0,
+            norm_mean=[1.0] * len(features),
+            norm_std=[1.5] * len(features),
+        )
+    )
+    registry = ModelRegistry(store)
+    version = registry.register(bundle_bytes(model), features=features).version
+    registry.set_alias(version, "benchmark")
+    return version
+
+
+def _timed(fn: Callable[[], object], repeat: int = 1) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _ceiling_seconds(store, version: str) -> float:
+    import torch
+
+    from infra.datasets import read_dataset_manifest
+    from infra.registry import ModelRegistry
+    from tasks.build_features import scoring_features_prefix
+    from tasks.model import load_bundle, predict_proba
+
+    manifest, files = ModelRegistry(store).read_files(version)
+    model = load_bundle(files, manifest.files)
+    data = read_dataset_manifest(store, scoring_features_prefix(AS_OF))
+    table = pa.concat_tables(
+        pq.read_table(store.local_path(data.data_prefix) / Path(f).name) for f in data.files
+    )
+    x = np.column_stack([table.column(f).to_numpy().astype(np.float32) for f in manifest.features])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        return _timed(lambda: predict_proba(model, x), repeat=3)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _spark_variant(spark, store, variant: str) -> Callable[[], None]:
+    """Read the features, do ``variant``, write Parquet to a scratch folder, count it."""
+    from pyspark.sql import functions as F
+
+    from tasks.build_features import scoring_features_prefix
+    from tasks.inference import PREDICTION_SCHEMA
+    from tasks.spark_io import read_dataset
+
+    def arrow_no_model(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from tasks.inference import prediction_batch
+
+        for batch in batches:
+            yield prediction_batch(
+                batch.column("customer_id"), np.zeros(batch.num_rows), "none", AS_OF
+            )
+
+    def run() -> None:
+        features = read_dataset(spark, store, scoring_features_prefix(AS_OF))
+        if variant == "jvm":
+            out = features.select(
+                "customer_id",
+                F.lit(0.0).alias("score"),
+                F.lit("none").alias("model_version"),
+                F.lit(AS_OF).alias("as_of"),
+            )
+        else:
+            out = features.mapInArrow(arrow_no_model, schema=PREDICTION_SCHEMA)
+        target = Path(tempfile.mkdtemp(prefix="hf-bench-"))
+        try:
+            out.write.mode("overwrite").parquet(str(target / "out"))
+            spark.read.parquet(str(target / "out")).count()
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+
+    return run
+
+
+def _pandas_stage(spark, store, version: str) -> Callable[[], None]:
+    """The skeleton's mapInPandas scoring, read -> score -> write, for comparison."""
+    import pandas as pd
+
+    from tasks.build_features import scoring_features_prefix
+    from tasks.inference import PREDICTION_SCHEMA
+    from tasks.scoring_stage import load_scoring_model
+    from tasks.spark_io import read_dataset
+
+    model = load_scoring_model(store, version)
+
+    def score_pandas(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        import torch
+
+        from tasks.inference import worker_model
+        from tasks.model import predict_proba
+
+        torch.set_num_threads(1)
+        loaded, _ = worker_model(model)
+        for batch in batches:
+            x = batch[model.features].to_numpy(dtype=np.float32, na_value=0.0)
+            yield pd.DataFrame(
+                {
+                    "customer_id": batch["customer_id"].astype(str),
+                    "score": predict_proba(loaded, x),
+                    "model_version": version,
+                    "as_of": AS_OF,
+                }
+            )
+
+    def run() -> None:
+        features = read_dataset(spark, store, scoring_features_prefix(AS_OF))
+        out = features.mapInPandas(score_pandas, schema=PREDICTION_SCHEMA)
+        target = Path(tempfile.mkdtemp(prefix="hf-bench-"))
+        try:
+            out.write.mode("overwrite").parquet(str(target / "out"))
+            spark.read.parquet(str(target / "out")).count()
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+
+    return run
+
+
+def main(results_dir: Path) -> list[dict]:
+    """Run every variant on the same rows; one row per variant, ratio = rows/s vs the ceiling."""
+    from infra.settings import get_settings
+    from infra.spark import get_spark
+    from infra.store import LocalFolderStore
+    from tasks.features import feature_names
+    from tasks.scoring_stage import batch_inference_stage
+
+    rows = int(os.environ.get("HYBRIDFLOW_BENCH_INFERENCE_ROWS", "1000000"))
+    settings = get_settings()
+    work = Path(tempfile.mkdtemp(prefix="hf-bench-inference-"))
+    try:
+        store = LocalFolderStore(work / "store")
+        features = feature_names({"event_type", "category", "channel"})
+        _write_features(store, rows, features)
+        version = _register_model(store, features)
+
+        ceiling = _ceiling_seconds(store, version)
+        jvm_start = _timed(lambda: get_spark(settings))
+        spark = get_spark(settings)
+        cores = spark.sparkContext.defaultParallelism
+        default_batch = int(spark.conf.get(BATCH_KEY))
+
+        def stage() -> None:
+            batch_inference_stage(spark, store, AS_OF, progress_interval_s=60)
+
+        cold = _timed(stage)
+        variants: dict[str, tuple[Callable[[], None], int]] = {
+            "warm": (stage, default_batch),
+            "batch_1000": (stage, 1_000),
+            "batch_50000": (stage, 50_000),
+            "pandas": (_pandas_stage(spark, store, version), default_batch),
+            "io_floor": (_spark_variant(spark, store, "jvm"), default_batch),
+            "transfer": (_spark_variant(spark, store, "arrow"), default_batch),
+        }
+        best = {name: float("inf") for name in variants}
+        try:
+            for _ in range(ROUNDS):  # interleaved, so drifting load on a shared box hits all alike
+                for name, (fn, batch) in variants.items():
+                    spark.conf.set(BATCH_KEY, str(batch))
+                    best[name] = min(best[name], _timed(fn))
+        finally:
+            spark.conf.set(BATCH_KEY, str(default_batch))
+        warm = best["warm"]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def row(subject: str, seconds: float, note: str) -> dict:
+        return {
+            "benchmark": "batch_inference",
+            "subject": subject,
+            "baseline": CEILING,
+            "ratio": ceiling / seconds,
+            "rows": rows,
+            "seconds": seconds,
+            "rows_per_s": rows / seconds,
+            "note": note,
+        }
+
+    return [
+        row(CEILING, ceiling, f"{os.cpu_count()} torch threads, best of 3"),
+        row("spark e2e warm (read→score→write)", warm, f"local[{cores}], batch {default_batch}"),
+        row("spark e2e cold (first call)", cold, "+ Python worker start, torch import"),
+        row("spark e2e, Arrow batch 1000", best["batch_1000"], "warm"),
+        row("spark e2e, Arrow batch 50000", best["batch_50000"], "warm"),
+        row("spark e2e, mapInPandas (skeleton)", best["pandas"], "warm, default batch"),
+        row("spark read→write, no Python", best["io_floor"], "Parquet I/O + JVM floor"),
+        row("spark read→Arrow→Python→write, no model", best["transfer"], "+ Python↔JVM transfer"),
+        {
+            "benchmark": "batch_inference",
+            "subject": "spark session start (JVM)",
+            "baseline": "spark e2e warm",
+            "ratio": jvm_start / warm,
+            "seconds": jvm_start,
+            "note": "once per process, not in the rows/s above",
+        },
+    ]

@@ -1,0 +1,117 @@
+"""Pipeline overhead and scaling: the whole embedded pipeline at 1x, 4x and 16x the data.
+
+* Overhead: wall time of ``pipeline_flow`` vs the sum of its stages' own compute time
+  (``StageReport.seconds``); the rest is orchestration (flow/subflow runs, artifacts), Spark
+  session look-ups and hand-offs through the store. Spark's JVM start and Prefect's temporary
+  API start are measured once, up front, and reported on their own rows.
+* Scaling: total time per size, next to each stage's seconds, so a stage whose time does not
+  grow with the data (fixed cost: task scheduling, Python workers) stands out from one that does.
+* CPU: CPU seconds of this process tree (driver, JVM, Python workers) / (wall x cores).
+
+``HYBRIDFLOW_BENCH_PIPELINE_CUSTOMERS`` sets 1x (default 1,500 customers, ~32k events).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from bench._proc import tree_cpu_seconds
+
+SIZES = (1, 4, 16)
+STAGES = ("validate", "features", "preprocess", "train", "batch_inference")
+
+
+def _warm_up_prefect() -> float:
+    from prefect import flow
+
+    @flow(name="bench-warm-up")
+    def warm_up() -> int:
+        return 1
+
+    started = time.perf_counter()
+    warm_up()
+    return time.perf_counter() - started
+
+
+def main(results_dir: Path) -> list[dict]:
+    """Run the pipeline at each size on fresh stores; rows for overhead and scaling."""
+    from flows.pipeline import PipelineParams, pipeline_flow
+    from infra.settings import get_settings
+    from infra.spark import get_spark
+    from tasks.demo_data import DemoDataParams, generate_demo_events
+
+    base = int(os.environ.get("HYBRIDFLOW_BENCH_PIPELINE_CUSTOMERS", "1500"))
+    cores = os.cpu_count() or 1
+    work = Path(tempfile.mkdtemp(prefix="hf-bench-pipeline-"))
+    rows: list[dict] = []
+    try:
+        prefect_start = _warm_up_prefect()
+        from pyspark.sql import SparkSession
+
+        jvm_was_up = SparkSession.getActiveSession() is not None
+        started = time.perf_counter()
+        get_spark(get_settings())
+        jvm_start = time.perf_counter() - started
+        runs = []
+        for k in SIZES:
+            events = generate_demo_events(
+                DemoDataParams(customers=base * k, seed=100 + k), work / f"events-{k}x"
+            )
+            cpu_before, started = tree_cpu_seconds(), time.perf_counter()
+            summary = pipeline_flow(
+                PipelineParams(
+                    events=str(work / f"events-{k}x"),
+                    store=str(work / f"store-{k}x"),
+                    device="cpu",
+                )
+            )
+            wall = time.perf_counter() - started
+            cpu = tree_cpu_seconds() - cpu_before
+            runs.append((k, events.events, summary, wall, cpu))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    for k, n_events, summary, wall, cpu in runs:
+        stage_sum = sum(s.seconds for s in summary.stages)
+        rows.append(
+            {
+                "benchmark": "pipeline_overhead",
+                "subject": f"pipeline wall, {k}x ({base * k:,} customers, {n_events:,} events)",
+                "baseline": "sum of stage compute",
+                "ratio": wall / stage_sum,
+                "seconds": wall,
+                "stage_seconds": stage_sum,
+                "overhead_pct": 100.0 * (wall - stage_sum) / wall,
+                "cpu_util_pct": 100.0 * cpu / (wall * cores),
+            }
+        )
+    wall_1x = runs[0][3]
+    for k, n_events, summary, wall, _cpu in runs:
+        by_stage = {s.name: s.seconds for s in summary.stages}
+        rows.append(
+            {
+                "benchmark": "pipeline_scaling",
+                "subject": f"{k}x data ({n_events:,} events)",
+                "baseline": "1x wall",
+                "ratio": wall / wall_1x,
+                "seconds": wall,
+                "events_per_s": n_events / wall,
+                **{f"{name}_s": by_stage.get(name, 0.0) for name in STAGES},
+            }
+        )
+    rows.append(
+        {
+            "benchmark": "pipeline_overhead",
+            "subject": "one-off starts: Prefect temporary API, Spark JVM",
+            "baseline": "1x wall",
+            "ratio": (prefect_start + jvm_start) / wall_1x,
+            "seconds": prefect_start + jvm_start,
+            "note": f"Prefect {prefect_start:.1f}s, JVM {jvm_start:.1f}s"
+            + (" (JVM already up from an earlier benchmark)" if jvm_was_up else ""),
+        }
+    )
+    return rows

@@ -1,0 +1,74 @@
+"""Flow ``profile`` (one deployment per pool): a short profiling run that teaches the router.
+
+The pipeline runs embedded on a sample of the customers against a scratch store (no model is
+registered, nothing is published), and each stage's measurements are recorded in the real store
+as profiles of the pool this flow runs on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import tempfile
+from pathlib import Path
+
+from prefect import flow
+from pydantic import BaseModel, Field
+
+from flows._glue import current_pool, stage_context
+from flows.pipeline import PipelineParams, pipeline_flow
+from infra.spark import get_spark
+from tasks.input_formats import InputOptions
+from tasks.profiling import record_stage_profiles, sample_events
+from tasks.run_accounting import embedded_pool
+
+
+class ProfileParams(BaseModel):
+    """Parameters of a profiling run."""
+
+    events: str = Field(description="Parquet/CSV file or folder of events")
+    sample_fraction: float = Field(default=0.05, gt=0.0, le=1.0, description="share of customers")
+    as_of: dt.date | None = None
+    horizon_days: int | None = Field(default=None, ge=1, le=3650)
+    input: InputOptions = Field(default_factory=InputOptions)
+    store: str | None = None
+
+
+class ProfileResult(BaseModel):
+    """Which pool was profiled and how many stage profiles were recorded."""
+
+    pool: str
+    sample_rows: int
+    profiles: int
+
+
+@flow(name="profile")
+def profile_flow(params: ProfileParams) -> ProfileResult:
+    """Run the pipeline on a sample here and record per-stage profiles for this pool."""
+    settings, store = stage_context(params.store)
+    scratch = Path(tempfile.mkdtemp(prefix="hf-profile-"))
+    try:
+        rows, ts_format = sample_events(
+            get_spark(settings),
+            params.events,
+            params.input,
+            params.sample_fraction,
+            scratch / "events",
+        )
+        summary = pipeline_flow(
+            PipelineParams(
+                events=str(scratch / "events"),
+                as_of=params.as_of,
+                horizon_days=params.horizon_days,
+                input=InputOptions(timestamp_format=ts_format),
+                store=str(scratch / "store"),
+                mode="embedded",
+                use_cache=False,
+            )
+        )
+        trained_on = next(r.device for r in summary.stages if r.name == "train")
+        pool = current_pool(default=embedded_pool(trained_on))
+        recorded = record_stage_profiles(store, pool, summary.run_id, summary.stages)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return ProfileResult(pool=pool, sample_rows=rows, profiles=len(recorded))

@@ -1,0 +1,1 @@
+"""The local deployed-mode stack: Prefect server, cpu-pool/gpu-pool workers, optional S3."""

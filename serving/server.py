@@ -1,0 +1,69 @@
+"""Running the endpoint under uvicorn on a socket bound here (so port 0 works and is reported)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from pathlib import Path
+
+import torch
+import uvicorn
+
+from infra.settings import HybridflowSettings
+from infra.store import open_store
+from serving.app import create_app
+from serving.holder import ModelHolder
+from serving.metrics import ServingMetrics
+
+log = logging.getLogger(__name__)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: the OS picks a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP lets asyncio set TCP_NODELAY on accepted connections; without it a
+    # response written as headers + body waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    settings: HybridflowSettings,
+    host: str | None = None,
+    port: int | None = None,
+    port_file: Path | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM; in-flight requests finish before the process exits."""
+    cfg = settings.serve
+    torch.set_num_threads(cfg.torch_threads)
+    metrics = ServingMetrics()
+    holder = ModelHolder(open_store(settings.store), metrics)
+    app = create_app(holder, cfg, metrics)
+    sock = bind_socket(host or cfg.host, cfg.port if port is None else port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    log.info(
+        "serving on http://%s:%d (store %s, poll every %.1fs)",
+        bound_host,
+        bound_port,
+        settings.store,
+        cfg.poll_interval_s,
+    )
+    if port_file is not None:
+        tmp = port_file.with_name(f".{port_file.name}.tmp")
+        tmp.write_text(str(bound_port))
+        os.replace(tmp, port_file)
+    config = uvicorn.Config(
+        app,
+        lifespan="on",
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1,0 +1,186 @@
+"""The training snapshot streamed from Parquet in fixed-size, shuffled chunks.
+
+A split is read file by file with pyarrow (``iter_batches``) and cut into chunks of exactly
+``chunk_rows`` rows (the last may be shorter); each chunk is permuted and sliced into mini-batches.
+The file order and every chunk's permutation derive from ``(seed, epoch, chunk)``, so the
+mini-batch sequence of an epoch is a pure function of the seed: a resumed run skips to its data
+position and sees exactly the batches an uninterrupted run would have. Decoded data is kept in
+memory only up to ``cache_bytes``; beyond that each epoch re-reads the files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import torch
+
+from infra.store import sha256_bytes
+
+log = logging.getLogger(__name__)
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class SplitFiles:
+    """The local Parquet files of one split and their row count (from Parquet metadata)."""
+
+    files: list[Path]
+    rows: int
+
+
+@dataclass
+class SnapshotStream:
+    """Mini-batches and evaluation chunks of a local snapshot folder (``split=<name>/*.parquet``)."""
+
+    root: Path
+    features: list[str]
+    chunk_rows: int = 65_536
+    cache_bytes: int = 2 << 30
+    splits: dict[str, SplitFiles] = field(init=False)
+    _cache: dict[Path, list[tuple[np.ndarray, np.ndarray]]] = field(init=False)
+    _cached_bytes: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.splits = {}
+        for split in SPLITS:
+            files = sorted((Path(self.root) / f"split={split}").glob("*.parquet"))
+            rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+            self.splits[split] = SplitFiles(files=files, rows=rows)
+        self._cache = {}
+
+    def rows(self, split: str) -> int:
+        """Rows in ``split``."""
+        return self.splits[split].rows
+
+    def _file_batches(self, path: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        cached = self._cache.get(path)
+        if cached is not None:
+            yield from cached
+            return
+        keep: list[tuple[np.ndarray, np.ndarray]] = []
+        for rb in pq.ParquetFile(path).iter_batches(
+            batch_size=self.chunk_rows, columns=["label", *self.features]
+        ):
+            x = np.empty((rb.num_rows, len(self.features)), dtype=np.float32)
+            for i, name in enumerate(self.features):
+                x[:, i] = rb.column(name).to_numpy(zero_copy_only=False)
+            y = rb.column("label").to_numpy(zero_copy_only=False).astype(np.float32)
+            keep.append((x, y))
+            yield x, y
+        size = sum(x.nbytes + y.nbytes for x, y in keep)
+        if self._cached_bytes + size <= self.cache_bytes:
+            self._cache[path] = keep
+            self._cached_bytes += size
+
+    def chunks(self, split: str, seed: int | None = None, epoch: int = 0):
+        """``(x, y)`` chunks of exactly ``chunk_rows`` rows (last one shorter); shuffled when a
+        seed is given (file order and rows within each chunk)."""
+        files = list(self.splits[split].files)
+        if seed is not None:
+            order = np.random.default_rng([seed, epoch]).permutation(len(files))
+            files = [files[i] for i in order]
+        buf_x: list[np.ndarray] = []
+        buf_y: list[np.ndarray] = []
+        held, index = 0, 0
+        for path in files:
+            for x, y in self._file_batches(path):
+                buf_x.append(x)
+                buf_y.append(y)
+                held += len(y)
+                while held >= self.chunk_rows:
+                    cx, cy = np.concatenate(buf_x), np.concatenate(buf_y)
+                    yield self._shuffled(
+                        cx[: self.chunk_rows], cy[: self.chunk_rows], seed, epoch, index
+                    )
+                    index += 1
+                    buf_x, buf_y = [cx[self.chunk_rows :]], [cy[self.chunk_rows :]]
+                    held = len(buf_y[0])
+        if held:
+            yield self._shuffled(np.concatenate(buf_x), np.concatenate(buf_y), seed, epoch, index)
+
+    @staticmethod
+    def _shuffled(x, y, seed: int | None, epoch: int, index: int):
+        if seed is None:
+            return x, y
+        perm = np.random.default_rng([seed, epoch, index]).permutation(len(y))
+        return x[perm], y[perm]
+
+    def chunk_lengths(self, split: str) -> list[int]:
+        """Lengths of the chunks :meth:`chunks` yields for ``split``."""
+        n = self.rows(split)
+        full, rest = divmod(n, self.chunk_rows)
+        return [self.chunk_rows] * full + ([rest] if rest else [])
+
+    def batches_per_epoch(self, batch_size: int, world_size: int = 1) -> int:
+        """Global mini-batch indices used per epoch (a multiple of ``world_size``)."""
+        total = sum(math.ceil(n / batch_size) for n in self.chunk_lengths("train"))
+        return total - total % world_size if world_size > 1 else total
+
+    def minibatches(
+        self,
+        *,
+        seed: int,
+        epoch: int,
+        batch_size: int,
+        start: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        pin_memory: bool = False,
+    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """``(global_index, x, y)`` of this rank's training mini-batches from position ``start``.
+
+        Rank ``r`` takes the global indices ``g`` with ``g % world_size == r``; every rank gets
+        the same number of batches. Chunks entirely before ``start`` are read but not converted.
+        """
+        usable = self.batches_per_epoch(batch_size, world_size)
+        offset = 0
+        for x, y in self.chunks("train", seed, epoch):
+            n_batches = math.ceil(len(y) / batch_size)
+            if offset + n_batches <= start:
+                offset += n_batches
+                continue
+            xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+            if pin_memory:
+                xt, yt = xt.pin_memory(), yt.pin_memory()
+            for j in range(n_batches):
+                g = offset + j
+                if g >= usable:
+                    return
+                if g < start or g % world_size != rank:
+                    continue
+                sl = slice(j * batch_size, (j + 1) * batch_size)
+                yield g, xt[sl], yt[sl]
+            offset += n_batches
+
+    def fingerprint(self) -> str:
+        """A content hash of the snapshot (ids, labels, float32 features; row order ignored), so
+        re-publishing the same data under new file names gives the same fingerprint."""
+        digest = {"features": self.features}
+        for split, info in self.splits.items():
+            total = np.uint64(0)
+            batches = (
+                rb
+                for path in info.files
+                for rb in pq.ParquetFile(path).iter_batches(
+                    batch_size=self.chunk_rows, columns=["customer_id", "label", *self.features]
+                )
+            )
+            for table in batches:
+                frame = pd.DataFrame(
+                    {
+                        name: table.column(name).to_numpy(zero_copy_only=False).astype(np.float32)
+                        for name in ["label", *self.features]
+                    }
+                )
+                frame["customer_id"] = table.column("customer_id").to_numpy(zero_copy_only=False)
+                hashes = pd.util.hash_pandas_object(frame, index=False).to_numpy(np.uint64)
+                total = np.uint64((int(total) + int(hashes.sum(dtype=np.uint64))) % (1 << 64))
+            digest[split] = f"{info.rows}:{int(total):016x}"
+        return sha256_bytes(repr(sorted(digest.items())).encode())

@@ -1,0 +1,82 @@
+"""Helpers for the end-to-end stack test: the CLI, the Prefect API, the S3 server, a browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+HYBRIDFLOW = str(Path(sys.executable).parent / "hybridflow")
+FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def cli(args: list[str], env: dict[str, str], timeout: float = 400) -> str:
+    """Run ``hybridflow ARGS`` in the repo; its output, or an assertion error showing it."""
+    proc = subprocess.run(
+        [HYBRIDFLOW, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"hybridflow {' '.join(args)} exited {proc.returncode}:\n{output}"
+    return output
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
+    """Poll ``probe`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def stack_state(stack_dir: Path) -> dict[str, Any]:
+    """The stack's recorded state (URLs, PIDs)."""
+    return json.loads((stack_dir / "stack.json").read_text())
+
+
+def ensure_chromium() -> str:
+    """Debian's chromium, installed with apt-get when missing (CI machines start clean)."""
+    found = shutil.which("chromium")
+    if found:
+        return found
+    env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "chromium"]
+    if subprocess.run(install, env=env, timeout=600).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, check=True, timeout=600)
+        subprocess.run(install, env=env, check=True, timeout=600)
+    found = shutil.which("chromium")
+    assert found, "apt-get install chromium did not provide a chromium executable"
+    return found
+
+
+def chromium(url: str, profile: Path, *extra: str, timeout: float = 120) -> str:
+    """Headless chromium on ``url`` after the page's scripts ran; returns stdout."""
+    args = [
+        ensure_chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,1000",
+        "--virtual-time-budget=15000",
+        *extra,
+        url,
+    ]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"chromium exited {proc.returncode}: {proc.stderr[-2000:]}"
+    return proc.stdout

@@ -1,0 +1,248 @@
+"""The deployed mode end to end: `hybridflow up --s3`, a pipeline run dispatched over both pools,
+a GPU worker killed mid-training, the resumed re-run, the UI in a real browser, `hybridflow down`.
+
+One test on purpose: the stack costs a minute to start, and every check below needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.stack_driver import FINAL, chromium, cli, stack_state, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+
+SLOW_TRAINING = {  # first run only: training long enough to be killed in the middle
+    "HYBRIDFLOW_TRAIN__BATCH_SIZE": "8",
+    "HYBRIDFLOW_TRAIN__MAX_EPOCHS": "2000",
+    "HYBRIDFLOW_TRAIN__PATIENCE": "2000",
+}
+
+
+@pytest.fixture
+def stack_env(tmp_path) -> dict[str, str]:
+    from infra.stack.services import free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "AWS_"))}
+    env.update(
+        HYBRIDFLOW_STACK_DIR=str(tmp_path / "stack"),
+        HYBRIDFLOW_WORK_DIR=str(tmp_path / "work"),
+        HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS="50",
+        HYBRIDFLOW_SPARK_DRIVER_MEMORY="2g",
+        HYBRIDFLOW_SPARK_SHUFFLE_PARTITIONS="4",
+        PORT=str(free_port()),
+    )
+    return env
+
+
+def _children(client, parent_id) -> dict[str, object]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    runs = client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])
+        )
+    )
+    names = {d.id: d.name for d in client.read_deployments()}
+    return {names.get(r.deployment_id, "in-process"): r for r in runs if r.deployment_id}
+
+
+def _final(client, run_id, timeout: float):
+    def probe():
+        run = client.read_flow_run(run_id)
+        return run if run.state_type.value in FINAL else None
+
+    return wait_for(f"flow run {run_id} to finish", probe, timeout, every=2.0)
+
+
+def _artifacts(client, flow_run_ids) -> dict[str, object]:
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    found = client.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=list(flow_run_ids)))
+    )
+    return {a.key: a for a in found if a.key}
+
+
+def test_deployed_pipeline_over_pools_survives_a_killed_gpu_worker(stack_env, tmp_path, output_dir):
+    from infra.stack.processes import ProcessRecord, is_alive, kill_tree
+
+    stack_dir = Path(stack_env["HYBRIDFLOW_STACK_DIR"])
+    up = ["up", "--s3", "--port", stack_env["PORT"], "--demo-customers", "2000"]
+    recorded: list[ProcessRecord] = []
+    try:
+        out = cli(up, stack_env | SLOW_TRAINING)
+        assert "started Prefect server" in out and "started S3 server" in out, out
+        state = stack_state(stack_dir)
+        recorded = [ProcessRecord.model_validate(p) for p in state["processes"].values()]
+        assert state["store"].startswith("s3://")
+        assert "AWS_SECRET_ACCESS_KEY" not in out and "hybridflow-local" not in out
+        run_id, run_name = _drive_pipeline(stack_env, stack_dir, up, tmp_path)
+        _check_ui(stack_env, run_id, run_name, tmp_path, output_dir)
+        status = cli(["status"], stack_env)
+        assert "NOT RUNNING" not in status and "worker-gpu-pool" in status, status
+    finally:
+        if (stack_dir / "stack.json").exists():
+            recorded += [
+                ProcessRecord.model_validate(p)
+                for p in stack_state(stack_dir)["processes"].values()
+            ]
+        down = cli(["down"], stack_env, timeout=120)
+        leftovers = [r for r in recorded if is_alive(r)]
+        for record in leftovers:
+            kill_tree(record)
+    assert "server" in down and not leftovers, f"still running after down: {leftovers}"
+
+
+def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
+    """Both pipeline runs and every API check; returns the completed run's id and name."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from infra.stack.processes import ProcessRecord, kill_tree
+
+    api = f"http://127.0.0.1:{stack_env['PORT']}/api"
+    with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+        pipeline = client.read_deployment_by_name("pipeline/pipeline")
+        assert pipeline.work_pool_name == "cpu-pool"
+        assert [s.schedule.cron for s in pipeline.schedules] == ["0 2 * * *"]
+        assert client.read_deployment_by_name("train/train").work_pool_name == "gpu-pool"
+        assert client.read_work_pool("gpu-pool").concurrency_limit == 1
+        _wrong_parameters_are_refused(client, pipeline)
+
+        # run 1: the GPU worker (and its training process) dies in the middle of training
+        first = client.create_flow_run_from_deployment(pipeline.id)
+        train_run = wait_for(
+            "the train stage to run",
+            lambda: (
+                (r := _children(client, first.id).get("train"))
+                and r.state_type.value == "RUNNING"
+                and r
+            ),
+            timeout=400,
+            every=1.0,
+        )
+        # crash detection starts with a run's first heartbeat: kill after it reached the server
+        wait_for(
+            "the train run's first heartbeat",
+            lambda: _heartbeats(api, train_run.id),
+            timeout=60,
+        )
+        gpu_worker = ProcessRecord.model_validate(
+            stack_state(stack_dir)["processes"]["worker-gpu-pool"]
+        )
+        assert len(kill_tree(gpu_worker)) >= 2, "the worker and its flow-run process"
+        # `up` again restarts only what died (here with normal training settings)
+        again = cli([*up, "--no-deploy"], stack_env)
+        assert "Prefect server already running" in again and "started gpu-pool worker" in again
+        assert "cpu-pool worker already running" in again
+
+        crashed = _final(client, train_run.id, timeout=240)
+        assert crashed.state_type.value == "CRASHED", crashed.state
+        failed = _final(client, first.id, timeout=120)
+        assert failed.state_type.value == "FAILED", failed.state
+        assert "train/train" in failed.state.message and "Crashed" in failed.state.message
+        assert f"/runs/flow-run/{train_run.id}" in failed.state.message
+
+        # run 2: same parameters -> same run key: data preparation is not run again
+        second = client.create_flow_run_from_deployment(pipeline.id)
+        done = _final(client, second.id, timeout=420)
+        assert done.state_type.value == "COMPLETED", done.state
+        children = _children(client, second.id)
+        assert set(children) == {"train", "batch-inference"}, children
+        assert children["train"].work_pool_name == "gpu-pool"
+        assert children["batch-inference"].work_pool_name == "cpu-pool"
+        assert _children(client, first.id)["prepare-data"].work_pool_name == "cpu-pool"
+
+        prepare_id = _children(client, first.id)["prepare-data"].id
+        arts = _artifacts(client, [second.id, prepare_id, *(c.id for c in children.values())])
+        arts |= _artifacts(client, _in_process_children(client, prepare_id))
+        expected = {
+            "pipeline-stages",
+            "stage-validate",
+            "stage-features",
+            "stage-preprocess",
+            "stage-train",
+            "stage-batch-inference",
+            "model-card",
+            "train-epochs",
+            "predictions",
+            "pipeline-predictions",
+            "pipeline-model-version",
+        }
+        assert expected <= set(arts), sorted(arts)
+        stages = {row["stage"]: row for row in json.loads(arts["pipeline-stages"].data)}
+        assert stages["validate"]["cached"] and stages["preprocess"]["cached"]
+        assert not stages["train"]["cached"] and stages["train"]["pool"] == "gpu-pool"
+        assert stages["batch_inference"]["pool"] == "cpu-pool"
+        train_table = {r["metric"]: r["value"] for r in json.loads(arts["stage-train"].data)}
+        assert train_table["pool"] == "gpu-pool"
+        _outputs_are_in_s3(stack_state(stack_dir), stack_env, arts["predictions"].data)
+        return str(done.id), done.name
+
+
+def _heartbeats(api: str, flow_run_id) -> int:
+    import httpx
+
+    body = {
+        "filter": {
+            "event": {"name": ["prefect.flow-run.heartbeat"]},
+            "resource": {"id": [f"prefect.flow-run.{flow_run_id}"]},
+        },
+        "limit": 5,
+    }
+    return len(httpx.post(f"{api}/events/filter", json=body, timeout=10).json()["events"])
+
+
+def _in_process_children(client, parent_id) -> list:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    runs = client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])
+        )
+    )
+    return [r.id for r in runs]
+
+
+def _wrong_parameters_are_refused(client, pipeline) -> None:
+    events = pipeline.parameters["params"]["events"]
+    for bad, field in (({"horizon_days": 0}, "horizon_days"), ({"epochz": 3}, "epochz")):
+        with pytest.raises(Exception) as refused:
+            client.create_flow_run_from_deployment(
+                pipeline.id, parameters={"params": {"events": events, **bad}}
+            )
+        assert field in str(refused.value), str(refused.value)
+
+
+def _outputs_are_in_s3(state, stack_env, predictions_link: str) -> None:
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=state["s3_endpoint"],
+        region_name="us-east-1",
+        aws_access_key_id="hybridflow-local",
+        aws_secret_access_key="hybridflow-local",
+    )
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="hybridflow").get("Contents", [])]
+    assert any(k.startswith("store/predictions/") and k.endswith(".parquet") for k in keys)
+    assert any(k.startswith("store/models/versions/") for k in keys), keys[:20]
+    assert "s3://hybridflow/store/predictions/" in predictions_link
+
+
+def _check_ui(stack_env, flow_run_id: str, run_name: str, tmp_path, output_dir) -> None:
+    url = f"http://127.0.0.1:{stack_env['PORT']}/runs/flow-run/{flow_run_id}"
+    profile = tmp_path / f"chromium-{uuid.uuid4().hex[:6]}"
+    dom = chromium(url, profile, "--dump-dom")
+    (output_dir / "flow-run.html").write_text(dom)
+    assert "Completed" in dom, "the run page does not show the Completed state"
+    assert run_name in dom, f"the run page does not name the run {run_name}"
+    shot = output_dir / "flow-run.png"
+    chromium(url, profile, f"--screenshot={shot}")
+    assert shot.stat().st_size > 10_000

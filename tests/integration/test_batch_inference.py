@@ -1,0 +1,192 @@
+"""Batch inference on real Spark + Prefect: contract, parity with plain torch, re-scoring with
+an older registry version through the CLI, progress reporting, one model load per worker."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from infra.datasets import read_dataset_manifest
+from infra.registry import ModelRegistry
+from infra.store import ObjectStore, open_store
+from tasks.model import CustomerMLP, ModelConfig, bundle_bytes, load_bundle, predict_proba
+
+pytestmark = pytest.mark.integration
+
+
+def _register(registry: ModelRegistry, features: list[str], seed: int) -> str:
+    """An untrained but deterministic model version (scoring does not care how it was fitted)."""
+    torch.manual_seed(seed)
+    model = CustomerMLP(
+        ModelConfig(
+            features=features,
+            hidden_sizes=[16, 8],
+            dropout=0.0,
+            norm_mean=[1.0] * len(features),
+            norm_std=[2.0] * len(features),
+        )
+    )
+    return registry.register(bundle_bytes(model), features=features).version
+
+
+def _read_published(store: ObjectStore, prefix: str) -> pa.Table:
+    manifest = read_dataset_manifest(store, prefix)
+    root = store.local_path(manifest.data_prefix)
+    return pa.concat_tables(pq.read_table(root / f.split("/")[-1]) for f in manifest.files)
+
+
+def _plain_torch_scores(store: ObjectStore, version: str, features_prefix: str) -> dict[str, float]:
+    """Score the published feature rows with the model in this process, all cores."""
+    manifest, files = ModelRegistry(store).read_files(version)
+    model = load_bundle(files, manifest.files)
+    table = _read_published(store, features_prefix)
+    x = np.column_stack([table.column(f).to_numpy().astype(np.float32) for f in manifest.features])
+    torch.set_num_threads(os.cpu_count() or 1)
+    scores = predict_proba(model, x)
+    return dict(zip(table.column("customer_id").to_pylist(), scores.tolist(), strict=True))
+
+
+def _check_predictions(
+    table: pa.Table, version: str, as_of: dt.date, expected: dict[str, float]
+) -> np.ndarray:
+    assert table.schema.field("customer_id").type == pa.string()
+    assert table.schema.field("score").type == pa.float64()
+    assert table.schema.field("model_version").type == pa.string()
+    assert table.schema.field("as_of").type == pa.date32()
+    ids = table.column("customer_id").to_pylist()
+    assert len(ids) == len(set(ids)) == len(expected)
+    assert set(table.column("model_version").to_pylist()) == {version}
+    assert set(table.column("as_of").to_pylist()) == {as_of}
+    scores = table.column("score").to_numpy()
+    assert np.all((scores >= 0.0) & (scores <= 1.0))
+    plain = np.array([expected[i] for i in ids])
+    np.testing.assert_allclose(scores, plain, rtol=0, atol=1e-6)
+    return scores
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _progress_artifacts(key: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+        )
+
+
+def test_batch_inference_end_to_end(
+    spark, prefect_harness, demo_events, tmp_path, monkeypatch, capsys
+):
+    from flows.batch_inference import InferenceParams, batch_inference_flow
+    from flows.prepare import PrepareParams, prepare_flow
+    from infra.cli import main
+    from infra.settings import get_settings
+    from tasks.build_features import scoring_features_prefix
+    from tasks.inference import ScoringModel, score_features
+    from tasks.scoring_stage import load_scoring_model, predictions_prefix
+    from tasks.stage_records import FeaturesResult, read_stage_manifest
+
+    store_uri = str(tmp_path / "store")
+    monkeypatch.setenv("HYBRIDFLOW_STORE", store_uri)
+    monkeypatch.setenv("HYBRIDFLOW_PROGRESS_INTERVAL_S", "0.2")
+    get_settings.cache_clear()
+    try:
+        prepared = prepare_flow(PrepareParams(events=str(demo_events), store=store_uri))
+        store = open_store(store_uri)
+        feats = read_stage_manifest(store, prepared.run_id, "features", FeaturesResult)
+        registry = ModelRegistry(store)
+        old = _register(registry, feats.features, seed=1)
+        new = _register(registry, feats.features, seed=2)
+        registry.set_alias(new, "test")
+        features_prefix = scoring_features_prefix(feats.as_of)
+
+        # 1. The flow scores with production: contract, parity with plain torch, progress.
+        stage_log, stage_logger = _ListHandler(), logging.getLogger("tasks.scoring_stage")
+        level = stage_logger.level
+        stage_logger.addHandler(stage_log)
+        stage_logger.setLevel(logging.INFO)
+        try:
+            result = batch_inference_flow(InferenceParams(as_of=feats.as_of, store=store_uri))
+        finally:
+            stage_logger.removeHandler(stage_log)
+            stage_logger.setLevel(level)
+        assert result.model_version == new
+        assert result.rows_scored == feats.n_scoring
+        assert result.report.rows_in == feats.n_scoring
+        new_scores = _check_predictions(
+            _read_published(store, predictions_prefix(feats.as_of)),
+            new,
+            feats.as_of,
+            _plain_torch_scores(store, new, features_prefix),
+        )
+        progress = _progress_artifacts("progress-batch-inference")
+        assert progress and float(progress[-1].data) == pytest.approx(100.0)
+        assert any(
+            f"{feats.n_scoring:,} rows done of {feats.n_scoring:,} (100%)" in r.getMessage()
+            for r in stage_log.records
+        )
+
+        # 2. The CLI re-scores the same as-of with the older version: predictions replaced.
+        capsys.readouterr()
+        assert main(["infer", "--as-of", feats.as_of.isoformat(), "--model-version", old]) == 0
+        assert old in capsys.readouterr().out
+        published = read_dataset_manifest(store, predictions_prefix(feats.as_of))
+        assert published.metadata["model_version"] == old
+        old_scores = _check_predictions(
+            _read_published(store, predictions_prefix(feats.as_of)),
+            old,
+            feats.as_of,
+            _plain_torch_scores(store, old, features_prefix),
+        )
+        assert not np.allclose(np.sort(old_scores), np.sort(new_scores))
+
+        # 3. A version the registry lacks is the user's error: exit 2, one line.
+        assert main(["infer", "--as-of", feats.as_of.isoformat(), "--model-version", "m-x"]) == 2
+        assert "model version not found: m-x" in capsys.readouterr().err
+
+        # 4. The model is loaded once per Python worker, not once per task.
+        from tasks.spark_io import read_dataset
+
+        tasks = 4 * spark.sparkContext.defaultParallelism
+        loads = spark.sparkContext.accumulator(0)
+        fresh = _register(registry, feats.features, seed=3)  # not cached in any worker yet
+        scored = score_features(
+            read_dataset(spark, store, features_prefix).repartition(tasks),
+            load_scoring_model(store, fresh),
+            feats.as_of,
+            model_loads=loads,
+        )
+        assert scored.count() == feats.n_scoring
+        assert 1 <= loads.value < tasks
+
+        # 5. Bundle bytes that do not match their sha256 are refused by the workers (a version
+        # no worker has cached; a cached one was verified when it was loaded).
+        good = load_scoring_model(store, _register(registry, feats.features, seed=4))
+        tampered = ScoringModel(
+            version=good.version,
+            files={**good.files, "model.pt": good.files["model.pt"] + b"x"},
+            sha256=good.sha256,
+            features=good.features,
+        )
+        with pytest.raises(Exception, match="sha256"):
+            score_features(
+                read_dataset(spark, store, features_prefix), tampered, feats.as_of
+            ).count()
+    finally:
+        get_settings.cache_clear()

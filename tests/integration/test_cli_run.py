@@ -1,0 +1,85 @@
+"""``hybridflow`` as a user runs it: a real subprocess, its stdout, stderr and exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _hybridflow(args, cwd, store, timeout=600):
+    env = dict(os.environ, HYBRIDFLOW_STORE=str(store))
+    env.pop("PREFECT_API_URL", None)  # embedded mode: the CLI starts its own ephemeral API
+    env["PREFECT_HOME"] = str(cwd / "prefect-home")
+    return subprocess.run(
+        [sys.executable, "-m", "infra.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_run_json_prints_the_summary_line_last(demo_events, tmp_path):
+    proc = _hybridflow(
+        ["run", "--events", str(demo_events), "--json"], tmp_path, tmp_path / "store"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key in (
+        "status",
+        "flow_run_id",
+        "model_version",
+        "promoted",
+        "metrics",
+        "predictions_uri",
+        "rows_read",
+        "rows_quarantined",
+        "rows_scored",
+        "stages",
+    ):
+        assert key in summary, key
+    assert summary["status"] == "completed" and summary["promoted"] is True
+    assert set(summary["metrics"]) >= {
+        "test_auc",
+        "test_pr_auc",
+        "test_logloss",
+        "n_train",
+        "n_test",
+    }
+    assert [s["name"] for s in summary["stages"]] == [
+        "validate",
+        "features",
+        "preprocess",
+        "train",
+        "batch_inference",
+    ]
+    assert all({"name", "seconds", "device"} <= set(s) for s in summary["stages"])
+
+    listing = _hybridflow(["models", "list"], tmp_path, tmp_path / "store", timeout=120)
+    assert listing.returncode == 0 and f"* {summary['model_version']}" in listing.stdout
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    csv = tmp_path / "events.csv"
+    csv.write_text("customer_id,amount\nA,1.0\n")
+    proc = _hybridflow(["run", "--events", str(csv)], tmp_path, tmp_path / "store")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hybridflow:")]
+    assert len(errors) == 1 and errors[0].startswith("hybridflow: error:")
+    assert "missing required column(s) event_time" in errors[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_path_exits_2(tmp_path):
+    proc = _hybridflow(["run", "--events", str(tmp_path / "nope")], tmp_path, tmp_path / "store")
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hybridflow:")]
+    assert errors == [f"hybridflow: error: events path not found: {tmp_path / 'nope'}"]
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,96 @@
+"""The whole DAG under Prefect's test harness with a real local Spark session."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flows.pipeline import PipelineParams, pipeline_flow
+from infra.registry import ModelRegistry
+from infra.store import LocalFolderStore
+from tasks.metrics import log_loss
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def first_run(prefect_harness, spark, demo_events, tmp_path_factory):
+    store_dir = tmp_path_factory.mktemp("pipeline-store")
+    params = PipelineParams(events=str(demo_events), store=str(store_dir), device="cpu")
+    return store_dir, params, pipeline_flow(params)
+
+
+def test_predictions_follow_the_contract(first_run):
+    _, _, summary = first_run
+    preds = pd.read_parquet(summary.predictions_uri)
+    assert list(preds.columns) == ["customer_id", "score", "model_version", "as_of"]
+    assert preds.customer_id.dtype == object and preds.score.dtype == np.float64
+    assert preds.score.between(0, 1).all()
+    assert preds.customer_id.is_unique
+    assert len(preds) == summary.rows_scored == 3000  # every customer seen <= T
+    assert set(preds.model_version) == {summary.scored_with}
+    assert set(pd.to_datetime(preds.as_of).dt.date) == {summary.as_of}
+
+
+def test_model_beats_trivial_baselines_on_the_planted_signal(first_run):
+    store_dir, _, summary = first_run
+    m = summary.metrics
+    assert m["n_test"] > 200
+    assert 0.78 <= m["test_auc"] <= 0.97, m  # a constant or random score has AUC 0.5
+    # the best constant prediction is the test positive rate; its log loss is the entropy
+    rate = (
+        ModelRegistry(LocalFolderStore(store_dir))
+        .get(summary.model_version)
+        .metrics["test_positive_rate"]
+    )
+    y = np.r_[np.ones(round(rate * 1000)), np.zeros(1000 - round(rate * 1000))]
+    assert m["test_logloss"] < log_loss(y, np.full(len(y), rate)) - 0.05
+
+
+def test_registry_and_quarantine(first_run):
+    store_dir, _, summary = first_run
+    registry = ModelRegistry(LocalFolderStore(store_dir))
+    assert summary.promoted and registry.alias().version == summary.model_version
+    manifest = registry.get(summary.model_version)
+    assert set(manifest.files) == {"model.pt", "model.json"}
+    assert manifest.features and manifest.metrics["test_auc"] == pytest.approx(
+        summary.metrics["test_auc"]
+    )
+    # demo data plants null ids, negative amounts and exact duplicates
+    assert set(summary.quarantine_reasons) == {
+        "missing_customer_id",
+        "invalid_amount",
+        "duplicate_event",
+    }
+    q = pd.read_parquet(summary.quarantine_uri)
+    assert len(q) == summary.rows_quarantined and "reason" in q.columns
+    assert summary.rows_read == summary.stages[0].rows_out + summary.rows_quarantined
+
+
+def test_second_run_goes_through_the_gate(first_run):
+    store_dir, params, first = first_run
+    second = pipeline_flow(params)
+    assert second.model_version != first.model_version
+    registry = ModelRegistry(LocalFolderStore(store_dir))
+    assert registry.get(second.model_version).parent_version == first.model_version
+    assert "production" in second.promotion_reason
+    expected = second.model_version if second.promoted else first.model_version
+    assert registry.alias().version == expected == second.scored_with
+
+
+def test_run_is_planned_priced_and_profiled(first_run):
+    from infra.costs import read_cost_reports
+    from infra.profiles import read_profiles
+
+    store_dir, _, summary = first_run
+    store = LocalFolderStore(store_dir)
+    assert [p["stage"] for p in summary.plan] == [s.name for s in summary.stages]
+    assert dict((p["stage"], p["pool"]) for p in summary.plan)["train"] == "gpu-pool"
+    cost = summary.cost
+    assert cost["total_usd"] == pytest.approx(sum(s["cost_usd"] for s in cost["stages"]))
+    assert {s["pool"] for s in cost["stages"]} == {"cpu-pool"}  # this box is a CPU node
+    profiles = [p for p in read_profiles(store) if p.run_id == summary.run_id]
+    assert sorted(p.stage for p in profiles) == sorted(s.name for s in summary.stages)
+    assert all(p.seconds > 0 and p.peak_memory_mb and p.peak_memory_mb > 0 for p in profiles)
+    assert summary.run_id in {r.run_id for r in read_cost_reports(store)}

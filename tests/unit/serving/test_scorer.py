@@ -1,0 +1,32 @@
+"""The fast single-request scoring path gives what predict_proba gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from serving.sample import sample_feature_table, sample_model
+from serving.scorer import fast_scorer
+from tasks.model import CustomerMLP, ModelConfig, predict_proba
+
+
+def test_fast_path_matches_predict_proba():
+    table = sample_feature_table(50, seed=2)
+    model = sample_model(table, seed=4, hidden_sizes=[16, 8, 4])
+    x = np.random.default_rng(1).exponential(20.0, size=(64, model.net[0].in_features))
+    fast = fast_scorer(model)
+    assert fast is not None
+    np.testing.assert_allclose(fast(x), predict_proba(model, x), rtol=0, atol=1e-7)
+    np.testing.assert_allclose(fast(x[:1]), predict_proba(model, x[:1]), rtol=0, atol=1e-7)
+
+
+def test_models_in_training_mode_or_of_other_shapes_get_no_fast_path():
+    config = ModelConfig(
+        features=["a", "b"], hidden_sizes=[4], dropout=0.5, norm_mean=[0, 0], norm_std=[1, 1]
+    )
+    model = CustomerMLP(config)
+    assert fast_scorer(model) is None  # training mode: dropout active
+    model.eval()
+    assert fast_scorer(model) is not None
+    model.net.append(torch.nn.Tanh())
+    assert fast_scorer(model) is None
