@@ -70,4 +70,3 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="recompute validate/features/preprocess even when their inputs are unchanged",
     )
-
