@@ -5,6 +5,7 @@ output; and the real CLI answers bad input with exit code 2 and one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -50,6 +51,21 @@ def _transaction_log(demo_events: Path, out: Path) -> Path:
     return out
 
 
+def _quarantine_artifact(quarantine_uri: str) -> list[dict]:
+    """Rows of the run's ``quarantine`` table artifact, read back through the Prefect API."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["quarantine"]))
+        )
+    mine = [a for a in artifacts if quarantine_uri in (a.description or "")]
+    assert len(mine) == 1
+    data = mine[0].data
+    return json.loads(data) if isinstance(data, str) else data
+
+
 @pytest.mark.integration
 def test_transaction_log_trains_scores_caches_and_reruns_atomically(
     prefect_harness, demo_events, tmp_path
@@ -78,6 +94,9 @@ def test_transaction_log_trains_scores_caches_and_reruns_atomically(
     assert manifest.features == feature_names(four_columns)
     assert "basket_size_mean" in manifest.features and "n_events" not in manifest.features
     assert pq.read_table(summary.predictions_uri).num_rows == summary.rows_scored
+
+    table = _quarantine_artifact(summary.quarantine_uri)
+    assert {r["reason"]: r["rows"] for r in table} == summary.quarantine_reasons
 
     first = read_stage_manifest(store, summary.run_id, "features", FeaturesResult)
     scoring = find_dataset(store, first.scoring_prefix)
