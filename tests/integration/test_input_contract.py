@@ -131,6 +131,9 @@ def _orphan_after_crash(store: LocalFolderStore, prefix: str) -> None:
 
 def test_unpublished_data_folders_stay_invisible_and_are_swept(tmp_path):
     store = LocalFolderStore(tmp_path / "store")
+    stale, fresh = store.staging_dir(), store.staging_dir()
+    (stale / "part-0.parquet").write_bytes(b"half written")
+    os.utime(stale, (time.time() - 7 * 3600, time.time() - 7 * 3600))
     prefix = "features/as_of=2025-01-01"
     staged = tmp_path / "v1"
     staged.mkdir()
@@ -144,6 +147,7 @@ def test_unpublished_data_folders_stay_invisible_and_are_swept(tmp_path):
     v2 = publish_dataset(store, staged, prefix, rows=1)
     folders = sorted(p.name for p in (store.root / prefix).iterdir() if p.name.startswith("data-"))
     assert folders == sorted([v1.data_prefix.split("/")[-1], v2.data_prefix.split("/")[-1]])
+    assert not stale.exists() and fresh.is_dir()  # a killed run's staging goes after 6 hours
 
 
 KILLED_WRITER = textwrap.dedent(
