@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from infra.errors import StoreError
 from infra.store import ObjectStore
 
 MANIFEST = "_manifest.json"
+STALE_STAGING_S = 6 * 3600  # a staging folder this old belongs to a run that died
 
 
 class DatasetManifest(BaseModel):
@@ -58,7 +60,26 @@ def publish_dataset(
     )
     store.put_json(f"{prefix}/{MANIFEST}", manifest.model_dump(mode="json"))
     _sweep_unreferenced(store, prefix, keep={data_prefix, previous.data_prefix if previous else ""})
+    sweep_stale_staging(store)
     return manifest
+
+
+def sweep_stale_staging(store: ObjectStore, max_age_s: float = STALE_STAGING_S) -> list[Path]:
+    """Remove a folder store's staging folders older than ``max_age_s`` (left by killed runs;
+    never read, as nothing was published from them). Returns what was removed."""
+    staging = store.local_path(".staging")
+    if staging is None or not staging.is_dir():
+        return []
+    cutoff = time.time() - max_age_s
+    removed = []
+    for folder in staging.iterdir():
+        try:
+            if folder.is_dir() and folder.stat().st_mtime < cutoff:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+        except FileNotFoundError:
+            continue  # another process swept it
+    return removed
 
 
 def _sweep_unreferenced(store: ObjectStore, prefix: str, keep: set[str]) -> None:
