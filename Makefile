@@ -27,6 +27,7 @@ demo: install
 	$(BIN)/hybridflow run --events data/demo-events
 
 test: install
+	@mkdir -p $(PREFECT_HOME)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: install

@@ -33,11 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _HideInputErrorTracebacks(logging.Filter):
+class _QuietCliLogs(logging.Filter):
     """Prefect logs a flow's exception with its traceback; for input errors the CLI's one line
-    says it all, so the traceback is dropped (``--debug`` keeps it)."""
+    says it all, so the traceback is dropped (``--debug`` keeps it). The ephemeral API's start
+    and stop notices are dropped too, so the CLI's own line stays the last one on stderr."""
+
+    NOTICES = ("Starting temporary server", "Stopping temporary server", "See https://")
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith(self.NOTICES):
+            return False
         if record.exc_info and isinstance(record.exc_info[1], HybridflowInputError):
             record.exc_info = None
             record.exc_text = None
@@ -47,7 +52,7 @@ class _HideInputErrorTracebacks(logging.Filter):
 def _install_traceback_filter() -> None:
     import prefect  # noqa: F401  - sets up Prefect's handlers, which get the filter too
 
-    hide = _HideInputErrorTracebacks()
+    hide = _QuietCliLogs()
     loggers = [logging.getLogger()] + [
         logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
     ]
