@@ -148,7 +148,7 @@ def run_profile(args: argparse.Namespace) -> int:
     """Run a profiling run in this process (for the pool this machine belongs to)."""
     from pathlib import Path
 
-    from flows.profile import ProfileParams, profile_flow
+    from flows.profiling import ProfileParams, profile_flow
 
     result = profile_flow(
         ProfileParams(

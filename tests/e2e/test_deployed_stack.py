@@ -17,10 +17,11 @@ from tests.e2e.stack_driver import FINAL, chromium, cli, stack_state, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
-SLOW_TRAINING = {  # first run only: training long enough to be killed in the middle
+TRAINING = {  # long enough (200 small-batch epochs) to be killed after its first checkpoint
     "HYBRIDFLOW_TRAIN__BATCH_SIZE": "8",
-    "HYBRIDFLOW_TRAIN__MAX_EPOCHS": "2000",
-    "HYBRIDFLOW_TRAIN__PATIENCE": "2000",
+    "HYBRIDFLOW_TRAIN__MAX_EPOCHS": "200",
+    "HYBRIDFLOW_TRAIN__PATIENCE": "200",
+    "HYBRIDFLOW_CHECKPOINT__EVERY_STEPS": "200",
 }
 
 
@@ -36,6 +37,7 @@ def stack_env(tmp_path) -> dict[str, str]:
         HYBRIDFLOW_SPARK_DRIVER_MEMORY="2g",
         HYBRIDFLOW_SPARK_SHUFFLE_PARTITIONS="4",
         PORT=str(free_port()),
+        **TRAINING,
     )
     return env
 
@@ -76,7 +78,7 @@ def test_deployed_pipeline_over_pools_survives_a_killed_gpu_worker(stack_env, tm
     up = ["up", "--s3", "--port", stack_env["PORT"], "--demo-customers", "2000"]
     recorded: list[ProcessRecord] = []
     try:
-        out = cli(up, stack_env | SLOW_TRAINING)
+        out = cli(up, stack_env)
         assert "started Prefect server" in out and "started S3 server" in out, out
         state = stack_state(stack_dir)
         recorded = [ProcessRecord.model_validate(p) for p in state["processes"].values()]
@@ -133,11 +135,18 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
             lambda: _heartbeats(api, train_run.id),
             timeout=60,
         )
+        s3 = _s3_client(stack_state(stack_dir))
+        wait_for(
+            "the first training checkpoint",
+            lambda: any(k.endswith(".json") for k in _keys(s3, "store/checkpoints/")),
+            timeout=120,
+            every=0.5,
+        )
         gpu_worker = ProcessRecord.model_validate(
             stack_state(stack_dir)["processes"]["worker-gpu-pool"]
         )
         assert len(kill_tree(gpu_worker)) >= 2, "the worker and its flow-run process"
-        # `up` again restarts only what died (here with normal training settings)
+        # `up` again restarts only what died
         again = cli([*up, "--no-deploy"], stack_env)
         assert "Prefect server already running" in again and "started gpu-pool worker" in again
         assert "cpu-pool worker already running" in again
@@ -182,7 +191,10 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
         assert stages["batch_inference"]["pool"] == "cpu-pool"
         train_table = {r["metric"]: r["value"] for r in json.loads(arts["stage-train"].data)}
         assert train_table["pool"] == "gpu-pool"
-        _outputs_are_in_s3(stack_state(stack_dir), stack_env, arts["predictions"].data)
+        _outputs_are_in_s3(s3, arts["predictions"].data)
+        (train_manifest,) = [k for k in _keys(s3, "store/runs/") if k.endswith("/train.json")]
+        resumed = json.loads(s3.get_object(Bucket="hybridflow", Key=train_manifest)["Body"].read())
+        assert resumed["resumed_from_step"], "the re-run did not resume training from a checkpoint"
         return str(done.id), done.name
 
 
@@ -220,17 +232,25 @@ def _wrong_parameters_are_refused(client, pipeline) -> None:
         assert field in str(refused.value), str(refused.value)
 
 
-def _outputs_are_in_s3(state, stack_env, predictions_link: str) -> None:
+def _s3_client(state):
     import boto3
 
-    s3 = boto3.client(
+    return boto3.client(
         "s3",
         endpoint_url=state["s3_endpoint"],
         region_name="us-east-1",
         aws_access_key_id="hybridflow-local",
         aws_secret_access_key="hybridflow-local",
     )
-    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="hybridflow").get("Contents", [])]
+
+
+def _keys(s3, prefix: str) -> list[str]:
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket="hybridflow", Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def _outputs_are_in_s3(s3, predictions_link: str) -> None:
+    keys = _keys(s3, "store/")
     assert any(k.startswith("store/predictions/") and k.endswith(".parquet") for k in keys)
     assert any(k.startswith("store/models/versions/") for k in keys), keys[:20]
     assert "s3://hybridflow/store/predictions/" in predictions_link

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flows.profile import ProfileParams, profile_flow
+from flows.profiling import ProfileParams, profile_flow
 from infra.profiles import read_profiles
 from infra.registry import ModelRegistry
 from infra.settings import HybridflowSettings
