@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra.commands._args import EXIT_OK, add_run_args
+from infra.commands.plan import parse_pins
 
 if TYPE_CHECKING:
     from flows.pipeline import PipelineParams
@@ -21,6 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--fresh", action="store_true", help="train from step 0 (ignore earlier checkpoints)"
     )
+    p.add_argument("--deadline", default=None, help="pipeline deadline for the router, e.g. 2h")
+    p.add_argument(
+        "--pin", action="append", default=[], metavar="STAGE=POOL", help="force a stage's pool"
+    )
+    p.add_argument("--tight-budget", action="store_true", help="CPU first where rules decide")
     p.set_defaults(handler=run)
 
 
@@ -42,6 +48,9 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
             timestamp_format=args.timestamp_format,
         ),
         use_cache=False if args.no_cache else None,
+        deadline=getattr(args, "deadline", None),
+        pinned_pools=parse_pins(getattr(args, "pin", [])),
+        tight_budget=getattr(args, "tight_budget", False),
     )
 
 
