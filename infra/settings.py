@@ -88,17 +88,13 @@ class HybridflowSettings(BaseSettings):
     )
     work_dir: Path = Field(default=Path(".hybridflow/work"), description="local scratch space")
 
-    spark_master: str = Field(
-        default="local[*]", description="local[N], spark://host:7077, yarn, k8s://https://host"
-    )
+    spark_master: str = "local[*]"
     spark_driver_memory: str = "4g"
     spark_executor_memory: str = Field(
         default="4g", description="per executor on a cluster (local mode: the driver is it)"
     )
     spark_shuffle_partitions: int = Field(default=8, ge=1)
-    spark_arrow_batch_size: int = Field(
-        default=10_000, ge=100, description="rows per Arrow batch handed to Python workers"
-    )
+    spark_arrow_batch_size: int = Field(default=10_000, ge=100)
     progress_interval_s: float = Field(
         default=5.0, gt=0, description="seconds between progress log lines/artifact updates"
     )

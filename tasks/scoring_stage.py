@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
@@ -19,6 +21,7 @@ from tasks.spark_io import read_dataset, write_dataset
 from tasks.stage_records import InferenceResult, StageReport
 
 log = logging.getLogger(__name__)
+READ_SPLITS_PER_CORE = 4
 
 
 def predictions_prefix(as_of: dt.date) -> str:
@@ -44,6 +47,23 @@ def load_scoring_model(store: ObjectStore, model_version: str | None) -> Scoring
     return ScoringModel(
         version=version, files=files, sha256=dict(manifest.files), features=manifest.features
     )
+
+
+@contextmanager
+def _read_splits(spark: SparkSession, per_core: int) -> Iterator[None]:
+    """Split the features read into about ``per_core`` tasks per core while the job is planned
+    (default: one per core, which packs small files together): progress moves per finished task
+    and a slow task holds up less. Restores the session's setting afterwards."""
+    key = "spark.sql.files.minPartitionNum"
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, str(per_core * spark.sparkContext.defaultParallelism))
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
 
 
 def batch_inference_stage(
@@ -73,7 +93,7 @@ def batch_inference_stage(
     reporter = ProgressReporter(
         "batch_inference", total=published.rows, min_interval_s=progress_interval_s, logger=log
     )
-    with SparkRowProgress(spark, reporter) as progress:
+    with SparkRowProgress(spark, reporter) as progress, _read_splits(spark, READ_SPLITS_PER_CORE):
         scored = score_features(
             features,
             model,
