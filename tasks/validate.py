@@ -120,14 +120,23 @@ def quarantine_reason(df: DataFrame) -> Column:
 
 @dataclass
 class ValidatedEvents:
-    """Good events (contract columns, typed) and quarantined rows (raw values + ``reason``)."""
+    """Good events (contract columns, typed) and quarantined rows (raw values + ``reason``).
+
+    ``deduplicated`` is the persisted group-by behind both; unpersist it after writing them.
+    """
 
     good: DataFrame
     quarantine: DataFrame
+    deduplicated: DataFrame
 
 
 def split_valid_events(conformed: DataFrame) -> ValidatedEvents:
-    """Separate rows that break the contract, then exact duplicates among the rest (kept once)."""
+    """Separate rows that break the contract, then exact duplicates among the rest (kept once).
+
+    Only the typed contract columns are shuffled and cached (one group-by, computed once for
+    both outputs); invalid rows keep their raw input strings, extra copies of an exact
+    duplicate are recorded with the values of the row that was kept.
+    """
     flagged = conformed.withColumn("reason", quarantine_reason(conformed))
     raw_cols = [c for c in flagged.columns if c.startswith("raw_")]
     invalid = flagged.filter(F.col("reason").isNotNull()).select(*raw_cols, "reason")
@@ -135,19 +144,24 @@ def split_valid_events(conformed: DataFrame) -> ValidatedEvents:
     valid = flagged.filter(F.col("reason").isNull()).withColumn(
         "quantity", F.coalesce(F.col("quantity"), F.lit(1))
     )
-    grouped = valid.groupBy(*CONTRACT_COLUMNS).agg(
-        F.count(F.lit(1)).alias("_copies"), *[F.first(c).alias(c) for c in raw_cols]
+    grouped = (
+        valid.groupBy(*CONTRACT_COLUMNS)
+        .agg(F.count(F.lit(1)).alias("_copies"))
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
     good = grouped.select(*CONTRACT_COLUMNS)
     duplicates = (
         grouped.filter(F.col("_copies") > 1)
         .withColumn("_extra", F.explode(F.sequence(F.lit(2), F.col("_copies"))))
-        .select(*raw_cols, F.lit(REASON_DUPLICATE).alias("reason"))
+        .select(
+            *[F.col(c.removeprefix("raw_")).cast("string").alias(c) for c in raw_cols],
+            F.lit(REASON_DUPLICATE).alias("reason"),
+        )
     )
     quarantine = invalid.unionByName(duplicates).select(
         *[F.col(c).alias(c.removeprefix("raw_")) for c in raw_cols], "reason"
     )
-    return ValidatedEvents(good=good, quarantine=quarantine)
+    return ValidatedEvents(good=good, quarantine=quarantine, deduplicated=grouped)
 
 
 def validate_stage(
@@ -201,18 +215,18 @@ def validate_events(
     started = time.perf_counter()
     raw = read_events(spark, path, options)
     present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
-    conformed = conform_events(raw.df, raw.timestamp_format).persist(StorageLevel.MEMORY_AND_DISK)
+    parts = split_valid_events(conform_events(raw.df, raw.timestamp_format))
     try:
-        rows_read = conformed.count()
-        if rows_read == 0:
-            raise HybridflowInputError(f"events input is empty (no rows): {path}")
-        parts = split_valid_events(conformed)
         quarantine = write_dataset(parts.quarantine, store, f"runs/{run_id}/quarantine")
         events = write_dataset(parts.good, store, f"runs/{run_id}/events")
     except (PySparkException, Py4JJavaError) as exc:
         raise HybridflowInputError(f"cannot read events at {path}: {_first_line(exc)}") from None
     finally:
-        conformed.unpersist()
+        parts.deduplicated.unpersist()
+    # every input row is either kept, or quarantined (invalid, or an extra duplicate copy)
+    rows_read = events.rows + quarantine.rows
+    if rows_read == 0:
+        raise HybridflowInputError(f"events input is empty (no rows): {path}")
     reasons: dict[str, int] = {}
     if quarantine.rows:
         q = read_dataset(spark, store, quarantine.prefix)
