@@ -47,7 +47,7 @@ SCHEMA = T.StructType(
         T.StructField("channel", T.StringType()),
     ]
 )
-DOCS = Path(__file__).parents[3] / "docs" / "readme" / "issue-3.md"
+DOCS = Path(__file__).parents[3] / "README.md"
 
 
 @pytest.fixture
