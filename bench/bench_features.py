@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from tasks.events_contract import CONTRACT_COLUMNS
 from tasks.features import (
     DAY_MICROS,
     EVENT_TYPE_MIX,
@@ -28,15 +29,7 @@ from tasks.features import (
     feature_names,
 )
 
-ALL_COLUMNS = {
-    "customer_id",
-    "event_time",
-    "amount",
-    "event_type",
-    "quantity",
-    "category",
-    "channel",
-}
+ALL_COLUMNS = set(CONTRACT_COLUMNS)
 CUTOFF = dt.datetime(2025, 12, 31, 23, 59, 59, 999999)
 
 

@@ -43,20 +43,20 @@ class RoutingPlan(BaseModel):
         raise KeyError(stage)
 
 
-def count_event_rows(path: str | Path) -> int:
-    """Rows in a Parquet/CSV file or folder, from Parquet footers or by counting CSV lines."""
+def count_event_rows(files: list[Path]) -> int:
+    """Rows in Parquet/CSV files, from Parquet footers or by counting CSV lines (minus header)."""
+    import gzip
+
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     rows = 0
     for f in files:
-        if f.name.startswith((".", "_")):
-            continue
-        if f.suffix.lower() in (".parquet", ".pq"):
+        suffixes = [x.lower() for x in f.suffixes]
+        if suffixes[-1:] in ([".parquet"], [".pq"]):
             rows += pq.ParquetFile(f).metadata.num_rows
-        elif f.suffix.lower() in (".csv", ".txt"):
-            with open(f, "rb") as fh:
+        elif suffixes[-1:] in ([".csv"], [".txt"]) or suffixes[-2:] == [".csv", ".gz"]:
+            opener = gzip.open if suffixes[-1] == ".gz" else open
+            with opener(f, "rb") as fh:
                 rows += max(sum(1 for _ in fh) - 1, 0)
     return rows
 

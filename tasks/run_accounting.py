@@ -20,6 +20,7 @@ from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
 from tasks.events_contract import OPTIONAL_DEFAULTS
 from tasks.features import feature_names
+from tasks.input_formats import list_event_files
 from tasks.stage_records import StageReport
 
 
@@ -33,13 +34,11 @@ def plan_pipeline(
     tight_budget: bool = False,
 ) -> RoutingPlan:
     """The routing plan for running the pipeline on ``events`` (nothing is run)."""
-    path = Path(events).expanduser()
-    if not path.exists():
-        raise HybridflowInputError(f"events path not found: {path}")
+    files = list_event_files(Path(events).expanduser())
     try:
         n_features = len(feature_names(set(OPTIONAL_DEFAULTS)))
         workloads = pipeline_workloads(
-            count_event_rows(path),
+            count_event_rows(files),
             mlp_parameters(n_features, settings.train.hidden_sizes),
             epochs=settings.train.max_epochs,
             pinned=pinned,

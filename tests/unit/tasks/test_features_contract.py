@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 from infra.errors import HybridflowInputError
 from tasks.build_features import features_stage
 from tasks.demo_data import DemoDataParams, generate_demo_events
+from tasks.events_contract import CONTRACT_COLUMNS
 from tasks.features import FEATURE_SPECS, NO_PURCHASE_DAYS, customer_features, feature_names
 from tasks.spark_io import read_dataset
 from tasks.validate import validate_stage
@@ -27,15 +28,7 @@ from tasks.validate import validate_stage
 pytestmark = pytest.mark.integration
 
 CUTOFF = dt.datetime(2025, 6, 30, 23, 59, 59)
-ALL_COLUMNS = {
-    "customer_id",
-    "event_time",
-    "amount",
-    "event_type",
-    "quantity",
-    "category",
-    "channel",
-}
+ALL_COLUMNS = set(CONTRACT_COLUMNS)
 SCHEMA = T.StructType(
     [
         T.StructField("customer_id", T.StringType()),
