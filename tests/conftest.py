@@ -58,7 +58,7 @@ def local_store(tmp_path):
 @pytest.fixture(scope="session")
 def demo_events(tmp_path_factory) -> Path:
     """Small synthetic events (3,000 customers, two years) with the planted signal."""
-    from tasks.demo_data import DemoDataParams, generate_demo_events
+    from tasks.data.demo_events import DemoDataParams, generate_demo_events
 
     out = tmp_path_factory.mktemp("demo") / "events"
     generate_demo_events(DemoDataParams(customers=3000, days=730, seed=11), out)

@@ -21,9 +21,9 @@ import pytest
 from infra.datasets import find_dataset, publish_dataset
 from infra.registry import ModelRegistry
 from infra.store import LocalFolderStore
-from tasks.features import feature_names
-from tasks.input_formats import InputOptions
-from tasks.stage_records import FeaturesResult, ValidateResult, read_stage_manifest
+from tasks.data.features import feature_names
+from tasks.data.input_formats import InputOptions
+from tasks.stages.records import FeaturesResult, ValidateResult, read_stage_manifest
 
 REPO = Path(__file__).parents[2]
 HYBRIDFLOW = Path(sys.executable).with_name("hybridflow")
@@ -156,7 +156,7 @@ KILLED_WRITER = textwrap.dedent(
     from infra.settings import HybridflowSettings
     from infra.spark import get_spark
     from infra.store import LocalFolderStore
-    from tasks.spark_io import write_dataset
+    from tasks.stages.spark_io import write_dataset
 
     spark = get_spark(HybridflowSettings())
     store = LocalFolderStore(sys.argv[1])

@@ -7,7 +7,7 @@ import pytest
 
 from infra.settings import get_settings
 from infra.store import LocalFolderStore
-from tasks.synthetic_snapshot import publish_synthetic_snapshot
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
 pytestmark = pytest.mark.integration
 
