@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-_PREFECT_HOME = Path(tempfile.mkdtemp(prefix="hf-test-prefect-"))
-os.environ.setdefault("PREFECT_HOME", str(_PREFECT_HOME))
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
-os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "tasks,infra,flows")
+from infra.prefect_env import configure_prefect_defaults  # noqa: E402 - before Prefect loads
+
+configure_prefect_defaults(Path(tempfile.mkdtemp(prefix="hf-test-prefect-")))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("HYBRIDFLOW_SPARK_DRIVER_MEMORY", "2g")
 os.environ.setdefault("HYBRIDFLOW_SPARK_SHUFFLE_PARTITIONS", "4")

@@ -166,87 +166,78 @@ def route(
     pools: list[PoolSpec],
     models: dict[str, ThroughputModel],
 ) -> RoutingDecision:
-    """Decide ``workload``'s pool. ``models`` maps pool name -> throughput model for this stage."""
+    """Decide ``workload``'s pool. ``models`` maps pool name -> throughput model for this stage.
+
+    A pin always wins; a rule that demands a GPU, or a pool without profiles, decides by rule;
+    otherwise the cheapest measured pool that meets the deadline (else the fastest) wins."""
     candidates = [p for p in pools if p.available]
     if not candidates:
         raise ValueError("no work pool is available")
-    by_name = {p.name: p for p in candidates}
     estimates = [estimate(workload, p, models.get(p.name)) for p in candidates]
     missing = [e.pool for e in estimates if not e.from_profile]
 
-    if workload.pinned_pool is not None:
-        if workload.pinned_pool not in by_name:
-            raise ValueError(
-                f"pinned pool {workload.pinned_pool!r} is not an available pool "
-                f"({', '.join(by_name)})"
-            )
+    def decision(pool: str, alternative: str | None, reason: str, basis: str) -> RoutingDecision:
         return RoutingDecision(
             stage=workload.stage,
             kind=workload.kind,
-            pool=workload.pinned_pool,
-            alternative=_other(workload.pinned_pool, candidates),
-            reason="pinned in the parameters",
-            basis="pinned",
+            pool=pool,
+            alternative=alternative,
+            reason=reason,
+            basis=basis,
             estimates=estimates,
             profile_missing_on=missing,
         )
+
+    if workload.pinned_pool is not None:
+        if workload.pinned_pool not in {p.name for p in candidates}:
+            raise ValueError(
+                f"pinned pool {workload.pinned_pool!r} is not an available pool "
+                f"({', '.join(p.name for p in candidates)})"
+            )
+        alternative = _other(workload.pinned_pool, candidates)
+        return decision(workload.pinned_pool, alternative, "pinned in the parameters", "pinned")
 
     rule = match_rule(workload)
     allowed = [p for p in candidates if p.kind in rule.prefer]
     if not allowed:
         raise ValueError(f"{workload.stage}: {rule.reason}, but no such pool is available")
-    profiled = [e for e in estimates if e.from_profile and by_name[e.pool].kind in rule.prefer]
+    kinds = {p.name: p.kind for p in candidates}
+    profiled = [e for e in estimates if e.from_profile and kinds[e.pool] in rule.prefer]
     if rule.prefer == ("gpu",) or missing or not profiled:
         chosen = _first_of_kinds(allowed, rule.prefer)
         why = rule.reason
         if missing and rule.prefer != ("gpu",):
             why += f" (no profile yet on {', '.join(missing)})"
-        return RoutingDecision(
-            stage=workload.stage,
-            kind=workload.kind,
-            pool=chosen.name,
-            alternative=_other(chosen.name, allowed),
-            reason=why,
-            basis=f"rule:{rule.name}",
-            estimates=estimates,
-            profile_missing_on=missing,
-        )
+        return decision(chosen.name, _other(chosen.name, allowed), why, f"rule:{rule.name}")
+    best, alt, reason = _best_measured(profiled, workload.deadline_s)
+    return decision(best.pool, alt.pool if alt else None, reason, "profile")
 
+
+def _best_measured(
+    profiled: list[PoolEstimate], deadline_s: float | None
+) -> tuple[PoolEstimate, PoolEstimate | None, str]:
+    """The cheapest measured pool that meets the deadline (else the fastest), the runner-up,
+    and the reason in words."""
     meeting = [e for e in profiled if e.meets_deadline is not False]
-    if meeting:
-        best = min(meeting, key=lambda e: (e.cost_usd, e.seconds))
-        alt = min(
-            (e for e in profiled if e.pool != best.pool), key=lambda e: e.cost_usd, default=None
-        )
-        deadline = (
-            ""
-            if workload.deadline_s is None
-            else f" within the {_hms(workload.deadline_s)} deadline"
-        )
-        reason = f"cheapest measured option{deadline}: ${best.cost_usd:.4f} in {_hms(best.seconds)}"
-        if alt is not None:
-            reason += f" vs ${alt.cost_usd:.4f} in {_hms(alt.seconds)} on {alt.pool}"
-            if alt.meets_deadline is False:
-                reason += " (misses the deadline)"
-    else:
+    if not meeting:
         best = min(profiled, key=lambda e: e.seconds)
         alt = min(
             (e for e in profiled if e.pool != best.pool), key=lambda e: e.seconds, default=None
         )
         reason = (
-            f"no pool meets the {_hms(workload.deadline_s or 0)} deadline by measurement; "
+            f"no pool meets the {_hms(deadline_s or 0)} deadline by measurement; "
             f"fastest is {_hms(best.seconds)}"
         )
-    return RoutingDecision(
-        stage=workload.stage,
-        kind=workload.kind,
-        pool=best.pool,
-        alternative=alt.pool if alt else None,
-        reason=reason,
-        basis="profile",
-        estimates=estimates,
-        profile_missing_on=missing,
-    )
+        return best, alt, reason
+    best = min(meeting, key=lambda e: (e.cost_usd, e.seconds))
+    alt = min((e for e in profiled if e.pool != best.pool), key=lambda e: e.cost_usd, default=None)
+    within = "" if deadline_s is None else f" within the {_hms(deadline_s)} deadline"
+    reason = f"cheapest measured option{within}: ${best.cost_usd:.4f} in {_hms(best.seconds)}"
+    if alt is not None:
+        reason += f" vs ${alt.cost_usd:.4f} in {_hms(alt.seconds)} on {alt.pool}"
+        if alt.meets_deadline is False:
+            reason += " (misses the deadline)"
+    return best, alt, reason
 
 
 def _first_of_kinds(pools: list[PoolSpec], kinds: tuple[PoolKind, ...]) -> PoolSpec:

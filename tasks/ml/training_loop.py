@@ -147,114 +147,171 @@ def train_model(
 ) -> TrainOutcome:
     """Mini-batch AdamW on BCE loss with early stopping; checkpoints through ``save`` (rank 0)
     when ``policy`` says so; ``resume`` continues from a checkpoint state."""
-    ctx = ctx or DistContext()
-    started = time.perf_counter()
-    model = model.to(device)
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=learning_rate or settings.learning_rate,
-        weight_decay=settings.weight_decay,
+    loop = _TrainingLoop(
+        model, data, settings, device, learning_rate, ctx or DistContext(), save, policy
     )
-    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=1)
-    progress, best_state = Progress(), None
-    torch.manual_seed(settings.seed + ctx.rank)  # dropout masks differ per rank
     if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        scheduler.load_state_dict(resume["scheduler"])
-        best_state = resume["best_model"] or None
-        progress = Progress(**resume["progress"])
-        if ctx.distributed:
-            torch.manual_seed(settings.seed + ctx.rank + 7919 * progress.step)
+        loop.restore(resume)
+    loop.wrap(compile_model)
+    while not loop.progress.finished:
+        if not loop.run_epoch(stop_after_steps):
+            return loop.outcome  # stopped on purpose, with a checkpoint to resume from
+        loop.end_epoch()
+    return loop.finish()
+
+
+class _TrainingLoop:
+    """The state of one training run: model, optimiser, scheduler, best weights, position."""
+
+    def __init__(
+        self,
+        model: CustomerMLP,
+        data: SnapshotStream,
+        settings: TrainingSettings,
+        device: torch.device,
+        learning_rate: float | None,
+        ctx: DistContext,
+        save: SaveFn | None,
+        policy: CheckpointPolicy | None,
+    ) -> None:
+        self.started = time.perf_counter()
+        self.data, self.settings, self.device, self.ctx = data, settings, device, ctx
+        self.save, self.policy = save, policy
+        self.model = model.to(device)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=learning_rate or settings.learning_rate,
+            weight_decay=settings.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            self.optimizer, factor=0.5, patience=1
+        )
+        self.progress = Progress()
+        self.best_state: dict[str, torch.Tensor] | None = None
+        torch.manual_seed(settings.seed + ctx.rank)  # dropout masks differ per rank
+        self.outcome = TrainOutcome(model=self.model, progress=self.progress, history=[])
+        self.net: nn.Module = self.model
+        self.eager: nn.Module = self.model
+        self.loss_fn = nn.BCEWithLogitsLoss()
+
+    def restore(self, resume: dict[str, Any]) -> None:
+        """Continue exactly where a checkpoint state left off (weights, optimiser, RNG, data)."""
+        self.model.load_state_dict(resume["model"])
+        self.optimizer.load_state_dict(resume["optimizer"])
+        self.scheduler.load_state_dict(resume["scheduler"])
+        self.best_state = resume["best_model"] or None
+        self.progress = Progress(**resume["progress"])
+        if self.ctx.distributed:
+            torch.manual_seed(self.settings.seed + self.ctx.rank + 7919 * self.progress.step)
         else:
             torch.set_rng_state(resume["rng_torch"])
-            if device.type == "cuda" and resume["rng_cuda"]:
+            if self.device.type == "cuda" and resume["rng_cuda"]:
                 torch.cuda.set_rng_state_all(resume["rng_cuda"])
-    outcome = TrainOutcome(
-        model=model,
-        progress=progress,
-        history=[EpochRecord(**h) for h in progress.history],
-        resumed_from_step=progress.step if resume is not None else None,
-    )
-    net: nn.Module = model
-    if ctx.distributed:
-        from torch.nn.parallel import DistributedDataParallel
-
-        net = DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
+        self.outcome = TrainOutcome(
+            model=self.model,
+            progress=self.progress,
+            history=[EpochRecord(**h) for h in self.progress.history],
+            resumed_from_step=self.progress.step,
         )
-    eager = net
-    if compile_model:
-        net = torch.compile(net)
-    loss_fn = nn.BCEWithLogitsLoss()
-    on_cuda = device.type == "cuda"
 
-    def checkpoint() -> None:
-        if save is not None and ctx.is_main:
-            save(training_state(model, optimizer, scheduler, best_state, progress), progress)
-            outcome.checkpoints_written += 1
-        if policy is not None:
-            policy.mark(progress.step)
+    def wrap(self, compile_model: bool) -> None:
+        """DDP across ranks, then ``torch.compile`` when asked."""
+        if self.ctx.distributed:
+            from torch.nn.parallel import DistributedDataParallel
 
-    while not progress.finished:
-        epoch, t0 = progress.epoch, time.perf_counter()
-        net.train()
-        loss_sum = torch.zeros((), device=device)
-        n_batches = 0
-        for g, xb, yb in data.minibatches(
-            seed=settings.seed,
-            epoch=epoch,
-            batch_size=settings.batch_size,
+            cuda = self.device.type == "cuda"
+            self.net = DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if cuda else None
+            )
+        self.eager = self.net
+        if compile_model:
+            self.net = torch.compile(self.net)
+
+    def checkpoint(self) -> None:
+        """Hand the full training state to ``save`` (rank 0) and tell the policy."""
+        if self.save is not None and self.ctx.is_main:
+            state = training_state(
+                self.model, self.optimizer, self.scheduler, self.best_state, self.progress
+            )
+            self.save(state, self.progress)
+            self.outcome.checkpoints_written += 1
+        if self.policy is not None:
+            self.policy.mark(self.progress.step)
+
+    def run_epoch(self, stop_after_steps: int | None) -> bool:
+        """One pass over this rank's share of the train split (from the saved position);
+        False when ``stop_after_steps`` stopped it."""
+        progress, ctx = self.progress, self.ctx
+        self.epoch_started = time.perf_counter()
+        self.net.train()
+        self.loss_sum = torch.zeros((), device=self.device)
+        self.n_batches = 0
+        for g, xb, yb in self.data.minibatches(
+            seed=self.settings.seed,
+            epoch=progress.epoch,
+            batch_size=self.settings.batch_size,
             start=progress.batch,
             rank=ctx.rank,
             world_size=ctx.world_size,
-            pin_memory=on_cuda,
+            pin_memory=self.device.type == "cuda",
         ):
-            xb = xb.to(device, non_blocking=True)
-            yb = yb.to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=on_cuda):
-                try:
-                    logits = net(xb)
-                except Exception as exc:  # a compile backend failing on this machine's toolchain
-                    if net is eager:
-                        raise
-                    log.warning("torch.compile failed (%s); continuing without it", exc)
-                    net = eager
-                    logits = net(xb)
-                loss = loss_fn(logits.float(), yb)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.detach()
-            n_batches += 1
+            self.step(xb, yb)
             progress.step += 1
             progress.samples += len(yb) * ctx.world_size
             progress.batch = g - ctx.rank + ctx.world_size
-            outcome.steps_this_run += 1
-            if policy is not None and policy.due(progress.step):
-                checkpoint()
-            if stop_after_steps and outcome.steps_this_run >= stop_after_steps:
-                if policy is None or policy.last_step_saved != progress.step:
-                    checkpoint()
-                outcome.interrupted = True
-                outcome.seconds = time.perf_counter() - started
+            self.outcome.steps_this_run += 1
+            if self.policy is not None and self.policy.due(progress.step):
+                self.checkpoint()
+            if stop_after_steps and self.outcome.steps_this_run >= stop_after_steps:
+                if self.policy is None or self.policy.last_step_saved != progress.step:
+                    self.checkpoint()
+                self.outcome.interrupted = True
+                self.outcome.seconds = time.perf_counter() - self.started
                 log.info(
                     "stopping after %d steps this run (step %d)", stop_after_steps, progress.step
                 )
-                return outcome
-        model.eval()
-        val = evaluate(model, data, "val")
-        val["logloss"], val["auc"] = ctx.broadcast_from_main([val["logloss"], val["auc"]], device)
-        scheduler.step(val["logloss"])
+                return False
+        return True
+
+    def step(self, xb: torch.Tensor, yb: torch.Tensor) -> None:
+        """One optimiser step (bf16 autocast on CUDA; a failing compiled graph falls back)."""
+        xb = xb.to(self.device, non_blocking=True)
+        yb = yb.to(self.device, non_blocking=True)
+        on_cuda = self.device.type == "cuda"
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=on_cuda):
+            try:
+                logits = self.net(xb)
+            except Exception as exc:  # a compile backend failing on this machine's toolchain
+                if self.net is self.eager:
+                    raise
+                log.warning("torch.compile failed (%s); continuing without it", exc)
+                self.net = self.eager
+                logits = self.net(xb)
+            loss = self.loss_fn(logits.float(), yb)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.loss_sum += loss.detach()
+        self.n_batches += 1
+
+    def end_epoch(self) -> None:
+        """Validate, schedule the learning rate, keep the best weights, decide to stop."""
+        progress, ctx, epoch = self.progress, self.ctx, self.progress.epoch
+        self.model.eval()
+        val = evaluate(self.model, self.data, "val")
+        val["logloss"], val["auc"] = ctx.broadcast_from_main(
+            [val["logloss"], val["auc"]], self.device
+        )
+        self.scheduler.step(val["logloss"])
         record = EpochRecord(
             epoch=epoch,
-            train_loss=float(loss_sum) / max(n_batches, 1),
+            train_loss=float(self.loss_sum) / max(self.n_batches, 1),
             val_logloss=val["logloss"],
             val_auc=val["auc"],
-            seconds=time.perf_counter() - t0,
-            learning_rate=float(optimizer.param_groups[0]["lr"]),
+            seconds=time.perf_counter() - self.epoch_started,
+            learning_rate=float(self.optimizer.param_groups[0]["lr"]),
         )
-        outcome.history.append(record)
+        self.outcome.history.append(record)
         progress.history.append(asdict(record))
         if ctx.is_main:
             log.info(
@@ -273,17 +330,22 @@ def train_model(
                 epoch,
                 0,
             )
-            best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+            self.best_state = {
+                k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()
+            }
         else:
             progress.stale += 1
         progress.epoch, progress.batch = epoch + 1, 0
-        if progress.stale >= settings.patience or epoch >= settings.max_epochs:
-            if ctx.is_main and progress.stale >= settings.patience:
+        if progress.stale >= self.settings.patience or epoch >= self.settings.max_epochs:
+            if ctx.is_main and progress.stale >= self.settings.patience:
                 log.info("early stop after epoch %d (best epoch %d)", epoch, progress.best_epoch)
             progress.finished = True
-            checkpoint()
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-    outcome.seconds = time.perf_counter() - started
-    return outcome
+            self.checkpoint()
+
+    def finish(self) -> TrainOutcome:
+        """The best weights (by validation log loss) in eval mode."""
+        if self.best_state is not None:
+            self.model.load_state_dict(self.best_state)
+        self.model.eval()
+        self.outcome.seconds = time.perf_counter() - self.started
+        return self.outcome

@@ -26,7 +26,7 @@ from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
 from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
 from tasks.ml.ddp import DistContext, init_distributed, launch_ddp_training
-from tasks.ml.model import Normalizer, bundle_bytes
+from tasks.ml.model import CustomerMLP, Normalizer, bundle_bytes
 from tasks.ml.promotion import PromotionDecision
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.ml.training_loop import (
@@ -218,22 +218,7 @@ def _fit(
     """Run the training loop from the newest valid checkpoint (or the start point), saving
     checkpoints in the background; TrainingInterrupted after ``stop_after_steps``."""
     checkpoints, tid = plan.checkpoints, plan.training_id
-    loaded = checkpoints.latest_valid()
-    ctx.barrier()  # every rank has chosen its checkpoint before rank 0 may write a newer one
-    model, resume = plan.start.model, None
-    if loaded is not None:
-        m = loaded.manifest
-        model, resume = model_from_state(loaded.state), loaded.state
-        log.info(
-            "training %s resumed from checkpoint step %d (epoch %d, batch %d) at %s",
-            tid,
-            m.step,
-            m.epoch,
-            m.batch,
-            loaded.uri,
-        )
-    else:
-        log.info("training %s starts at step 0", tid)
+    model, resume = _resume_point(plan, ctx)
 
     def save(state: dict, progress: Progress) -> None:
         checkpoints.save_async(
@@ -278,6 +263,25 @@ def _fit(
             f"{outcome.progress.step}; run again to resume from its checkpoint"
         )
     return outcome
+
+
+def _resume_point(plan: _TrainingPlan, ctx: DistContext) -> tuple[CustomerMLP, dict | None]:
+    """The model to train and the checkpoint state to continue from (None: step 0)."""
+    loaded = plan.checkpoints.latest_valid()
+    ctx.barrier()  # every rank has chosen its checkpoint before rank 0 may write a newer one
+    if loaded is None:
+        log.info("training %s starts at step 0", plan.training_id)
+        return plan.start.model, None
+    m = loaded.manifest
+    log.info(
+        "training %s resumed from checkpoint step %d (epoch %d, batch %d) at %s",
+        plan.training_id,
+        m.step,
+        m.epoch,
+        m.batch,
+        loaded.uri,
+    )
+    return model_from_state(loaded.state), loaded.state
 
 
 def _register(

@@ -94,8 +94,9 @@ def test_batch_inference_end_to_end(
     spark, prefect_harness, demo_events, tmp_path, monkeypatch, capsys
 ):
     from cli.main import main
-    from flows.batch_inference import InferenceParams, batch_inference_flow
-    from flows.prepare import PrepareParams, prepare_flow
+    from flows.batch_inference import batch_inference_flow
+    from flows.params import StageParams
+    from flows.prepare import prepare_flow
     from infra.layout import predictions_prefix, scoring_features_prefix
     from infra.settings import get_settings
     from tasks.ml.scoring_worker import ScoringModel
@@ -107,7 +108,7 @@ def test_batch_inference_end_to_end(
     monkeypatch.setenv("HYBRIDFLOW_PROGRESS_INTERVAL_S", "0.2")
     get_settings.cache_clear()
     try:
-        prepared = prepare_flow(PrepareParams(events=str(demo_events), store=store_uri))
+        prepared = prepare_flow(StageParams(events=str(demo_events), store=store_uri))
         store = open_store(store_uri)
         feats = read_stage_manifest(store, prepared.run_id, "features", FeaturesResult)
         registry = ModelRegistry(store)
@@ -122,7 +123,7 @@ def test_batch_inference_end_to_end(
         stage_logger.addHandler(stage_log)
         stage_logger.setLevel(logging.INFO)
         try:
-            result = batch_inference_flow(InferenceParams(as_of=feats.as_of, store=store_uri))
+            result = batch_inference_flow(StageParams(as_of=feats.as_of, store=store_uri))
         finally:
             stage_logger.removeHandler(stage_log)
             stage_logger.setLevel(level)

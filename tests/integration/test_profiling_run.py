@@ -34,9 +34,7 @@ def test_profiling_run_records_profiles_and_leaves_no_model(
     assert {p.pool for p in profiles} == {"cpu-pool"} and all(p.seconds > 0 for p in profiles)
     assert ModelRegistry(local_store).list_versions() == []  # the sample run used a scratch store
 
-    after = plan_pipeline(
-        str(demo_events), HybridflowSettings(), local_store, stages=ROUTED_STAGES
-    )
+    after = plan_pipeline(str(demo_events), HybridflowSettings(), local_store, stages=ROUTED_STAGES)
     for d in after.decisions:
         cpu = next(e for e in d.estimates if e.pool == "cpu-pool")
         assert cpu.from_profile and cpu.seconds > 0 and cpu.cost_usd > 0

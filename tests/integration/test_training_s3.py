@@ -316,7 +316,8 @@ def test_ddp_two_gloo_processes_checkpoint_once_per_interval_and_resume(
     assert first.stderr.count("checkpoint step 40 saved") == 1  # rank 0 only
 
     # the resume goes through the train flow, which launches torchrun because of the setting
-    from flows.train import TrainParams, train_flow
+    from flows.params import StageParams
+    from flows.train import train_flow
     from infra.settings import get_settings
 
     for name, value in env.items():
@@ -326,7 +327,7 @@ def test_ddp_two_gloo_processes_checkpoint_once_per_interval_and_resume(
     get_settings.cache_clear()
     capfd.readouterr()
     try:
-        flow_result = train_flow(TrainParams(run_id="ddp", store=s3_store.uri, device="cpu"))
+        flow_result = train_flow(StageParams(run_id="ddp", store=s3_store.uri, device="cpu"))
     finally:
         get_settings.cache_clear()
     captured = capfd.readouterr()
