@@ -24,6 +24,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=200_000,
         help="customers generated per chunk/file; peak memory grows with this, not --customers",
     )
+    p.add_argument(
+        "--shift-after",
+        type=iso_date,
+        default=None,
+        help="plant a drift: after this date purchases are --shift-purchase-factor times as "
+        "frequent and --shift-app-share of events move to the app channel",
+    )
+    p.add_argument("--shift-purchase-factor", type=float, default=2.0)
+    p.add_argument("--shift-app-share", type=fraction, default=0.5)
     p.set_defaults(handler=run)
 
 
@@ -39,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
             end_date=args.end_date,
             bad_row_fraction=args.bad_row_fraction,
             customers_per_file=args.customers_per_file,
+            shift_after=args.shift_after,
+            shift_purchase_factor=args.shift_purchase_factor,
+            shift_app_share=args.shift_app_share,
         ),
         args.out,
     )

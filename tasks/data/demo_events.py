@@ -15,6 +15,10 @@ the horizon. With the default parameters a good model reaches a test ROC AUC of 
 that ignores the features scores 0.5. A small fraction of deliberately bad rows (null ids,
 negative amounts, exact duplicates) exercises the quarantine.
 
+With ``shift_after`` the world changes on that date (a planted drift): purchases (and returns)
+arrive ``shift_purchase_factor`` times as often, and a ``shift_app_share`` of all events move to
+the ``app`` channel. Without it no random draw differs from a log without a shift.
+
 Generation is vectorised per chunk of customers with an independent seed per chunk, so it is
 deterministic for a seed and memory stays bounded at any size.
 """
@@ -50,6 +54,18 @@ class DemoDataParams(BaseModel):
     rate_mean_per_day: float = Field(default=0.015, gt=0)
     bad_row_fraction: float = Field(default=0.001, ge=0, le=0.5)
     customers_per_file: int = Field(default=200_000, ge=1000)
+    shift_after: dt.date | None = Field(
+        default=None, description="planted drift: purchase rate and channel mix change after it"
+    )
+    shift_purchase_factor: float = Field(default=2.0, gt=0)
+    shift_app_share: float = Field(default=0.5, ge=0, le=1)
+
+    def shift_day(self) -> float | None:
+        """Day index in the window (0 = first day) where the shift starts, None without one."""
+        if self.shift_after is None:
+            return None
+        window_start = self.end_date - dt.timedelta(days=self.days)
+        return float(min(max((self.shift_after - window_start).days + 1, 0), self.days))
 
 
 class DemoDataSummary(BaseModel):
@@ -77,14 +93,21 @@ def _chunk_events(params: DemoDataParams, first_customer: int, n: int, rng: np.r
     mean_log_amount = rng.normal(3.4, 0.5, size=n)
     category_pref = rng.integers(0, len(CATEGORIES), size=n)
 
+    shift = params.shift_day()
     parts = []
     for type_idx, event_type in enumerate(EVENT_TYPES):
-        counts = rng.poisson(rate * RATE_MULTIPLIER[event_type] * active)
-        # Every customer shows up at least once (a visit at sign-up) so the id exists in the log.
-        if event_type == "view":
-            counts = counts + 1
-        owner = np.repeat(np.arange(n), counts)
-        t = start[owner] + rng.uniform(0.0, 1.0, size=owner.size) * np.maximum(active[owner], 0.5)
+        if shift is None or event_type not in ("purchase", "return"):
+            counts = rng.poisson(rate * RATE_MULTIPLIER[event_type] * active)
+            # Every customer shows up at least once (a visit at sign-up) so the id exists.
+            if event_type == "view":
+                counts = counts + 1
+            owner = np.repeat(np.arange(n), counts)
+            span = np.maximum(active[owner], 0.5)
+            t = start[owner] + rng.uniform(0.0, 1.0, size=owner.size) * span
+        else:
+            owner, t = _shifted_arrivals(
+                rng, rate * RATE_MULTIPLIER[event_type], start, stop, shift, params
+            )
         t = np.minimum(t, days - 1e-6)
         if event_type in ("purchase", "return"):
             amount = np.round(rng.lognormal(mean_log_amount[owner], 0.6), 2)
@@ -99,12 +122,37 @@ def _chunk_events(params: DemoDataParams, first_customer: int, n: int, rng: np.r
         channel = np.where(
             same_channel, channel_pref[owner], rng.integers(0, len(CHANNELS), size=owner.size)
         )
+        if shift is not None:
+            to_app = (t >= shift) & (rng.uniform(size=owner.size) < params.shift_app_share)
+            channel = np.where(to_app, CHANNELS.index("app"), channel)
         parts.append((owner, t, amount, quantity, category, channel, np.full(owner.size, type_idx)))
 
     owner, t, amount, quantity, category, channel, etype = (
         np.concatenate(c) for c in zip(*parts, strict=True)
     )
     return owner + first_customer, t, amount, quantity, category, channel, etype
+
+
+def _shifted_arrivals(
+    rng: np.random.Generator,
+    rate: np.ndarray,
+    start: np.ndarray,
+    stop: np.ndarray,
+    shift: float,
+    params: DemoDataParams,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Poisson arrivals at ``rate`` before day ``shift`` and ``shift_purchase_factor`` times it
+    after, within each customer's active span: (owner index, day)."""
+    owners, times = [], []
+    for lo, hi, factor in (
+        (start, np.minimum(stop, shift), 1.0),
+        (np.maximum(start, shift), stop, params.shift_purchase_factor),
+    ):
+        span = np.clip(hi - lo, 0.0, None)
+        owner = np.repeat(np.arange(len(rate)), rng.poisson(rate * factor * span))
+        owners.append(owner)
+        times.append(lo[owner] + rng.uniform(0.0, 1.0, size=owner.size) * span[owner])
+    return np.concatenate(owners), np.concatenate(times)
 
 
 def _to_table(

@@ -39,3 +39,33 @@ def test_chunks_do_not_change_the_customer_count(tmp_path):
     t = pq.read_table(s.path)
     assert s.files == 3
     assert t.column("customer_id").to_pandas().nunique() == 2500
+
+
+def test_a_planted_shift_changes_purchase_rate_and_channel_mix_after_its_date(tmp_path):
+    import datetime as dt
+
+    base = DemoDataParams(customers=3000, days=200, seed=5, bad_row_fraction=0)
+    shift = dt.date(2025, 10, 1)
+    shifted = base.model_copy(update={"shift_after": shift})
+    plain = pq.read_table(generate_demo_events(base, tmp_path / "plain").path).to_pandas()
+    moved = pq.read_table(generate_demo_events(shifted, tmp_path / "moved").path).to_pandas()
+    cut = dt.datetime(2025, 10, 2, tzinfo=dt.UTC)
+
+    def per_day(t, event_type, after):
+        sel = t[(t.event_type == event_type) & ((t.event_time >= cut) == after)]
+        return len(sel)
+
+    # before the date the two logs behave alike; after it purchases are about twice as frequent
+    before_ratio = per_day(moved, "purchase", False) / per_day(plain, "purchase", False)
+    after_ratio = per_day(moved, "purchase", True) / per_day(plain, "purchase", True)
+    assert 0.85 < before_ratio < 1.15 and 1.6 < after_ratio < 2.4, (before_ratio, after_ratio)
+    views_ratio = per_day(moved, "view", True) / per_day(plain, "view", True)
+    assert 0.85 < views_ratio < 1.15, "only purchases and returns change"
+
+    def app_share(t, after):
+        return ((t.channel == "app") & ((t.event_time >= cut) == after)).sum() / (
+            (t.event_time >= cut) == after
+        ).sum()
+
+    assert abs(app_share(moved, False) - app_share(plain, False)) < 0.03
+    assert app_share(moved, True) > app_share(plain, True) + 0.25
