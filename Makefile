@@ -39,6 +39,7 @@ bench: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 up: install
 	$(BIN)/hybridflow up $(UP_ARGS)

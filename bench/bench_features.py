@@ -1,4 +1,4 @@
-"""Feature stage on a few million events: Spark (``tasks.features.customer_features``, local[*])
+"""Feature stage on a few million events: Spark (``tasks.data.features.customer_features``, local[*])
 against DuckDB computing the same 46 features with SQL in one process.
 
 Both read the same demo Parquet and write Parquet; the outputs must agree (relative tolerance
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from tasks.events_contract import CONTRACT_COLUMNS
-from tasks.features import (
+from tasks.data.contract import CONTRACT_COLUMNS
+from tasks.data.features import (
     DAY_MICROS,
     EVENT_TYPE_MIX,
     MIX_COLUMNS,
@@ -34,7 +34,7 @@ CUTOFF = dt.datetime(2025, 12, 31, 23, 59, 59, 999999)
 
 
 def duckdb_feature_sql(events_glob: str, cutoff: dt.datetime) -> str:
-    """The feature set of :func:`tasks.features.customer_features` as one DuckDB query."""
+    """The feature set of :func:`tasks.data.features.customer_features` as one DuckDB query."""
     ts = f"TIMESTAMPTZ '{cutoff.isoformat(sep=' ')}+00'"
     base = [
         "min(d) AS recency_days",
@@ -117,7 +117,7 @@ FROM base LEFT JOIN gaps USING (customer_id) {joins}
 def _spark_features(events: Path, out: Path) -> float:
     from infra.settings import HybridflowSettings
     from infra.spark import get_spark
-    from tasks.features import customer_features
+    from tasks.data.features import customer_features
 
     spark = get_spark(HybridflowSettings())
     spark.range(1000).selectExpr("sum(id)").collect()  # session start-up, not measured
@@ -159,7 +159,7 @@ def compare(spark_out: Path, duck_out: Path) -> float:
 
 def main(results_dir: Path) -> list[dict]:
     """Generate events, compute features with both engines, check they agree, report."""
-    from tasks.demo_data import DemoDataParams, generate_demo_events
+    from tasks.data.demo_events import DemoDataParams, generate_demo_events
 
     customers = int(os.environ.get("BENCH_FEATURES_CUSTOMERS", "50000"))
     work = Path(tempfile.mkdtemp(prefix="hf-bench-features-"))

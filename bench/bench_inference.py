@@ -39,7 +39,7 @@ ROUNDS = 2
 
 def _write_features(store, rows: int, features: list[str], seed: int = 0) -> None:
     from infra.datasets import publish_dataset
-    from tasks.build_features import scoring_features_prefix
+    from infra.layout import scoring_features_prefix
 
     rng = np.random.default_rng(seed)
     staging = store.staging_dir()
@@ -59,7 +59,7 @@ def _register_model(store, features: list[str]) -> str:
 
     from infra.registry import ModelRegistry
     from infra.settings import TrainingSettings
-    from tasks.model import CustomerMLP, ModelConfig, bundle_bytes
+    from tasks.ml.model import CustomerMLP, ModelConfig, bundle_bytes
 
     torch.manual_seed(0)
     hidden = TrainingSettings().hidden_sizes
@@ -97,9 +97,9 @@ def _ceiling_seconds(store, version: str) -> tuple[float, float]:
     import torch
 
     from infra.datasets import read_dataset_manifest
+    from infra.layout import scoring_features_prefix
     from infra.registry import ModelRegistry
-    from tasks.build_features import scoring_features_prefix
-    from tasks.model import load_bundle, predict_proba
+    from tasks.ml.model import load_bundle, predict_proba
 
     manifest, files = ModelRegistry(store).read_files(version)
     model = load_bundle(files, manifest.files)
@@ -120,12 +120,12 @@ def _spark_variant(spark, store, variant: str) -> Callable[[], None]:
     """Read the features, do ``variant``, write Parquet to a scratch folder, count it."""
     from pyspark.sql import functions as F
 
-    from tasks.build_features import scoring_features_prefix
-    from tasks.inference import PREDICTION_SCHEMA
-    from tasks.spark_io import read_dataset
+    from infra.layout import scoring_features_prefix
+    from tasks.stages.batch_inference import PREDICTION_SCHEMA
+    from tasks.stages.spark_io import read_dataset
 
     def arrow_no_model(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from tasks.inference import prediction_batch
+        from tasks.ml.scoring_worker import prediction_batch
 
         for batch in batches:
             yield prediction_batch(
@@ -157,18 +157,17 @@ def _pandas_stage(spark, store, version: str) -> Callable[[], None]:
     """The skeleton's mapInPandas scoring, read -> score -> write, for comparison."""
     import pandas as pd
 
-    from tasks.build_features import scoring_features_prefix
-    from tasks.inference import PREDICTION_SCHEMA
-    from tasks.scoring_stage import load_scoring_model
-    from tasks.spark_io import read_dataset
+    from infra.layout import scoring_features_prefix
+    from tasks.stages.batch_inference import PREDICTION_SCHEMA, load_scoring_model
+    from tasks.stages.spark_io import read_dataset
 
     model = load_scoring_model(store, version)
 
     def score_pandas(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         import torch
 
-        from tasks.inference import worker_model
-        from tasks.model import predict_proba
+        from tasks.ml.model import predict_proba
+        from tasks.ml.scoring_worker import worker_model
 
         torch.set_num_threads(1)
         loaded, _ = worker_model(model)
@@ -201,8 +200,8 @@ def main(results_dir: Path) -> list[dict]:
     from infra.settings import get_settings
     from infra.spark import get_spark
     from infra.store import LocalFolderStore
-    from tasks.features import feature_names
-    from tasks.scoring_stage import batch_inference_stage
+    from tasks.data.features import feature_names
+    from tasks.stages.batch_inference import batch_inference_stage
 
     rows = int(os.environ.get("HYBRIDFLOW_BENCH_INFERENCE_ROWS", "1000000"))
     settings = get_settings()

@@ -42,7 +42,7 @@ def main(results_dir: Path) -> list[dict]:
     from flows.pipeline import PipelineParams, pipeline_flow
     from infra.settings import get_settings
     from infra.spark import get_spark
-    from tasks.demo_data import DemoDataParams, generate_demo_events
+    from tasks.data.demo_events import DemoDataParams, generate_demo_events
 
     base = int(os.environ.get("HYBRIDFLOW_BENCH_PIPELINE_CUSTOMERS", "1500"))
     cores = os.cpu_count() or 1

@@ -41,7 +41,11 @@ def main(results_dir: Path) -> list[dict]:
     """Run every measurement; rows for the bench table."""
     from infra.registry import ModelRegistry
     from infra.store import LocalFolderStore
-    from serving.sample import publish_sample_snapshot, register_sample_model, sample_feature_table
+    from tests.fixtures.serving_sample import (
+        publish_sample_snapshot,
+        register_sample_model,
+        sample_feature_table,
+    )
 
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="hf-bench-serving-") as tmp:
@@ -289,7 +293,7 @@ def _bare_app(store_uri: str):
     from infra.store import open_store
     from serving.scorer import fast_scorer
     from serving.snapshot import load_snapshot, newest_snapshot_manifest
-    from tasks.model import load_bundle
+    from tasks.ml.model import load_bundle
 
     torch.set_num_threads(1)
     store = open_store(store_uri)

@@ -87,7 +87,7 @@ _ENV = {
 
 def _bare_loop(model: nn.Module, data, settings) -> tuple[float, int]:
     """The hand-written baseline: preloaded tensors, randperm, gather, step; val per epoch."""
-    from tasks.model import predict_proba
+    from tasks.ml.model import predict_proba
 
     xs, ys = zip(*data.chunks("train"), strict=True)
     x, y = torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(ys))
@@ -117,11 +117,11 @@ def _training_rows(store, where: str) -> list[dict]:
     from infra.datasets import local_dataset_dir, read_dataset_manifest
     from infra.registry import ModelRegistry
     from infra.settings import HybridflowSettings
-    from tasks.preprocess import Normalizer
-    from tasks.snapshot_stream import SnapshotStream
-    from tasks.synthetic_snapshot import publish_synthetic_snapshot
-    from tasks.train import build_model
-    from tasks.training_stage import TrainingOptions, train_stage
+    from tasks.ml.model import Normalizer
+    from tasks.ml.snapshot_reader import SnapshotStream
+    from tasks.ml.training_loop import build_model
+    from tasks.stages.train import TrainingOptions, train_stage
+    from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
     torch.set_num_threads(1)
     torch.optim.AdamW([nn.Parameter(torch.zeros(1))])  # one-off lazy imports, outside the timing
@@ -186,7 +186,7 @@ def _training_rows(store, where: str) -> list[dict]:
 
 def _checkpoint_rows(work: Path) -> list[dict]:
     from infra.store import LocalFolderStore, S3Store
-    from tasks.checkpoints import CheckpointStore
+    from tasks.ml.checkpoints import CheckpointStore
 
     state = {"weights": torch.randn(16 << 20), "step": 1}  # 64 MB
     size_mb = state["weights"].numel() * 4 / 1e6

@@ -135,10 +135,10 @@ def _stage_env(store: Path, quick: bool) -> dict[str, str]:
 
 
 def train_stage_check(device: torch.device, quick: bool, work: Path, processes: int) -> dict:
-    """The real train stage (``python -m tasks.ddp_train``, under torchrun when processes > 1)."""
+    """The real train stage (``python -m tasks.stages.train_process``, under torchrun when processes > 1)."""
     from infra.store import LocalFolderStore
-    from tasks.ddp import ddp_command
-    from tasks.synthetic_snapshot import publish_synthetic_snapshot
+    from tasks.ml.ddp import ddp_command
+    from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
     store_dir = work / f"store-{processes}"
     rows = 1_000_000 if not quick else 20_000
@@ -147,7 +147,7 @@ def train_stage_check(device: torch.device, quick: bool, work: Path, processes: 
     cmd = (
         ddp_command(processes, args)
         if processes > 1
-        else [sys.executable, "-m", "tasks.ddp_train", *args]
+        else [sys.executable, "-m", "tasks.stages.train_process", *args]
     )
     env = os.environ | _stage_env(store_dir, quick)
     with UtilisationSampler() as util:

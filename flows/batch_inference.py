@@ -2,43 +2,39 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 from prefect import flow
-from prefect.artifacts import create_link_artifact
-from pydantic import BaseModel, Field
 
-from flows._glue import publish_stage_table, stage_context
+from flows.artifacts import ProgressArtifact, publish_predictions_link, publish_stage_table
+from flows.context import record_stage_result
+from flows.dag import BATCH_INFERENCE
+from flows.params import StageParams, resolve
+from infra.errors import HybridflowInputError
 from infra.spark import get_spark
-from tasks.scoring_stage import batch_inference_stage
-from tasks.stage_records import InferenceResult, write_stage_manifest
+from tasks.stages.batch_inference import batch_inference_stage
+from tasks.stages.records import FeaturesResult, InferenceResult, read_stage_manifest
 
 
-class InferenceParams(BaseModel):
-    """Parameters of batch inference."""
+@flow(name=BATCH_INFERENCE.flow_name)
+def batch_inference_flow(params: StageParams) -> InferenceResult:
+    """Spark mapInArrow scoring; predictions replace earlier ones for the same as-of.
 
-    as_of: dt.date = Field(description="score the features published for this date")
-    model_version: str | None = Field(default=None, description="default: production")
-    run_id: str | None = None
-    store: str | None = None
-
-
-@flow(name="batch-inference")
-def batch_inference_flow(params: InferenceParams) -> InferenceResult:
-    """Spark mapInArrow scoring; predictions replace earlier ones for the same as-of."""
-    settings, store = stage_context(params.store)
-    result = batch_inference_stage(
-        get_spark(settings),
-        store,
-        params.as_of,
-        params.model_version,
-        progress_interval_s=settings.progress_interval_s,
-    )
+    Inside a pipeline run (``run_id``) T is the one the run's features stage resolved."""
+    run = resolve(params)
+    as_of = run.as_of
     if params.run_id:
-        write_stage_manifest(store, params.run_id, "batch_inference", result)
-    create_link_artifact(
-        key="predictions", link=result.predictions_uri, description=f"predictions {params.as_of}"
+        as_of = read_stage_manifest(run.store, params.run_id, "features", FeaturesResult).as_of
+    if as_of is None:
+        raise HybridflowInputError("batch inference needs as_of (or the run_id of a features run)")
+    result = batch_inference_stage(
+        get_spark(run.settings),
+        run.store,
+        as_of,
+        params.model_version,
+        progress_interval_s=run.settings.progress_interval_s,
+        progress_sink=ProgressArtifact("batch_inference"),
     )
+    result = record_stage_result(run.store, params.run_id, BATCH_INFERENCE.name, result)
+    publish_predictions_link(result, as_of)
     publish_stage_table(
         result.report, model_version=result.model_version, model_loads=result.model_loads
     )

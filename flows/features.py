@@ -2,48 +2,33 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 from prefect import flow
-from pydantic import BaseModel, Field
 
-from flows._glue import publish_stage_table, resolve_run_id, stage_context
+from flows.artifacts import publish_stage_table
+from flows.context import record_stage_result, resolve_run_id
+from flows.dag import FEATURES
+from flows.params import StageParams, resolve
 from infra.spark import get_spark
-from tasks.build_features import features_stage
-from tasks.stage_records import (
-    FeaturesResult,
-    ValidateResult,
-    read_stage_manifest,
-    write_stage_manifest,
-)
+from tasks.stages.features import features_stage
+from tasks.stages.records import FeaturesResult, ValidateResult, read_stage_manifest
 
 
-class FeaturesParams(BaseModel):
-    """Parameters of the features stage."""
-
-    run_id: str = Field(description="pipeline run whose validated events to use")
-    as_of: dt.date | None = Field(default=None, description="T (default: last event's date)")
-    horizon_days: int | None = Field(default=None, ge=1, le=3650)
-    use_cache: bool | None = Field(default=None, description="default: HYBRIDFLOW_STAGE_CACHE")
-    store: str | None = None
-
-
-@flow(name="features")
-def features_flow(params: FeaturesParams) -> FeaturesResult:
+@flow(name=FEATURES.flow_name)
+def features_flow(params: StageParams) -> FeaturesResult:
     """Training examples at T-H (labels in (T-H, T]) and scoring features at T."""
-    settings, store = stage_context(params.store)
+    run = resolve(params)
     run_id = resolve_run_id(params.run_id)
-    validated = read_stage_manifest(store, run_id, "validate", ValidateResult)
+    validated = read_stage_manifest(run.store, run_id, "validate", ValidateResult)
     result = features_stage(
-        get_spark(settings),
-        store,
+        get_spark(run.settings),
+        run.store,
         run_id,
         validated,
-        params.as_of or settings.as_of,
-        params.horizon_days or settings.horizon_days,
-        use_cache=settings.stage_cache if params.use_cache is None else params.use_cache,
+        run.as_of,
+        run.horizon_days,
+        use_cache=run.use_cache,
     )
-    write_stage_manifest(store, run_id, "features", result)
+    result = record_stage_result(run.store, run_id, FEATURES.name, result)
     publish_stage_table(
         result.report, as_of=result.as_of, positive_rate=round(result.positive_rate, 4)
     )

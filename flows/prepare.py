@@ -1,30 +1,16 @@
-"""Flow ``prepare-data`` (cpu-pool): validate -> features -> preprocess, as one unit."""
+"""Flow ``prepare-data`` (cpu-pool): validate -> features -> preprocess as one dispatch unit
+(one process and one Spark session instead of three)."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 from prefect import flow
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from flows._glue import resolve_run_id
-from flows.features import FeaturesParams, features_flow
-from flows.preprocess import PreprocessParams, preprocess_flow
-from flows.validate import ValidateParams, validate_flow
-from tasks.input_formats import InputOptions
-
-
-class PrepareParams(BaseModel):
-    """Parameters of the data-preparation stages."""
-
-    events: str
-    as_of: dt.date | None = None
-    horizon_days: int | None = Field(default=None, ge=1, le=3650)
-    max_bad_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
-    input: InputOptions = Field(default_factory=InputOptions)
-    use_cache: bool | None = None
-    run_id: str | None = None
-    store: str | None = None
+from flows.context import resolve_run_id
+from flows.dag import PREPARE_UNIT
+from flows.executors import run_in_process
+from flows.params import StageParams, resolve
+from tasks.stages.records import PreprocessResult, read_stage_manifest
 
 
 class PrepareResult(BaseModel):
@@ -34,30 +20,10 @@ class PrepareResult(BaseModel):
     snapshot_prefix: str
 
 
-@flow(name="prepare-data")
-def prepare_flow(params: PrepareParams) -> PrepareResult:
+@flow(name=PREPARE_UNIT.flow_name)
+def prepare_flow(params: StageParams) -> PrepareResult:
     """Everything the train stage needs, published in the store under ``runs/<run_id>/``."""
     run_id = resolve_run_id(params.run_id)
-    validate_flow(
-        ValidateParams(
-            events=params.events,
-            run_id=run_id,
-            max_bad_fraction=params.max_bad_fraction,
-            input=params.input,
-            use_cache=params.use_cache,
-            store=params.store,
-        )
-    )
-    features_flow(
-        FeaturesParams(
-            run_id=run_id,
-            as_of=params.as_of,
-            horizon_days=params.horizon_days,
-            use_cache=params.use_cache,
-            store=params.store,
-        )
-    )
-    prepared = preprocess_flow(
-        PreprocessParams(run_id=run_id, use_cache=params.use_cache, store=params.store)
-    )
+    run_in_process(params.model_copy(update={"run_id": run_id}), units=(PREPARE_UNIT,))
+    prepared = read_stage_manifest(resolve(params).store, run_id, "preprocess", PreprocessResult)
     return PrepareResult(run_id=run_id, snapshot_prefix=prepared.snapshot_prefix)

@@ -7,7 +7,6 @@ as profiles of the pool this flow runs on.
 
 from __future__ import annotations
 
-import datetime as dt
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,23 +14,20 @@ from pathlib import Path
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from flows._glue import current_pool, stage_context
+from flows.context import current_pool
+from flows.params import RunInputs, resolve
 from flows.pipeline import PipelineParams, pipeline_flow
+from infra.routing.accounting import embedded_pool, record_stage_profiles
 from infra.spark import get_spark
-from tasks.input_formats import InputOptions
-from tasks.profiling import record_stage_profiles, sample_events
-from tasks.run_accounting import embedded_pool
+from tasks.data.input_formats import InputOptions
+from tasks.data.sampling import sample_events
 
 
-class ProfileParams(BaseModel):
+class ProfileParams(RunInputs):
     """Parameters of a profiling run."""
 
     events: str = Field(description="Parquet/CSV file or folder of events")
     sample_fraction: float = Field(default=0.05, gt=0.0, le=1.0, description="share of customers")
-    as_of: dt.date | None = None
-    horizon_days: int | None = Field(default=None, ge=1, le=3650)
-    input: InputOptions = Field(default_factory=InputOptions)
-    store: str | None = None
 
 
 class ProfileResult(BaseModel):
@@ -45,13 +41,13 @@ class ProfileResult(BaseModel):
 @flow(name="profile")
 def profile_flow(params: ProfileParams) -> ProfileResult:
     """Run the pipeline on a sample here and record per-stage profiles for this pool."""
-    settings, store = stage_context(params.store)
+    run = resolve(params)
     scratch = Path(tempfile.mkdtemp(prefix="hf-profile-"))
     try:
         rows, ts_format = sample_events(
-            get_spark(settings),
+            get_spark(run.settings),
             params.events,
-            params.input,
+            run.input,
             params.sample_fraction,
             scratch / "events",
         )
@@ -68,7 +64,10 @@ def profile_flow(params: ProfileParams) -> ProfileResult:
         )
         trained_on = next(r.device for r in summary.stages if r.name == "train")
         pool = current_pool(default=embedded_pool(trained_on))
-        recorded = record_stage_profiles(store, pool, summary.run_id, summary.stages)
+        recorded = record_stage_profiles(
+            run.store,
+            [r.profile(summary.run_id, pool=pool) for r in summary.stages if not r.cached],
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return ProfileResult(pool=pool, sample_rows=rows, profiles=len(recorded))

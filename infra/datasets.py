@@ -18,9 +18,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from infra.errors import StoreError
+from infra.layout import (
+    STAGING,
+    dataset_data_prefix,
+    dataset_generation_folder,
+    dataset_manifest_key,
+)
 from infra.store import ObjectStore
 
-MANIFEST = "_manifest.json"
 STALE_STAGING_S = 6 * 3600  # a staging folder this old belongs to a run that died
 
 
@@ -48,7 +53,7 @@ def publish_dataset(
     for junk in list(local_dir.rglob("*")):
         if junk.is_file() and junk.name.startswith((".", "_")):
             junk.unlink()  # Spark's _SUCCESS and .crc files are not data
-    data_prefix = f"{prefix}/data-{uuid.uuid4().hex[:12]}"
+    data_prefix = dataset_data_prefix(prefix, uuid.uuid4().hex[:12])
     keys = store.publish_dir(local_dir, data_prefix)
     previous = find_dataset(store, prefix)
     manifest = DatasetManifest(
@@ -58,7 +63,7 @@ def publish_dataset(
         rows=rows,
         metadata=metadata or {},
     )
-    store.put_json(f"{prefix}/{MANIFEST}", manifest.model_dump(mode="json"))
+    store.put_json(dataset_manifest_key(prefix), manifest.model_dump(mode="json"))
     _sweep_unreferenced(store, prefix, keep={data_prefix, previous.data_prefix if previous else ""})
     sweep_stale_staging(store)
     return manifest
@@ -67,7 +72,7 @@ def publish_dataset(
 def sweep_stale_staging(store: ObjectStore, max_age_s: float = STALE_STAGING_S) -> list[Path]:
     """Remove a folder store's staging folders older than ``max_age_s`` (left by killed runs;
     never read, as nothing was published from them). Returns what was removed."""
-    staging = store.local_path(".staging")
+    staging = store.local_path(STAGING)
     if staging is None or not staging.is_dir():
         return []
     cutoff = time.time() - max_age_s
@@ -85,12 +90,9 @@ def sweep_stale_staging(store: ObjectStore, max_age_s: float = STALE_STAGING_S) 
 def _sweep_unreferenced(store: ObjectStore, prefix: str, keep: set[str]) -> None:
     """Remove data folders of older generations; the one before the current stays for readers
     that resolved the previous manifest a moment ago."""
-    seen: set[str] = set()
-    for key in store.list(prefix):
-        rest = key[len(prefix) + 1 :]
-        head = rest.split("/", 1)[0]
-        if head.startswith("data-") and "/" in rest:
-            seen.add(f"{prefix}/{head}")
+    seen = {
+        folder for key in store.list(prefix) if (folder := dataset_generation_folder(prefix, key))
+    }
     for data_prefix in seen - keep:
         store.delete_prefix(data_prefix)
 
@@ -98,7 +100,7 @@ def _sweep_unreferenced(store: ObjectStore, prefix: str, keep: set[str]) -> None
 def find_dataset(store: ObjectStore, prefix: str) -> DatasetManifest | None:
     """The dataset's manifest, or None when nothing was published at ``prefix``."""
     try:
-        return DatasetManifest.model_validate(store.get_json(f"{prefix.strip('/')}/{MANIFEST}"))
+        return DatasetManifest.model_validate(store.get_json(dataset_manifest_key(prefix)))
     except FileNotFoundError:
         return None
 

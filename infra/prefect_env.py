@@ -11,7 +11,7 @@ def configure_prefect_defaults(base: Path | None = None) -> None:
     base = (base or Path.cwd()) / ".hybridflow"
     os.environ.setdefault("PREFECT_HOME", str(base / "prefect"))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "tasks,infra,flows")
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "cli,flows,tasks,infra,serving")
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")

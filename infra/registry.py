@@ -20,10 +20,15 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from infra.errors import ChecksumMismatchError, HybridflowInputError, StoreError
+from infra.layout import (
+    VERSIONS,
+    alias_key,
+    is_version_manifest_key,
+    version_file_key,
+    version_manifest_key,
+)
 from infra.store import ObjectStore, PreconditionFailed, sha256_bytes
 
-VERSIONS = "models/versions"
-ALIASES = "models/aliases"
 PRODUCTION = "production"
 
 
@@ -88,7 +93,7 @@ class ModelRegistry:
         )
         try:
             for name, data in files.items():
-                self.store.put_bytes(f"{VERSIONS}/{version}/{name}", data)
+                self.store.put_bytes(version_file_key(version, name), data)
         except StoreError as exc:
             raise StoreError(
                 f"model version {version} could not be registered (no manifest written, so it "
@@ -96,7 +101,7 @@ class ModelRegistry:
             ) from exc
         try:
             self.store.put_bytes_if(
-                f"{VERSIONS}/{version}/manifest.json",
+                version_manifest_key(version),
                 manifest.model_dump_json(indent=2).encode(),
                 if_none_match=True,
             )
@@ -109,14 +114,14 @@ class ModelRegistry:
     def get(self, version: str) -> ModelManifest:
         """The manifest of ``version``; a clear error when it does not exist."""
         try:
-            data = self.store.get_bytes(f"{VERSIONS}/{version}/manifest.json")
+            data = self.store.get_bytes(version_manifest_key(version))
         except FileNotFoundError:
             raise HybridflowInputError(f"model version not found: {version}") from None
         return ModelManifest.model_validate_json(data)
 
     def list_versions(self) -> list[ModelManifest]:
         """All complete versions, oldest first (incomplete ones have no manifest and are skipped)."""
-        keys = [k for k in self.store.list(VERSIONS) if k.endswith("/manifest.json")]
+        keys = [k for k in self.store.list(VERSIONS) if is_version_manifest_key(k)]
         manifests = [ModelManifest.model_validate_json(self.store.get_bytes(k)) for k in keys]
         return sorted(manifests, key=lambda m: (m.created_at, m.version))
 
@@ -132,7 +137,7 @@ class ModelRegistry:
         manifest = self.get(version)
         files = {}
         for name, expected in manifest.files.items():
-            data = self.store.get_bytes(f"{VERSIONS}/{version}/{name}")
+            data = self.store.get_bytes(version_file_key(version, name))
             if sha256_bytes(data) != expected:
                 raise ChecksumMismatchError(
                     f"model {version}: {name} does not match its sha256 in the manifest"
@@ -146,7 +151,7 @@ class ModelRegistry:
 
     def _alias_with_token(self, name: str) -> tuple[AliasRecord | None, str | None]:
         try:
-            data, token = self.store.get_with_token(f"{ALIASES}/{name}.json")
+            data, token = self.store.get_with_token(alias_key(name))
         except FileNotFoundError:
             return None, None
         return AliasRecord.model_validate_json(data), token
@@ -180,9 +185,9 @@ class ModelRegistry:
         body = record.model_dump_json(indent=2).encode()
         try:
             if token is None:
-                self.store.put_bytes_if(f"{ALIASES}/{name}.json", body, if_none_match=True)
+                self.store.put_bytes_if(alias_key(name), body, if_none_match=True)
             else:
-                self.store.put_bytes_if(f"{ALIASES}/{name}.json", body, if_match=token)
+                self.store.put_bytes_if(alias_key(name), body, if_match=token)
         except PreconditionFailed:
             raise PromotionConflict(
                 f"alias {name} was moved by a concurrent promotion; {version} was not promoted"

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from infra.pools import PoolSpec, default_pools
+from infra.routing.pools import PoolSpec, default_pools
 
 
 class TrainingSettings(BaseSettings):
@@ -127,7 +127,7 @@ class HybridflowSettings(BaseSettings):
 
     pools: list[PoolSpec] = Field(
         default_factory=default_pools,
-        description="routable work pools with prices (JSON list; see README)",
+        description="routable work pools with prices (JSON list; see docs/routing-and-cost.md)",
     )
     pool_price_overrides: dict[str, float] = Field(
         default_factory=dict, description='per-pool USD/hour, e.g. {"gpu-pool": 4.9}'

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from infra.errors import StoreError
+from infra.layout import STAGING
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -230,7 +231,7 @@ class LocalFolderStore(ObjectStore):
         shutil.copyfile(self._path(key), path)
 
     def staging_dir(self) -> Path:
-        staging = self.root / ".staging" / uuid.uuid4().hex
+        staging = self.root / STAGING / uuid.uuid4().hex
         staging.mkdir(parents=True)
         return staging
 

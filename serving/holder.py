@@ -21,12 +21,13 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from infra.errors import ChecksumMismatchError, HybridflowInputError
-from infra.registry import ALIASES, PRODUCTION, AliasRecord, ModelRegistry
+from infra.layout import alias_key
+from infra.registry import PRODUCTION, AliasRecord, ModelRegistry
 from infra.store import ObjectStore
 from serving.metrics import ServingMetrics
 from serving.scorer import Scorer, canonical_scorer, fast_scorer
 from serving.snapshot import FeatureSnapshot, load_snapshot, newest_snapshot_manifest
-from tasks.model import CustomerMLP, load_bundle, predict_proba
+from tasks.ml.model import CustomerMLP, load_bundle, predict_proba
 
 log = logging.getLogger(__name__)
 WARMUP_ROWS = 256
@@ -142,7 +143,7 @@ class ModelHolder:
 
     def _refresh_model(self, force: bool) -> str | None:
         try:
-            data, token = self.store.get_with_token(f"{ALIASES}/{self.alias}.json")
+            data, token = self.store.get_with_token(alias_key(self.alias))
         except FileNotFoundError:
             if self.state.model is None:
                 log.warning("no %s model yet: /ready answers 503 until one is promoted", self.alias)

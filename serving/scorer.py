@@ -1,6 +1,6 @@
 """A low-overhead scoring path for single requests, checked against the canonical one.
 
-For one row the cost of :func:`tasks.model.predict_proba` is mostly ``nn.Module`` call overhead
+For one row the cost of :func:`tasks.ml.model.predict_proba` is mostly ``nn.Module`` call overhead
 (about 3x the arithmetic). :func:`fast_scorer` runs the same torch kernels on the same tensors
 without the module calls, so results are identical; the holder still compares it with
 ``predict_proba`` on the warm-up batch and uses the canonical path if they ever differ.
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.model import CustomerMLP, predict_proba
+from tasks.ml.model import CustomerMLP, predict_proba
 
 Scorer = Callable[[np.ndarray], np.ndarray]
 

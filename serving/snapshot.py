@@ -9,7 +9,6 @@ customers.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,11 +22,13 @@ from infra.datasets import (
     release_local_dir,
 )
 from infra.errors import StoreError
+from infra.layout import (
+    FEATURES,
+    dataset_manifest_key,
+    scoring_features_date,
+    scoring_features_prefix,
+)
 from infra.store import ObjectStore
-from tasks.build_features import scoring_features_prefix
-
-FEATURES_ROOT = "features"
-_MANIFEST_KEY = re.compile(r"^features/as_of=(\d{4}-\d{2}-\d{2})/_manifest\.json$")
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,7 @@ class FeatureSnapshot:
 
 def newest_snapshot_manifest(store: ObjectStore) -> DatasetManifest | None:
     """The manifest of the newest published scoring-feature dataset, or None."""
-    dates = sorted(
-        dt.date.fromisoformat(m.group(1))
-        for key in store.list(FEATURES_ROOT)
-        if (m := _MANIFEST_KEY.match(key))
-    )
+    dates = sorted(d for key in store.list(FEATURES) if (d := scoring_features_date(key)))
     for as_of in reversed(dates):
         manifest = find_dataset(store, scoring_features_prefix(as_of))
         if manifest is not None:
@@ -69,8 +66,8 @@ def newest_snapshot_manifest(store: ObjectStore) -> DatasetManifest | None:
 
 def load_snapshot(store: ObjectStore, manifest: DatasetManifest) -> FeatureSnapshot:
     """Read a published scoring-feature dataset into memory."""
-    match = _MANIFEST_KEY.match(f"{manifest.prefix}/_manifest.json")
-    if match is None:
+    as_of = scoring_features_date(dataset_manifest_key(manifest.prefix))
+    if as_of is None:
         raise StoreError(f"{manifest.prefix} is not a scoring-feature dataset")
     local = local_dataset_dir(store, manifest)
     try:
@@ -90,7 +87,7 @@ def load_snapshot(store: ObjectStore, manifest: DatasetManifest) -> FeatureSnaps
         values[:, i] = np.nan_to_num(col, nan=0.0, posinf=0.0, neginf=0.0)
     ids = table.column("customer_id").cast(pa.string()).to_pylist()
     return FeatureSnapshot(
-        as_of=dt.date.fromisoformat(match.group(1)),
+        as_of=as_of,
         data_prefix=manifest.data_prefix,
         columns=tuple(numeric),
         values=values,

@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-_PREFECT_HOME = Path(tempfile.mkdtemp(prefix="hf-test-prefect-"))
-os.environ.setdefault("PREFECT_HOME", str(_PREFECT_HOME))
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
-os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "tasks,infra,flows")
+from infra.prefect_env import configure_prefect_defaults  # noqa: E402 - before Prefect loads
+
+configure_prefect_defaults(Path(tempfile.mkdtemp(prefix="hf-test-prefect-")))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("HYBRIDFLOW_SPARK_DRIVER_MEMORY", "2g")
 os.environ.setdefault("HYBRIDFLOW_SPARK_SHUFFLE_PARTITIONS", "4")
@@ -58,7 +56,7 @@ def local_store(tmp_path):
 @pytest.fixture(scope="session")
 def demo_events(tmp_path_factory) -> Path:
     """Small synthetic events (3,000 customers, two years) with the planted signal."""
-    from tasks.demo_data import DemoDataParams, generate_demo_events
+    from tasks.data.demo_events import DemoDataParams, generate_demo_events
 
     out = tmp_path_factory.mktemp("demo") / "events"
     generate_demo_events(DemoDataParams(customers=3000, days=730, seed=11), out)

@@ -31,12 +31,12 @@ class ServerProcess:
 def running_server(
     store: Path, workdir: Path, env: dict[str, str] | None = None, timeout_s: float = 90.0
 ) -> Iterator[ServerProcess]:
-    """``python -m infra.cli serve --port 0``; yields once the port is open and /health answers."""
+    """``python -m cli.main serve --port 0``; yields once the port is open and /health answers."""
     workdir.mkdir(parents=True, exist_ok=True)
     port_file = workdir / "port"
     log_path = workdir / "serve.log"
     full_env = os.environ | {"HYBRIDFLOW_STORE": str(store)} | (env or {})
-    cmd = [sys.executable, "-m", "infra.cli", "serve", "--port", "0", "--port-file", str(port_file)]
+    cmd = [sys.executable, "-m", "cli.main", "serve", "--port", "0", "--port-file", str(port_file)]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(cmd, cwd=workdir, env=full_env, stdout=log, stderr=log)
     try:

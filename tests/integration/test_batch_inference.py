@@ -16,7 +16,7 @@ import torch
 from infra.datasets import read_dataset_manifest
 from infra.registry import ModelRegistry
 from infra.store import ObjectStore, open_store
-from tasks.model import CustomerMLP, ModelConfig, bundle_bytes, load_bundle, predict_proba
+from tasks.ml.model import CustomerMLP, ModelConfig, bundle_bytes, load_bundle, predict_proba
 
 pytestmark = pytest.mark.integration
 
@@ -93,21 +93,22 @@ def _progress_artifacts(key: str) -> list:
 def test_batch_inference_end_to_end(
     spark, prefect_harness, demo_events, tmp_path, monkeypatch, capsys
 ):
-    from flows.batch_inference import InferenceParams, batch_inference_flow
-    from flows.prepare import PrepareParams, prepare_flow
-    from infra.cli import main
+    from cli.main import main
+    from flows.batch_inference import batch_inference_flow
+    from flows.params import StageParams
+    from flows.prepare import prepare_flow
+    from infra.layout import predictions_prefix, scoring_features_prefix
     from infra.settings import get_settings
-    from tasks.build_features import scoring_features_prefix
-    from tasks.inference import ScoringModel, score_features
-    from tasks.scoring_stage import load_scoring_model, predictions_prefix
-    from tasks.stage_records import FeaturesResult, read_stage_manifest
+    from tasks.ml.scoring_worker import ScoringModel
+    from tasks.stages.batch_inference import load_scoring_model, score_features
+    from tasks.stages.records import FeaturesResult, read_stage_manifest
 
     store_uri = str(tmp_path / "store")
     monkeypatch.setenv("HYBRIDFLOW_STORE", store_uri)
     monkeypatch.setenv("HYBRIDFLOW_PROGRESS_INTERVAL_S", "0.2")
     get_settings.cache_clear()
     try:
-        prepared = prepare_flow(PrepareParams(events=str(demo_events), store=store_uri))
+        prepared = prepare_flow(StageParams(events=str(demo_events), store=store_uri))
         store = open_store(store_uri)
         feats = read_stage_manifest(store, prepared.run_id, "features", FeaturesResult)
         registry = ModelRegistry(store)
@@ -117,12 +118,12 @@ def test_batch_inference_end_to_end(
         features_prefix = scoring_features_prefix(feats.as_of)
 
         # 1. The flow scores with production: contract, parity with plain torch, progress.
-        stage_log, stage_logger = _ListHandler(), logging.getLogger("tasks.scoring_stage")
+        stage_log, stage_logger = _ListHandler(), logging.getLogger("tasks.stages.batch_inference")
         level = stage_logger.level
         stage_logger.addHandler(stage_log)
         stage_logger.setLevel(logging.INFO)
         try:
-            result = batch_inference_flow(InferenceParams(as_of=feats.as_of, store=store_uri))
+            result = batch_inference_flow(StageParams(as_of=feats.as_of, store=store_uri))
         finally:
             stage_logger.removeHandler(stage_log)
             stage_logger.setLevel(level)
@@ -161,7 +162,7 @@ def test_batch_inference_end_to_end(
         assert "model version not found: m-x" in capsys.readouterr().err
 
         # 4. The model is loaded once per Python worker, not once per task.
-        from tasks.spark_io import read_dataset
+        from tasks.stages.spark_io import read_dataset
 
         tasks = 4 * spark.sparkContext.defaultParallelism
         loads = spark.sparkContext.accumulator(0)

@@ -17,7 +17,7 @@ def _hybridflow(args, cwd, store, timeout=600):
     env.pop("PREFECT_API_URL", None)  # embedded mode: the CLI starts its own ephemeral API
     env["PREFECT_HOME"] = str(cwd / "prefect-home")
     return subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

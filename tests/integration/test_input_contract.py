@@ -21,9 +21,9 @@ import pytest
 from infra.datasets import find_dataset, publish_dataset
 from infra.registry import ModelRegistry
 from infra.store import LocalFolderStore
-from tasks.features import feature_names
-from tasks.input_formats import InputOptions
-from tasks.stage_records import FeaturesResult, ValidateResult, read_stage_manifest
+from tasks.data.features import feature_names
+from tasks.data.input_formats import InputOptions
+from tasks.stages.records import FeaturesResult, ValidateResult, read_stage_manifest
 
 REPO = Path(__file__).parents[2]
 HYBRIDFLOW = Path(sys.executable).with_name("hybridflow")
@@ -70,8 +70,9 @@ def _quarantine_artifact(quarantine_uri: str) -> list[dict]:
 def test_transaction_log_trains_scores_caches_and_reruns_atomically(
     prefect_harness, demo_events, tmp_path
 ):
+    from flows.params import StageParams
     from flows.pipeline import PipelineParams, pipeline_flow
-    from flows.prepare import PrepareParams, prepare_flow
+    from flows.prepare import prepare_flow
 
     log = _transaction_log(demo_events, tmp_path / "shop")
     store_uri = str(tmp_path / "store")
@@ -101,7 +102,7 @@ def test_transaction_log_trains_scores_caches_and_reruns_atomically(
     first = read_stage_manifest(store, summary.run_id, "features", FeaturesResult)
     scoring = find_dataset(store, first.scoring_prefix)
 
-    cached = prepare_flow(PrepareParams(events=str(log), input=options, store=store_uri))
+    cached = prepare_flow(StageParams(events=str(log), input=options, store=store_uri))
     validated = read_stage_manifest(store, cached.run_id, "validate", ValidateResult)
     features = read_stage_manifest(store, cached.run_id, "features", FeaturesResult)
     assert cached.run_id != summary.run_id
@@ -111,7 +112,7 @@ def test_transaction_log_trains_scores_caches_and_reruns_atomically(
     assert find_dataset(store, first.scoring_prefix).data_prefix == scoring.data_prefix
 
     forced = prepare_flow(
-        PrepareParams(events=str(log), input=options, use_cache=False, store=store_uri)
+        StageParams(events=str(log), input=options, use_cache=False, store=store_uri)
     )
     again = read_stage_manifest(store, forced.run_id, "features", FeaturesResult)
     assert not again.report.cached and again.scoring_prefix == first.scoring_prefix
@@ -156,7 +157,7 @@ KILLED_WRITER = textwrap.dedent(
     from infra.settings import HybridflowSettings
     from infra.spark import get_spark
     from infra.store import LocalFolderStore
-    from tasks.spark_io import write_dataset
+    from tasks.stages.spark_io import write_dataset
 
     spark = get_spark(HybridflowSettings())
     store = LocalFolderStore(sys.argv[1])

@@ -9,7 +9,7 @@ import pytest
 from flows.pipeline import PipelineParams, pipeline_flow
 from infra.registry import ModelRegistry
 from infra.store import LocalFolderStore
-from tasks.metrics import log_loss
+from tasks.ml.metrics import log_loss
 
 pytestmark = pytest.mark.integration
 
@@ -80,8 +80,8 @@ def test_second_run_goes_through_the_gate(first_run):
 
 
 def test_run_is_planned_priced_and_profiled(first_run):
-    from infra.costs import read_cost_reports
-    from infra.profiles import read_profiles
+    from infra.routing.costs import read_cost_reports
+    from infra.routing.profiles import read_profiles
 
     store_dir, _, summary = first_run
     store = LocalFolderStore(store_dir)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from flows.dag import ROUTED_STAGES
 from flows.profiling import ProfileParams, profile_flow
-from infra.profiles import read_profiles
 from infra.registry import ModelRegistry
+from infra.routing.profiles import read_profiles
 from infra.settings import HybridflowSettings
-from tasks.run_accounting import plan_pipeline
+from tasks.stages.planning import plan_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +17,9 @@ pytestmark = pytest.mark.integration
 def test_profiling_run_records_profiles_and_leaves_no_model(
     prefect_harness, spark, demo_events, local_store
 ):
-    before = plan_pipeline(str(demo_events), HybridflowSettings(), local_store)
+    before = plan_pipeline(
+        str(demo_events), HybridflowSettings(), local_store, stages=ROUTED_STAGES
+    )
     assert all(d.basis.startswith("rule:") for d in before.decisions)
 
     result = profile_flow(
@@ -31,7 +34,7 @@ def test_profiling_run_records_profiles_and_leaves_no_model(
     assert {p.pool for p in profiles} == {"cpu-pool"} and all(p.seconds > 0 for p in profiles)
     assert ModelRegistry(local_store).list_versions() == []  # the sample run used a scratch store
 
-    after = plan_pipeline(str(demo_events), HybridflowSettings(), local_store)
+    after = plan_pipeline(str(demo_events), HybridflowSettings(), local_store, stages=ROUTED_STAGES)
     for d in after.decisions:
         cpu = next(e for e in d.estimates if e.pool == "cpu-pool")
         assert cpu.from_profile and cpu.seconds > 0 and cpu.cost_usd > 0

@@ -16,15 +16,16 @@ import numpy as np
 import pytest
 from serving_process import metric_value, running_server, wait_for
 
-from infra.registry import VERSIONS, ModelRegistry
+from infra.layout import version_file_key
+from infra.registry import ModelRegistry
 from infra.store import LocalFolderStore
-from serving.sample import (
+from tasks.ml.model import load_bundle, predict_proba
+from tests.fixtures.serving_sample import (
     SAMPLE_FEATURES,
     publish_sample_snapshot,
     register_sample_model,
     sample_feature_table,
 )
-from tasks.model import load_bundle, predict_proba
 
 pytestmark = pytest.mark.e2e
 
@@ -304,7 +305,7 @@ def test_model_lifecycle_under_load(served):
     with Load(client.base_url) as load:
         # A version whose weights file no longer matches its sha256: refused, v1 keeps serving.
         v3 = register_sample_model(store, table, seed=3, promote=False)
-        weights = store.local_path(f"{VERSIONS}/{v3}/model.pt")
+        weights = store.local_path(version_file_key(v3, "model.pt"))
         weights.write_bytes(weights.read_bytes()[:-64] + b"\0" * 64)
         registry.set_alias(v3, "corrupt on purpose")
         wait_for(

@@ -13,7 +13,7 @@ from serving_process import running_server, wait_for
 
 from infra.registry import ModelRegistry
 from infra.store import LocalFolderStore
-from serving.sample import register_sample_model, sample_feature_table
+from tests.fixtures.serving_sample import register_sample_model, sample_feature_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 AS_OF = dt.date(2025, 12, 31)
@@ -22,7 +22,7 @@ AS_OF = dt.date(2025, 12, 31)
 def test_refresh_promotes_and_the_endpoint_serves_it(
     tmp_path, demo_events, spark, prefect_harness, monkeypatch, capsys
 ):
-    from infra.cli import main
+    from cli.main import main
     from infra.settings import get_settings
 
     store_dir = tmp_path / "store"

@@ -12,7 +12,11 @@ import pytest
 from infra.store import S3Store
 from serving.holder import ModelHolder
 from serving.metrics import ServingMetrics
-from serving.sample import publish_sample_snapshot, register_sample_model, sample_feature_table
+from tests.fixtures.serving_sample import (
+    publish_sample_snapshot,
+    register_sample_model,
+    sample_feature_table,
+)
 
 pytestmark = pytest.mark.integration
 BUCKET = "hf-serving"

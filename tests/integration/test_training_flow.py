@@ -7,7 +7,7 @@ import pytest
 
 from infra.settings import get_settings
 from infra.store import LocalFolderStore
-from tasks.synthetic_snapshot import publish_synthetic_snapshot
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +18,8 @@ def test_train_flow_reuses_a_finished_training_and_publishes_the_model_card(
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from flows.train import TrainParams, train_flow
+    from flows.params import StageParams
+    from flows.train import train_flow
 
     store = LocalFolderStore(tmp_path / "store")
     publish_synthetic_snapshot(store, "flow-run", rows=3000, seed=31)
@@ -31,7 +32,7 @@ def test_train_flow_reuses_a_finished_training_and_publishes_the_model_card(
         monkeypatch.setenv(name, value)
     get_settings.cache_clear()
     try:
-        params = TrainParams(run_id="flow-run", store=store.uri, device="cpu", scratch=True)
+        params = StageParams(run_id="flow-run", store=store.uri, device="cpu", scratch=True)
         first = train_flow(params)
         again = train_flow(params)  # same snapshot, same parameters: same training id
         fresh = train_flow(params.model_copy(update={"fresh": True}))

@@ -26,9 +26,9 @@ from infra.errors import StoreError
 from infra.registry import ModelRegistry, PromotionConflict
 from infra.settings import HybridflowSettings
 from infra.store import S3Store
-from tasks.checkpoints import CheckpointStore
-from tasks.synthetic_snapshot import publish_synthetic_snapshot
-from tasks.training_stage import train_stage
+from tasks.ml.checkpoints import CheckpointStore
+from tasks.stages.train import train_stage
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
 pytestmark = pytest.mark.integration
 BUCKET = "hf-train"
@@ -121,7 +121,7 @@ def test_checkpoints_write_read_verify_prune_and_skip_corrupt(s3_store, caplog):
     # the newest state object is truncated: its sha256 no longer matches, so step 20 is used
     key = "checkpoints/t-roundtrip/step-0000000030/state.pt"
     s3_store.put_bytes(key, s3_store.get_bytes(key)[:1000])
-    with caplog.at_level(logging.WARNING, logger="tasks.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="tasks.ml.checkpoints"):
         loaded = ckpts.latest_valid()
     assert loaded.manifest.step == 20 and loaded.state["progress"] == {"step": 20}
     assert "checkpoint step 30 of training t-roundtrip skipped" in caplog.text
@@ -139,7 +139,15 @@ def test_training_killed_with_sigkill_resumes_from_its_last_checkpoint(s3_store,
         HYBRIDFLOW_CHECKPOINT__EVERY_STEPS="200",
         HYBRIDFLOW_CHECKPOINT__KEEP="10",
     )
-    cmd = [sys.executable, "-m", "tasks.ddp_train", "--run-id", "killed", "--device", "cpu"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tasks.stages.train_process",
+        "--run-id",
+        "killed",
+        "--device",
+        "cpu",
+    ]
     log1 = tmp_path / "first.log"
     with open(log1, "w") as fh:
         proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -288,7 +296,7 @@ def test_ddp_two_gloo_processes_checkpoint_once_per_interval_and_resume(
         GLOO_SOCKET_IFNAME="lo",
         OMP_NUM_THREADS="1",
     )
-    from tasks.ddp import ddp_command
+    from tasks.ml.ddp import ddp_command
 
     args = ["--run-id", "ddp", "--device", "cpu"]
     first = subprocess.run(
@@ -308,7 +316,8 @@ def test_ddp_two_gloo_processes_checkpoint_once_per_interval_and_resume(
     assert first.stderr.count("checkpoint step 40 saved") == 1  # rank 0 only
 
     # the resume goes through the train flow, which launches torchrun because of the setting
-    from flows.train import TrainParams, train_flow
+    from flows.params import StageParams
+    from flows.train import train_flow
     from infra.settings import get_settings
 
     for name, value in env.items():
@@ -318,14 +327,14 @@ def test_ddp_two_gloo_processes_checkpoint_once_per_interval_and_resume(
     get_settings.cache_clear()
     capfd.readouterr()
     try:
-        flow_result = train_flow(TrainParams(run_id="ddp", store=s3_store.uri, device="cpu"))
+        flow_result = train_flow(StageParams(run_id="ddp", store=s3_store.uri, device="cpu"))
     finally:
         get_settings.cache_clear()
     captured = capfd.readouterr()
     second = captured.out + captured.err
     for rank in (0, 1):
         assert (
-            f"rank{rank} tasks.training_stage: training {tid} resumed from checkpoint step 100"
+            f"rank{rank} tasks.stages.train: training {tid} resumed from checkpoint step 100"
             in second
         )
     result = flow_result.model_dump()
@@ -339,7 +348,7 @@ def test_ddp_two_gloo_processes_checkpoint_once_per_interval_and_resume(
 
 
 def test_models_cli_list_show_promote_rollback(s3_store, monkeypatch, capsys):
-    from infra.cli import main
+    from cli.main import main
     from infra.settings import get_settings
 
     registry = ModelRegistry(s3_store)

@@ -1,20 +1,34 @@
-"""prefect.yaml against the code: every deployment names a real flow on the pool its stage
-belongs to, the dispatch table only names deployments that exist, the pipeline is scheduled."""
+"""prefect.yaml against the stage graph of flows/dag.py: every stage and dispatch unit has its
+deployment(s) with the entrypoint and pool the graph declares, and both executors make the same
+routing decisions."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 import yaml
 
-from flows._glue import POOL_BY_STAGE
-from flows.dispatch import DEPLOYED_DAG, DeployedStage, dispatch_mode, is_complete
-from tasks.stage_records import stage_key
+from flows.artifacts import progress_artifact_key
+from flows.dag import (
+    PIPELINE_UNITS,
+    POOLS,
+    STAGES,
+    DispatchUnit,
+    Stage,
+    load_flow,
+)
+from flows.executors import dispatch_mode, is_complete
+from flows.pipeline import routed_device, stage_origins, unit_pools
+from infra.layout import stage_manifest_key
+from infra.routing.planner import RoutingPlan
+from infra.routing.router import RoutingDecision, WorkloadKind
 
 PREFECT_YAML = Path(__file__).resolve().parents[3] / "prefect.yaml"
-STAGE_OF_FLOW = {"batch-inference": "batch_inference", "model-refresh": "train"}
+OTHER_FLOWS = {
+    "pipeline": "flows/pipeline.py:pipeline_flow",
+    "model-refresh": "flows/refresh.py:refresh_flow",
+}
 
 
 @pytest.fixture(scope="module")
@@ -23,57 +37,116 @@ def deployments() -> dict[str, dict]:
     return {d["name"]: d for d in spec["deployments"]}
 
 
-def _flow_name(entrypoint: str) -> str:
-    path, _, attr = entrypoint.partition(":")
-    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
-    return getattr(module, attr).name
+def _expected_deployments() -> dict[str, tuple[str, str]]:
+    """name -> (entrypoint, pool), from the graph alone."""
+    expected = {s.flow_name: (s.entrypoint, s.pool) for s in STAGES}
+    for unit in PIPELINE_UNITS:
+        for pool in POOLS:
+            expected[unit.deployment_name(pool)] = (unit.entrypoint, pool)
+    for pool in POOLS:
+        expected[f"profile-on-{pool}"] = ("flows/profiling.py:profile_flow", pool)
+    return expected
 
 
-def test_each_deployment_runs_its_flow_on_its_stage_pool(deployments):
-    for name, spec in deployments.items():
-        base, _, routed_pool = name.partition("-on-")
-        assert _flow_name(spec["entrypoint"]) == base, spec["entrypoint"]
-        stage = STAGE_OF_FLOW.get(base, base)
-        pool = spec["work_pool"]["name"]
-        assert pool == (routed_pool or POOL_BY_STAGE.get(stage, "cpu-pool")), (name, pool)
-    assert deployments["train"]["work_pool"]["name"] == "gpu-pool"
-    refresh = deployments["model-refresh"]
-    assert refresh["work_pool"]["name"] == "gpu-pool"
-    assert [s["interval"] for s in refresh["schedules"]] == [21600]
+def test_prefect_yaml_declares_exactly_the_graphs_deployments(deployments):
+    expected = _expected_deployments()
+    for name, (entrypoint, pool) in expected.items():
+        spec = deployments[name]
+        assert spec["entrypoint"] == entrypoint, name
+        assert spec["work_pool"]["name"] == pool, name
+    assert set(deployments) == set(expected) | set(OTHER_FLOWS)
+    for name, entrypoint in OTHER_FLOWS.items():
+        assert deployments[name]["entrypoint"] == entrypoint
 
 
-def test_dispatch_table_matches_prefect_yaml(deployments):
-    for unit in DEPLOYED_DAG:
-        flow_name, _, deployment = unit.deployment.partition("/")
-        assert flow_name == deployment and deployment in deployments, unit
-        assert deployments[deployment]["work_pool"]["name"] == unit.pool
-        assert {POOL_BY_STAGE[s] for s in unit.stages} == {unit.pool}, unit
-        other = "gpu-pool" if unit.pool == "cpu-pool" else "cpu-pool"
-        routed = unit.deployment_on(other).partition("/")[2]
-        assert deployments[routed]["work_pool"]["name"] == other, "routable on each pool"
-    dispatched = [s for unit in DEPLOYED_DAG for s in unit.stages]
-    assert sorted(dispatched) == sorted(POOL_BY_STAGE), "every stage dispatched exactly once"
+def test_every_entrypoint_loads_the_flow_it_is_named_after(deployments):
+    for spec in deployments.values():
+        base = spec["name"].partition("-on-")[0]
+        assert load_flow(spec["entrypoint"]).name == base, spec["entrypoint"]
 
 
-def test_pipeline_is_scheduled_nightly_and_pulls_the_project(deployments):
+def test_the_graph_is_ordered_and_each_stage_dispatched_once():
+    seen: set[str] = set()
+    for stage in STAGES:
+        assert set(stage.reads) <= seen, f"{stage.name} reads a stage that runs after it"
+        seen.add(stage.name)
+    dispatched = [s for unit in PIPELINE_UNITS for s in unit.stages]
+    assert dispatched == list(STAGES), "units run every stage once, in graph order"
+    for unit in PIPELINE_UNITS:
+        assert {s.pool for s in unit.stages} == {unit.pool}, unit
+        assert unit.routed_by in unit.stage_names
+
+
+def test_schedules_and_the_project_pull_step(deployments):
     spec = yaml.safe_load(PREFECT_YAML.read_text())
     pipeline = deployments["pipeline"]
     assert [s["cron"] for s in pipeline["schedules"]] == ["0 2 * * *"]
     assert pipeline["parameters"]["params"]["events"] == "{{ $HYBRIDFLOW_DEPLOY_EVENTS }}"
+    assert [s["interval"] for s in deployments["model-refresh"]["schedules"]] == [21600]
     step = spec["pull"][0]["prefect.deployments.steps.set_working_directory"]
     assert step["directory"] == "{{ $HYBRIDFLOW_PROJECT_DIR }}"
 
 
 def test_a_unit_is_complete_only_when_all_its_manifests_exist(local_store):
-    unit = DeployedStage("prepare-data/prepare-data", ("validate", "features", "preprocess"))
-    for stage in unit.stages[:2]:
-        local_store.put_bytes(stage_key("run-x", stage), b"{}")
+    stages = tuple(
+        Stage(n, n, f"flows/{n}.py:f", "cpu-pool", WorkloadKind.PREPROCESSING, "events")
+        for n in ("a", "b", "c")
+    )
+    unit = DispatchUnit("abc", "flows/abc.py:f", stages, routed_by="b")
+    for name in ("a", "b"):
+        local_store.put_bytes(stage_manifest_key("run-x", name), b"{}")
     assert not is_complete(local_store, "run-x", unit)
-    local_store.put_bytes(stage_key("run-x", "preprocess"), b"{}")
+    local_store.put_bytes(stage_manifest_key("run-x", "c"), b"{}")
     assert is_complete(local_store, "run-x", unit)
     assert not is_complete(local_store, "run-y", unit)
+
+
+def _plan(train_pool: str) -> RoutingPlan:
+    def decision(stage: Stage, pool: str) -> RoutingDecision:
+        return RoutingDecision(
+            stage=stage.name,
+            kind=stage.kind,
+            pool=pool,
+            alternative=None,
+            reason="test",
+            basis="pinned",
+            estimates=[],
+        )
+
+    return RoutingPlan(
+        decisions=[decision(s, train_pool if s.name == "train" else s.pool) for s in STAGES]
+    )
+
+
+def test_both_executors_follow_the_same_plan():
+    on_cpu, on_gpu = _plan("cpu-pool"), _plan("gpu-pool")
+    # embedded trains on the CPU when the router sends training to cpu-pool ...
+    assert routed_device("auto", on_cpu) == "cpu" and routed_device("auto", on_gpu) == "auto"
+    assert routed_device("cuda", on_cpu) == "cuda", "an explicit device always wins"
+    # ... and deployed dispatches the train unit to cpu-pool under the same plan
+    assert unit_pools(on_cpu) == {
+        "prepare-data": "cpu-pool",
+        "train": "cpu-pool",
+        "batch-inference": "cpu-pool",
+    }
+    assert unit_pools(on_gpu)["train"] == "gpu-pool"
+
+
+def test_stage_origins_cover_every_stage():
+    from flows.executors import UnitOrigin
+
+    origins = stage_origins(
+        {u.flow_name: UnitOrigin(pool="gpu-pool", cached=True) for u in PIPELINE_UNITS}
+    )
+    assert set(origins) == {s.name for s in STAGES}
+    assert all(o.pool == "gpu-pool" and o.reused for o in origins.values())
 
 
 def test_mode_auto_is_embedded_outside_a_deployment_run():
     assert dispatch_mode("auto") == "embedded"
     assert dispatch_mode("deployed") == "deployed"
+
+
+def test_progress_artifact_keys_are_what_prefect_accepts():
+    assert progress_artifact_key("batch_inference") == "progress-batch-inference"
+    assert progress_artifact_key("Train model") == "progress-train-model"

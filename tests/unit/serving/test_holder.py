@@ -7,12 +7,17 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from infra.registry import VERSIONS, ModelRegistry
+from infra.layout import version_file_key
+from infra.registry import ModelRegistry
 from infra.store import LocalFolderStore
 from serving.holder import ModelHolder
 from serving.metrics import ServingMetrics
-from serving.sample import publish_sample_snapshot, register_sample_model, sample_feature_table
 from serving.snapshot import newest_snapshot_manifest
+from tests.fixtures.serving_sample import (
+    publish_sample_snapshot,
+    register_sample_model,
+    sample_feature_table,
+)
 
 
 @pytest.fixture
@@ -70,7 +75,7 @@ def test_corrupt_and_nan_versions_are_refused_once_and_the_old_model_stays(store
     served = holder.state
 
     v2 = register_sample_model(store, table, seed=2, promote=False)
-    path = store.local_path(f"{VERSIONS}/{v2}/model.pt")
+    path = store.local_path(version_file_key(v2, "model.pt"))
     path.write_bytes(b"not a torch file")
     ModelRegistry(store).set_alias(v2, "corrupt")
     report = holder.refresh()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from serving.sample import sample_feature_table, sample_model
 from serving.scorer import fast_scorer
-from tasks.model import CustomerMLP, ModelConfig, predict_proba
+from tasks.ml.model import CustomerMLP, ModelConfig, predict_proba
+from tests.fixtures.serving_sample import sample_feature_table, sample_model
 
 
 def test_fast_path_matches_predict_proba():

@@ -1,0 +1,91 @@
+"""Argument types and shared option groups for the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def iso_date(value: str) -> dt.date:
+    """argparse type: YYYY-MM-DD."""
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {value!r}") from None
+
+
+def fraction(value: str) -> float:
+    """argparse type: a number in [0, 1]."""
+    try:
+        f = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0.0 <= f <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1: {value}")
+    return f
+
+
+def column_mapping(value: str) -> tuple[str, str]:
+    """argparse type: ``contract_column=source_column``."""
+    target, sep, source = value.partition("=")
+    if not sep or not target.strip() or not source.strip():
+        raise argparse.ArgumentTypeError(f"expected column=source_column, got {value!r}")
+    return target.strip().lower(), source.strip()
+
+
+def delimiter(value: str) -> str:
+    """argparse type: one character; ``\\t`` or ``tab`` for a tab."""
+    value = {"\\t": "\t", "tab": "\t"}.get(value, value)
+    if len(value) != 1:
+        raise argparse.ArgumentTypeError(f"a delimiter is one character, got {value!r}")
+    return value
+
+
+def run_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """The shared run options (:func:`add_run_args`) as the fields of ``flows.params.RunInputs``."""
+    return {
+        "events": str(Path(args.events).expanduser().resolve()),
+        "as_of": args.as_of,
+        "horizon_days": args.horizon_days,
+        "max_bad_fraction": args.max_bad_fraction,
+        "device": args.device,
+        "input": {
+            "column_map": dict(args.map),
+            "csv_delimiter": args.csv_delimiter,
+            "timestamp_format": args.timestamp_format,
+        },
+        "use_cache": False if args.no_cache else None,
+    }
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """Options shared by ``run`` and ``features``."""
+    p.add_argument("--events", required=True, help="Parquet/CSV file or folder of events")
+    p.add_argument("--as-of", type=iso_date, default=None, help="T (default: last event's date)")
+    p.add_argument("--horizon-days", type=int, default=None, help="H (default 90)")
+    p.add_argument("--max-bad-fraction", type=fraction, default=None, help="default 0.05")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument(
+        "--map",
+        type=column_mapping,
+        action="append",
+        default=[],
+        metavar="COLUMN=SOURCE",
+        help="read the contract COLUMN from the input's SOURCE column (repeatable)",
+    )
+    p.add_argument("--csv-delimiter", type=delimiter, default=None, help="default: detected")
+    p.add_argument(
+        "--timestamp-format",
+        default=None,
+        help="event_time format: Spark pattern like 'dd/MM/yyyy HH:mm', epoch_seconds or "
+        "epoch_millis (default: detected)",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="recompute validate/features/preprocess even when their inputs are unchanged",
+    )

@@ -1,0 +1,58 @@
+"""``hybridflow refresh``: the model-refresh flow in this process (embedded mode)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cli.args import EXIT_OK, fraction, iso_date
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the subcommand."""
+    p = sub.add_parser(
+        "refresh", help="fine-tune production on the newest data and promote through the gate"
+    )
+    p.add_argument("--events", required=True, help="Parquet/CSV file or folder of events")
+    p.add_argument("--as-of", type=iso_date, required=True, help="T: newest date to learn from")
+    p.add_argument("--horizon-days", type=int, default=None, help="default: production's")
+    p.add_argument(
+        "--promote",
+        choices=["if-better", "always"],
+        default="if-better",
+        help="if-better: the gate decides (default); always: promote the candidate regardless",
+    )
+    p.add_argument("--max-bad-fraction", type=fraction, default=None, help="default 0.05")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the refresh flow and print what happened."""
+    from flows.refresh import RefreshParams, refresh_flow
+
+    result = refresh_flow(
+        RefreshParams(
+            events=str(Path(args.events).expanduser().resolve()),
+            as_of=args.as_of,
+            horizon_days=args.horizon_days,
+            promote=args.promote,
+            max_bad_fraction=args.max_bad_fraction,
+            device=args.device,
+        )
+    )
+    if args.json:
+        print(result.model_dump_json())
+        return EXIT_OK
+    moved = "promoted" + (" (forced)" if result.forced else "") if result.promoted else "kept out"
+    print(
+        f"refresh {result.run_id} as_of {result.as_of} (horizon {result.horizon_days} days) "
+        f"in {result.seconds:.0f}s\n"
+        f"  candidate  : {result.candidate_version} ({moved}; "
+        f"{'fine-tuned from production' if result.warm_start else 'trained from scratch'})\n"
+        f"  production : {result.production_before or '-'} -> {result.production_after or '-'}\n"
+        f"  reason     : {result.reason}\n"
+        f"  test AUC   : {result.metrics.get('auc', float('nan')):.4f}"
+    )
+    return EXIT_OK

@@ -1,0 +1,79 @@
+"""``hybridflow run``: the whole pipeline in this process (embedded mode)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from cli.args import EXIT_OK, add_run_args, run_inputs
+from cli.commands.plan import parse_pins
+
+if TYPE_CHECKING:
+    from flows.pipeline import PipelineParams
+    from tasks.stages.records import PipelineSummary
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the subcommand."""
+    p = sub.add_parser("run", help="run the whole pipeline in this process")
+    add_run_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON summary line last")
+    p.add_argument(
+        "--fresh", action="store_true", help="train from step 0 (ignore earlier checkpoints)"
+    )
+    p.add_argument("--deadline", default=None, help="pipeline deadline for the router, e.g. 2h")
+    p.add_argument(
+        "--pin", action="append", default=[], metavar="STAGE=POOL", help="force a stage's pool"
+    )
+    p.add_argument("--tight-budget", action="store_true", help="CPU first where rules decide")
+    p.set_defaults(handler=run)
+
+
+def pipeline_params(args: argparse.Namespace) -> PipelineParams:
+    """PipelineParams from the run options."""
+    from flows.pipeline import PipelineParams
+
+    return PipelineParams.model_validate(
+        run_inputs(args)
+        | {
+            "fresh": args.fresh,
+            "deadline": args.deadline,
+            "pinned_pools": parse_pins(args.pin),
+            "tight_budget": args.tight_budget,
+        }
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the pipeline flow and print its summary."""
+    from flows.pipeline import pipeline_flow
+
+    summary = pipeline_flow(pipeline_params(args))
+    print(summary.model_dump_json() if args.json else format_summary(summary))
+    return EXIT_OK
+
+
+def format_summary(summary: PipelineSummary) -> str:
+    """The human summary printed at the end of ``hybridflow run``."""
+    m = summary.metrics
+    promoted = "promoted to production" if summary.promoted else "not promoted"
+    reasons = dict(summary.quarantine_reasons) or ""
+    lines = [
+        "",
+        f"hybridflow run {summary.run_id} completed in {summary.seconds:.0f}s "
+        f"(as_of {summary.as_of}, horizon {summary.horizon_days} days)",
+        f"  predictions : {summary.predictions_uri}",
+        f"  model       : {summary.model_version} ({promoted}: {summary.promotion_reason})",
+        f"  scored with : {summary.scored_with}",
+        f"  test metrics: ROC AUC {m['test_auc']:.4f} | PR AUC {m['test_pr_auc']:.4f} | "
+        f"log loss {m['test_logloss']:.4f} | n_train {int(m['n_train'])} | "
+        f"n_test {int(m['n_test'])}",
+        f"  rows        : read {summary.rows_read:,} | quarantined {summary.rows_quarantined:,} "
+        f"{reasons} | scored {summary.rows_scored:,}",
+        f"  quarantine  : {summary.quarantine_uri}",
+        "  stages      :",
+    ]
+    for s in summary.stages:
+        cached = "  (cached)" if s.cached else ""
+        lines.append(f"    {s.name:<16} {s.seconds:7.1f}s  {s.device:<5} {s.pool}{cached}")
+    return "\n".join(lines)

@@ -1,0 +1,70 @@
+"""``hybridflow up | down | status``: the local Prefect stack for deployed mode."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cli.args import EXIT_FAILURE, EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the subcommands."""
+    p = sub.add_parser(
+        "up", help="start a local Prefect server, cpu-pool/gpu-pool workers and the deployments"
+    )
+    p.add_argument("--port", type=int, default=4200, help="Prefect server/UI port (127.0.0.1)")
+    p.add_argument("--s3", action="store_true", help="also start a local S3 server (moto) as store")
+    p.add_argument(
+        "--events", type=Path, default=None, help="default events of the pipeline deployment"
+    )
+    p.add_argument(
+        "--demo-customers",
+        type=int,
+        default=20_000,
+        help="size of the demo data generated when no --events is given",
+    )
+    p.add_argument("--no-deploy", action="store_true", help="skip `prefect deploy --all`")
+    p.set_defaults(handler=run_up)
+    p = sub.add_parser("down", help="stop what `hybridflow up` started")
+    p.set_defaults(handler=run_down)
+    p = sub.add_parser("status", help="show what `hybridflow up` started and whether it runs")
+    p.set_defaults(handler=run_status)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """Start or complete the stack."""
+    from infra.settings import get_settings
+    from infra.stack.lifecycle import UpOptions, demo_events_dir, recorded_events, up
+
+    settings = get_settings()
+    events = args.events or recorded_events(settings)
+    if events is None:
+        events = demo_events_dir(settings)
+        if not events.exists():
+            from tasks.data.demo_events import DemoDataParams, generate_demo_events
+
+            generate_demo_events(DemoDataParams(customers=args.demo_customers), events)
+            print(f"generated demo events ({args.demo_customers:,} customers) at {events}")
+    options = UpOptions(events=events, port=args.port, s3=args.s3, deploy=not args.no_deploy)
+    print("\n".join(up(settings, options)), flush=True)
+    return EXIT_OK
+
+
+def run_down(args: argparse.Namespace) -> int:
+    """Stop the stack."""
+    from infra.settings import get_settings
+    from infra.stack.lifecycle import down
+
+    print("\n".join(down(get_settings())))
+    return EXIT_OK
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Exit 0 when everything recorded runs, 1 otherwise."""
+    from infra.settings import get_settings
+    from infra.stack.lifecycle import status
+
+    healthy, lines = status(get_settings())
+    print("\n".join(lines))
+    return EXIT_OK if healthy else EXIT_FAILURE

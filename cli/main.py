@@ -1,0 +1,90 @@
+"""``hybridflow``: the command line front door, the top floor of the layers.
+
+Each subcommand is a module of :mod:`cli.commands`; a handler imports what it runs (flows,
+serving) when it runs, so ``hybridflow --help`` starts in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+import traceback
+from collections.abc import Sequence
+
+from cli.args import EXIT_BAD_INPUT, EXIT_FAILURE
+from cli.commands import COMMAND_MODULES
+from infra.errors import HybridflowInputError
+from infra.prefect_env import configure_prefect_defaults
+
+NOISY_LOGGERS = ("httpx", "httpcore", "py4j", "botocore", "urllib3", "s3transfer")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="hybridflow", description="ML pipelines on the hardware that fits each stage."
+    )
+    parser.add_argument("--debug", action="store_true", help="show stack traces on errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+class _QuietCliLogs(logging.Filter):
+    """Prefect logs a flow's exception with its traceback; for input errors the CLI's one line
+    says it all, so the traceback is dropped (``--debug`` keeps it). The ephemeral API's start
+    and stop notices are dropped too, so the CLI's own line stays the last one on stderr."""
+
+    NOTICES = ("Starting temporary server", "Stopping temporary server", "See https://")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith(self.NOTICES):
+            return False
+        if record.exc_info and isinstance(record.exc_info[1], HybridflowInputError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _install_traceback_filter() -> None:
+    import prefect  # noqa: F401  - sets up Prefect's handlers, which get the filter too
+
+    hide = _QuietCliLogs()
+    loggers = [logging.getLogger()] + [
+        logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+    ]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", []):
+            handler.addFilter(hide)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a subcommand; exit 2 with one line on bad input, 1 on any other failure."""
+    args = build_parser().parse_args(argv)
+    configure_prefect_defaults()
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in NOISY_LOGGERS:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not args.debug:
+        _install_traceback_filter()
+    try:
+        return args.handler(args)
+    except HybridflowInputError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"hybridflow: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # the CLI's last line of defence: one line, exit 1
+        if args.debug:
+            traceback.print_exc()
+        print(f"hybridflow: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

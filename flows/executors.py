@@ -1,0 +1,134 @@
+"""The two ways to run the stage graph of :mod:`flows.dag`.
+
+Embedded: every stage runs in this process as a subflow, in graph order.
+Deployed: every dispatch unit runs as its deployment on the pool the router chose, started with
+``run_deployment`` as a subflow (the UI shows the tree); only store URIs are handed over. A unit
+whose manifests all exist under the run key is not run again (a manifest is the last thing a
+stage writes, so one that exists is complete), and a child that does not complete fails the
+pipeline with its state, its message and a link to it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from prefect.deployments import run_deployment
+from prefect.exceptions import ObjectNotFound
+from prefect.runtime import deployment
+
+from flows.dag import PIPELINE_UNITS, DispatchUnit, load_flow
+from flows.params import StageParams
+from infra.layout import stage_manifest_key
+from infra.store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+class StageRunFailed(RuntimeError):
+    """A stage's flow run ended in a state other than Completed."""
+
+
+@dataclass(frozen=True)
+class UnitOrigin:
+    """Where a unit's outputs came from in this run: its pool (None: this process), whether an
+    earlier attempt under the same run key had published them, and the child flow run."""
+
+    pool: str | None
+    cached: bool = False
+    flow_run_id: str | None = None
+
+
+def dispatch_mode(requested: str) -> Literal["embedded", "deployed"]:
+    """``auto``: deployed inside a deployment run (a worker started it), embedded otherwise."""
+    if requested == "embedded" or requested == "deployed":
+        return requested
+    return "deployed" if deployment.get_id() else "embedded"
+
+
+def run_in_process(
+    params: StageParams, units: tuple[DispatchUnit, ...] = PIPELINE_UNITS
+) -> dict[str, UnitOrigin]:
+    """Run every stage of ``units`` here, one subflow each, in graph order."""
+    for unit in units:
+        for stage in unit.stages:
+            load_flow(stage.entrypoint)(params)
+    return {unit.flow_name: UnitOrigin(pool=None) for unit in units}
+
+
+def run_on_pools(
+    params: StageParams,
+    pools: dict[str, str],
+    store: ObjectStore,
+    poll_s: float,
+    units: tuple[DispatchUnit, ...] = PIPELINE_UNITS,
+) -> dict[str, UnitOrigin]:
+    """Run each unit as its deployment on ``pools[unit.flow_name]`` and wait for it."""
+    assert params.run_id, "deployed runs hand over manifests under an explicit run key"
+    return {
+        unit.flow_name: run_or_reuse(unit, pools[unit.flow_name], params, store, poll_s)
+        for unit in units
+    }
+
+
+def is_complete(store: ObjectStore, run_id: str, unit: DispatchUnit) -> bool:
+    """True when every manifest the unit publishes exists for ``run_id``."""
+    return all(store.exists(stage_manifest_key(run_id, s)) for s in unit.stage_names)
+
+
+def flow_run_link(flow_run_id: object) -> str:
+    """The UI page of a flow run (the API address when no UI address is configured)."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL
+
+    base = PREFECT_UI_URL.value() or (PREFECT_API_URL.value() or "").removesuffix("/api")
+    return f"{base}/runs/flow-run/{flow_run_id}"
+
+
+def run_or_reuse(
+    unit: DispatchUnit, pool: str, params: StageParams, store: ObjectStore, poll_s: float
+) -> UnitOrigin:
+    """Skip the unit when its manifests exist, else run its deployment on ``pool`` and wait."""
+    deployment_name = unit.deployment_on(pool)
+    if is_complete(store, params.run_id or "", unit):
+        log.info("%s: manifests of run %s complete, not run again", deployment_name, params.run_id)
+        return UnitOrigin(pool=pool, cached=True)
+    log.info("%s: dispatching to %s", deployment_name, pool)
+    try:
+        child = run_deployment(
+            deployment_name,
+            parameters={"params": params.model_dump(mode="json")},
+            poll_interval=poll_s,
+            as_subflow=True,
+        )
+    except ObjectNotFound:
+        raise StageRunFailed(
+            f"deployment {deployment_name!r} not found: deploy prefect.yaml first "
+            "(hybridflow up, or prefect --no-prompt deploy --all)"
+        ) from None
+    state = child.state
+    if state is None or not state.is_completed():
+        name = state.name if state else "unknown"
+        message = (state.message if state else None) or "no message"
+        raise StageRunFailed(
+            f"stage {deployment_name} (flow run {child.name}) ended {name}: {message} "
+            f"-> {flow_run_link(child.id)}"
+        )
+    pool = child.work_pool_name or pool
+    log.info("%s: completed on %s (flow run %s)", deployment_name, pool, child.name)
+    return UnitOrigin(pool=pool, cached=False, flow_run_id=str(child.id))
+
+
+def schedule_profiling_runs(pools: list[str], parameters: dict[str, object]) -> list[str]:
+    """Start (without waiting) a short profiling run on each pool that has no profile yet."""
+    started = []
+    for pool in pools:
+        name = f"profile/profile-on-{pool}"
+        try:
+            child = run_deployment(name, parameters={"params": parameters}, timeout=0)
+        except ObjectNotFound:
+            log.warning("no %s deployment: deploy prefect.yaml to profile %s", name, pool)
+            continue
+        log.info("scheduled profiling run %s on %s", child.name, pool)
+        started.append(str(child.id))
+    return started

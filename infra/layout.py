@@ -1,0 +1,193 @@
+"""The store's layout: every key hybridflow reads or writes is formatted here and nowhere else.
+
+::
+
+    runs/<run_id>/<stage>.json                      a stage's manifest (written last)
+    runs/<run_id>/{events,quarantine,training_examples}/   the run's datasets
+    features/as_of=YYYY-MM-DD/                      scoring features at T (served, scored)
+    snapshots/as_of=YYYY-MM-DD_h<H>/                the training snapshot (split=train|val|test)
+    predictions/as_of=YYYY-MM-DD/                   batch predictions
+    models/versions/<version>/{model.json,model.pt,manifest.json}
+    models/aliases/<alias>.json                     production and its history
+    checkpoints/<training_id>/step-<n>/state.pt     + manifest-<n>.json beside it
+    profiles/<stage>/<pool>/<time>-<id>.json        measured stage runs (routing)
+    costs/<YYYY-MM-DD>/<run_id>.json                cost reports
+    cache/<stage>/<fingerprint>.json                reusable CPU stage outputs
+    .staging/                                       a folder store's scratch space
+
+A dataset at ``<prefix>`` is ``<prefix>/_manifest.json`` naming one ``<prefix>/data-<id>/``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+RUNS = "runs"
+FEATURES = "features"
+SNAPSHOTS = "snapshots"
+PREDICTIONS = "predictions"
+VERSIONS = "models/versions"
+ALIASES = "models/aliases"
+CHECKPOINTS = "checkpoints"
+PROFILES = "profiles"
+COSTS = "costs"
+CACHE = "cache"
+STAGING = ".staging"
+DATASET_MANIFEST = "_manifest.json"
+MODEL_MANIFEST = "manifest.json"
+CHECKPOINT_STATE = "state.pt"
+
+_SCORING_FEATURES_MANIFEST = re.compile(
+    rf"^{FEATURES}/as_of=(\d{{4}}-\d{{2}}-\d{{2}})/{re.escape(DATASET_MANIFEST)}$"
+)
+
+
+# runs and their stage outputs
+
+
+def stage_manifest_key(run_id: str, stage: str) -> str:
+    """Where a stage of a run publishes its result (the last thing it writes)."""
+    return f"{RUNS}/{run_id}/{stage}.json"
+
+
+def run_dataset_prefix(run_id: str, name: str) -> str:
+    """A dataset that belongs to one run: ``events``, ``quarantine``, ``training_examples``."""
+    return f"{RUNS}/{run_id}/{name}"
+
+
+def scoring_features_prefix(as_of: dt.date) -> str:
+    """The features to score (and serve) for an as-of date."""
+    return f"{FEATURES}/as_of={as_of.isoformat()}"
+
+
+def scoring_features_date(manifest_key: str) -> dt.date | None:
+    """The as-of date of a scoring-feature dataset's manifest key, None for any other key."""
+    match = _SCORING_FEATURES_MANIFEST.match(manifest_key)
+    return dt.date.fromisoformat(match.group(1)) if match else None
+
+
+def snapshot_prefix(as_of: dt.date, horizon_days: int) -> str:
+    """The training snapshot for an as-of date and horizon."""
+    return f"{SNAPSHOTS}/as_of={as_of.isoformat()}_h{horizon_days}"
+
+
+def synthetic_snapshot_prefix(name: str) -> str:
+    """A synthetic snapshot (benchmarks and tests of the train stage)."""
+    return f"{SNAPSHOTS}/synthetic-{name}"
+
+
+def predictions_prefix(as_of: dt.date) -> str:
+    """Batch predictions for an as-of date (re-scoring replaces them)."""
+    return f"{PREDICTIONS}/as_of={as_of.isoformat()}"
+
+
+# datasets
+
+
+def dataset_manifest_key(prefix: str) -> str:
+    """The manifest that publishes the dataset at ``prefix``."""
+    return f"{prefix.strip('/')}/{DATASET_MANIFEST}"
+
+
+def dataset_data_prefix(prefix: str, generation: str) -> str:
+    """One immutable generation of the dataset at ``prefix``."""
+    return f"{prefix.strip('/')}/data-{generation}"
+
+
+def dataset_generation_folder(prefix: str, key: str) -> str | None:
+    """The ``<prefix>/data-<id>`` folder that ``key`` lies in, None for other keys."""
+    rest = key[len(prefix.strip("/")) + 1 :]
+    head, sep, _ = rest.partition("/")
+    return f"{prefix.strip('/')}/{head}" if head.startswith("data-") and sep else None
+
+
+# the model registry
+
+
+def version_prefix(version: str) -> str:
+    """The folder of one immutable model version."""
+    return f"{VERSIONS}/{version}"
+
+
+def version_file_key(version: str, name: str) -> str:
+    """A file of a model version (``model.pt``, ``model.json``)."""
+    return f"{VERSIONS}/{version}/{name}"
+
+
+def version_manifest_key(version: str) -> str:
+    """A version's manifest; the version exists once this does."""
+    return version_file_key(version, MODEL_MANIFEST)
+
+
+def is_version_manifest_key(key: str) -> bool:
+    """True for ``models/versions/<version>/manifest.json``."""
+    return key.startswith(f"{VERSIONS}/") and key.endswith(f"/{MODEL_MANIFEST}")
+
+
+def alias_key(alias: str) -> str:
+    """An alias (``production``) and its history."""
+    return f"{ALIASES}/{alias}.json"
+
+
+# training checkpoints
+
+
+def checkpoints_prefix(training_id: str) -> str:
+    """Every checkpoint of one training run."""
+    return f"{CHECKPOINTS}/{training_id}"
+
+
+def checkpoint_state_key(training_id: str, step: int) -> str:
+    """The state file of the checkpoint at ``step``."""
+    return f"{checkpoint_step_prefix(training_id, step)}/{CHECKPOINT_STATE}"
+
+
+def checkpoint_step_prefix(training_id: str, step: int) -> str:
+    """The folder of the checkpoint at ``step``."""
+    return f"{CHECKPOINTS}/{training_id}/step-{step:010d}"
+
+
+def checkpoint_manifest_key(training_id: str, step: int) -> str:
+    """The manifest of the checkpoint at ``step`` (written after its state)."""
+    return f"{CHECKPOINTS}/{training_id}/manifest-{step:010d}.json"
+
+
+def checkpoint_key_step(training_id: str, key: str) -> tuple[str, int] | None:
+    """``("manifest"|"step", n)`` for a key under the training's checkpoints, else None."""
+    rest = key[len(checkpoints_prefix(training_id)) + 1 :]
+    head = rest.split("/", 1)[0]
+    for kind in ("manifest", "step"):
+        if head.startswith(f"{kind}-"):
+            digits = head[len(kind) + 1 :].removesuffix(".json")
+            if digits.isdigit():
+                return kind, int(digits)
+    return None
+
+
+# routing, costs, cache
+
+
+def profile_key(stage: str, pool: str, recorded_at: dt.datetime, token: str) -> str:
+    """One measured stage run."""
+    return f"{PROFILES}/{stage}/{pool}/{recorded_at:%Y%m%dT%H%M%S%f}-{token}.json"
+
+
+def profiles_prefix(stage: str | None = None) -> str:
+    """Every profile, or those of one stage."""
+    return f"{PROFILES}/{stage}" if stage else PROFILES
+
+
+def cost_report_key(day: dt.date, run_id: str) -> str:
+    """A run's cost report, filed under the day it was made."""
+    return f"{COSTS}/{day:%Y-%m-%d}/{run_id}.json"
+
+
+def cost_report_day(key: str) -> str:
+    """``YYYY-MM-DD`` of a cost report key."""
+    return key.split("/")[1]
+
+
+def cache_key(stage: str, fingerprint: str) -> str:
+    """The reusable output of a CPU stage for an input fingerprint."""
+    return f"{CACHE}/{stage}/{fingerprint}.json"

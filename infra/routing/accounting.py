@@ -1,0 +1,49 @@
+"""After a run: record what each stage measured (the router learns from it) and price the run."""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Mapping
+
+from infra.routing.costs import CostReport, cost_report, save_cost_report
+from infra.routing.profiles import StageProfile, read_profiles, record_profile, throughput_models
+from infra.routing.router import WorkloadKind
+from infra.settings import HybridflowSettings
+from infra.store import ObjectStore
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def embedded_pool(device: str) -> str:
+    """The pool an in-process stage effectively ran on: this machine is a GPU or a CPU node."""
+    return "gpu-pool" if device == "cuda" else "cpu-pool"
+
+
+def record_stage_profiles(store: ObjectStore, profiles: list[StageProfile]) -> list[StageProfile]:
+    """Record each stage run's measurements as a profile of the pool it ran on."""
+    for profile in profiles:
+        record_profile(store, profile)
+    return profiles
+
+
+def account_run(
+    store: ObjectStore,
+    settings: HybridflowSettings,
+    run_id: str,
+    profiles: list[StageProfile],
+    kinds: Mapping[str, WorkloadKind],
+) -> CostReport:
+    """Record the stages' profiles, then price the run and its all-CPU/all-GPU alternatives."""
+    record_stage_profiles(store, profiles)
+    report = cost_report(
+        run_id,
+        [(p.stage, p.pool, p.seconds, p.rows) for p in profiles],
+        settings.priced_pools(),
+        throughput_models(read_profiles(store)),
+        kinds,
+    )
+    save_cost_report(store, report)
+    return report

@@ -1,0 +1,175 @@
+"""A routing plan for a whole pipeline run: one decision per stage, within a pipeline deadline.
+
+Each stage is routed on its own (:func:`infra.routing.router.route`); then, if the measured estimates
+add up to more than the deadline, the stage that buys the most seconds per extra dollar moves
+to its faster pool, until the plan fits or nothing faster is left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from infra.routing.pools import PoolSpec
+from infra.routing.profiles import StageProfile, ThroughputModel, throughput_models
+from infra.routing.router import RoutingDecision, StageWork, Workload, WorkloadKind, route
+
+DEFAULT_EVENTS_PER_CUSTOMER = 20.0
+
+
+class RoutingPlan(BaseModel):
+    """The decisions for every stage and the plan's estimated totals."""
+
+    decisions: list[RoutingDecision]
+    deadline_s: float | None = None
+    estimated_seconds: float | None = None
+    estimated_cost_usd: float | None = None
+    meets_deadline: bool | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    def pool_for(self, stage: str) -> str:
+        """The pool chosen for ``stage``."""
+        for d in self.decisions:
+            if d.stage == stage:
+                return d.pool
+        raise KeyError(stage)
+
+
+def count_event_rows(files: list[Path]) -> int:
+    """Rows in Parquet/CSV files, from Parquet footers or by counting CSV lines (minus header)."""
+    import gzip
+
+    import pyarrow.parquet as pq
+
+    rows = 0
+    for f in files:
+        suffixes = [x.lower() for x in f.suffixes]
+        if suffixes[-1:] in ([".parquet"], [".pq"]):
+            rows += pq.ParquetFile(f).metadata.num_rows
+        elif suffixes[-1:] in ([".csv"], [".txt"]) or suffixes[-2:] == [".csv", ".gz"]:
+            opener = gzip.open if suffixes[-1] == ".gz" else open
+            with opener(f, "rb") as fh:
+                rows += max(sum(1 for _ in fh) - 1, 0)
+    return rows
+
+
+def mlp_parameters(n_features: int, hidden_sizes: list[int]) -> int:
+    """Weights + biases of the MLP in :mod:`tasks.ml.model`."""
+    total, width = 0, n_features
+    for h in [*hidden_sizes, 1]:
+        total += width * h + h
+        width = h
+    return total
+
+
+def pipeline_workloads(
+    event_rows: int,
+    model_params: int,
+    stages: Sequence[StageWork],
+    *,
+    customers: int | None = None,
+    epochs: int = 10,
+    pinned: dict[str, str] | None = None,
+    tight_budget: bool = False,
+) -> list[Workload]:
+    """The stages as workloads sized from the input (customers estimated when unknown)."""
+    pinned = pinned or {}
+    unknown = set(pinned) - {s.stage for s in stages}
+    if unknown:
+        raise ValueError(f"cannot pin unknown stage(s): {', '.join(sorted(unknown))}")
+    customers = customers or max(1, int(event_rows / DEFAULT_EVENTS_PER_CUSTOMER))
+    flops = {
+        WorkloadKind.TRAINING: 6.0 * model_params * customers * epochs,
+        WorkloadKind.BATCH_INFERENCE: 2.0 * model_params * customers,
+    }
+    return [
+        Workload(
+            stage=s.stage,
+            kind=s.kind,
+            rows=event_rows if s.scales_with == "events" else customers,
+            model_params=model_params if s.kind in flops else 0,
+            flops=flops.get(s.kind),
+            pinned_pool=pinned.get(s.stage),
+            tight_budget=tight_budget,
+        )
+        for s in stages
+    ]
+
+
+def plan_run(
+    workloads: list[Workload],
+    pools: list[PoolSpec],
+    profiles: list[StageProfile],
+    deadline_s: float | None = None,
+) -> RoutingPlan:
+    """Route every stage, then trade money for time until the plan meets ``deadline_s``."""
+    models = throughput_models(profiles)
+    decisions = [route(w, pools, _stage_models(models, w.stage)) for w in workloads]
+    notes: list[str] = []
+    if deadline_s is not None:
+        decisions, notes = _fit_deadline(decisions, workloads, deadline_s)
+    chosen = [_chosen_estimate(d) for d in decisions]
+    known = [e for e in chosen if e is not None and e.seconds is not None]
+    total_s = sum(e.seconds for e in known) if known else None
+    total_usd = sum(e.cost_usd for e in known) if known else None
+    if len(known) < len(decisions):
+        notes.append("stages without profiles have no estimate (rules decided them)")
+    return RoutingPlan(
+        decisions=decisions,
+        deadline_s=deadline_s,
+        estimated_seconds=total_s,
+        estimated_cost_usd=total_usd,
+        meets_deadline=None if deadline_s is None or total_s is None else total_s <= deadline_s,
+        notes=notes,
+    )
+
+
+def _stage_models(
+    models: dict[tuple[str, str], ThroughputModel], stage: str
+) -> dict[str, ThroughputModel]:
+    return {pool: m for (s, pool), m in models.items() if s == stage}
+
+
+def _chosen_estimate(d: RoutingDecision):
+    return next((e for e in d.estimates if e.pool == d.pool), None)
+
+
+def _fit_deadline(
+    decisions: list[RoutingDecision], workloads: list[Workload], deadline_s: float
+) -> tuple[list[RoutingDecision], list[str]]:
+    decisions = list(decisions)
+    notes: list[str] = []
+    pinned = {w.stage for w in workloads if w.pinned_pool}
+    while True:
+        chosen = [_chosen_estimate(d) for d in decisions]
+        total = sum(e.seconds for e in chosen if e is not None and e.seconds is not None)
+        if total <= deadline_s:
+            return decisions, notes
+        best: tuple[float, int, str] | None = None
+        for i, d in enumerate(decisions):
+            cur = chosen[i]
+            if d.stage in pinned or d.basis != "profile" or cur is None or cur.seconds is None:
+                continue
+            for e in d.estimates:
+                if e.seconds is None or e.seconds >= cur.seconds:
+                    continue
+                per_second = (e.cost_usd - cur.cost_usd) / (cur.seconds - e.seconds)
+                if best is None or per_second < best[0]:
+                    best = (per_second, i, e.pool)
+        if best is None:
+            notes.append(
+                f"no faster option left: the plan needs {total:.0f}s > deadline {deadline_s:.0f}s"
+            )
+            return decisions, notes
+        _, i, pool = best
+        old = decisions[i]
+        decisions[i] = old.model_copy(
+            update={
+                "pool": pool,
+                "alternative": old.pool,
+                "reason": f"moved from {old.pool} to meet the pipeline deadline ({old.reason})",
+            }
+        )
+        notes.append(f"{old.stage}: {old.pool} -> {pool} to meet the deadline")

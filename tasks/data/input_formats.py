@@ -1,0 +1,328 @@
+"""Reading a user's event files: format, CSV delimiter, timestamp format and column mapping.
+
+Everything here checks the input cheaply up front (file headers, Parquet footers) so that a bad
+file is reported by name before Spark runs a job on it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from pydantic import BaseModel, Field
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from infra.errors import HybridflowInputError
+from tasks.data.contract import ALLOWED_TYPES, CONTRACT_COLUMNS
+
+log = logging.getLogger(__name__)
+
+CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+DELIMITERS = (",", ";", "\t", "|")
+EPOCH_SECONDS, EPOCH_MILLIS = "epoch_seconds", "epoch_millis"
+ISO_TIME = re.compile(
+    r"^\d{4}-\d{1,2}-\d{1,2}([ T]\d{1,2}:\d{2}(:\d{2}(\.\d{1,9})?)?)?\s*(Z|UTC|[+-]\d{2}:?\d{2})?$"
+)
+# (strptime format to test samples with, the Spark datetime pattern that parses the same).
+TIMESTAMP_CANDIDATES: tuple[tuple[str, str], ...] = tuple(
+    (date_py + time_py, date_sp + time_sp)
+    for date_py, date_sp in (
+        ("%d/%m/%Y", "d/M/yyyy"),
+        ("%m/%d/%Y", "M/d/yyyy"),
+        ("%d.%m.%Y", "d.M.yyyy"),
+        ("%d-%m-%Y", "d-M-yyyy"),
+        ("%Y/%m/%d", "yyyy/M/d"),
+    )
+    for time_py, time_sp in (
+        (" %H:%M:%S", " H:mm:ss"),
+        (" %H:%M", " H:mm"),
+        ("", ""),
+    )
+)
+SAMPLE_ROWS = 200
+
+
+class InputOptions(BaseModel):
+    """How to read the events: column mapping and CSV/timestamp formats (default: detected)."""
+
+    column_map: dict[str, str] = Field(
+        default_factory=dict, description="contract column -> the input's column (any case)"
+    )
+    csv_delimiter: str | None = Field(default=None, description="default: detected")
+    timestamp_format: str | None = Field(
+        default=None,
+        description="Spark datetime pattern (e.g. 'dd/MM/yyyy HH:mm'), 'epoch_seconds' or "
+        "'epoch_millis'; default: detected",
+    )
+
+    def merged_with(self, fallback: InputOptions) -> InputOptions:
+        """These options, with ``fallback`` (e.g. settings) filling what is not given here."""
+        return InputOptions(
+            column_map=fallback.column_map | self.column_map,
+            csv_delimiter=self.csv_delimiter or fallback.csv_delimiter,
+            timestamp_format=self.timestamp_format or fallback.timestamp_format,
+        )
+
+
+@dataclass
+class RawEvents:
+    """The input as read: contract-named columns (other columns kept, lower-cased)."""
+
+    df: DataFrame
+    path: Path
+    files: list[Path]
+    format: str
+    timestamp_format: str | None
+
+
+def list_event_files(path: Path) -> list[Path]:
+    """The data files of a file or folder (hidden and ``_``-prefixed files skipped), sorted."""
+    if not path.exists():
+        raise HybridflowInputError(f"events path not found: {path}")
+    if path.is_file():
+        return [path]
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file()
+        and not any(part.startswith((".", "_")) for part in p.relative_to(path).parts)
+    )
+    if not files:
+        raise HybridflowInputError(f"events path holds no data files: {path}")
+    return files
+
+
+def detect_format(files: list[Path], path: Path) -> str:
+    """``parquet`` or ``csv`` from the file names."""
+    names = [f.name.lower() for f in files]
+    if all(n.endswith(PARQUET_SUFFIXES) for n in names):
+        return "parquet"
+    if all(n.endswith(CSV_SUFFIXES) for n in names):
+        return "csv"
+    odd = sorted({f.suffix.lower() or f.name for f in files})
+    raise HybridflowInputError(
+        f"cannot tell the format of {path}: expected only .parquet or only .csv files, "
+        f"found {', '.join(odd)}"
+    )
+
+
+def _check_parquet_files(files: list[Path]) -> int:
+    """Total rows from the footers; a corrupt or non-Parquet file is named."""
+    rows = 0
+    for f in files:
+        try:
+            rows += pq.read_metadata(f).num_rows
+        except Exception as exc:
+            raise HybridflowInputError(
+                f"cannot read Parquet file {f}: {_first_line(exc)}"
+            ) from None
+    return rows
+
+
+def _csv_header(f: Path) -> str | None:
+    """The first line of a CSV file (None for an empty file); unreadable text is an error."""
+    opener = gzip.open if f.name.lower().endswith(".gz") else open
+    try:
+        with opener(f, "rb") as fh:
+            line = fh.readline(1 << 20)
+    except OSError as exc:
+        raise HybridflowInputError(f"cannot read CSV file {f}: {_first_line(exc)}") from None
+    if not line.strip():
+        return None
+    if b"\x00" in line:
+        raise HybridflowInputError(f"cannot read CSV file {f}: binary data, not CSV text")
+    try:
+        return line.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise HybridflowInputError(f"cannot read CSV file {f}: not UTF-8 text") from None
+
+
+def detect_delimiter(header: str) -> str:
+    """The candidate delimiter that splits the header into the most columns (``,`` if none)."""
+    counts = {d: header.count(d) for d in DELIMITERS}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
+def _check_csv_files(
+    files: list[Path], delimiter: str | None, column_map: dict[str, str]
+) -> tuple[str, int]:
+    """The delimiter and the number of non-empty files; all headers must agree (Spark applies
+    the first file's header to every file) and name each needed column once."""
+    headers = [(f, h) for f in files if (h := _csv_header(f)) is not None]
+    if not headers:
+        return delimiter or ",", 0
+    first_file, first = headers[0]
+    delimiter = delimiter or detect_delimiter(first)
+    want = [_norm(c) for c in first.split(delimiter)]
+    needed = set(CONTRACT_COLUMNS) | {_norm(c) for c in column_map.values()}
+    dupes = sorted({c for c in want if want.count(c) > 1 and c in needed})
+    if dupes:
+        raise HybridflowInputError(
+            f"column {dupes[0]!r} appears more than once (names are case-insensitive) in "
+            f"{first_file}: {first}"
+        )
+    for f, h in headers[1:]:
+        got = [_norm(c) for c in h.split(delimiter)]
+        if got != want:
+            raise HybridflowInputError(
+                f"CSV file {f} has header {got}, unlike {first_file} ({want}): "
+                "all CSV files of one input need the same columns in the same order"
+            )
+    return delimiter, len(headers)
+
+
+def read_events(spark: SparkSession, path: str | Path, options: InputOptions) -> RawEvents:
+    """Read a Parquet/CSV file or folder (Hive partitions included) with contract column names.
+
+    Column names are matched case-insensitively; ``options.column_map`` renames the input's
+    columns onto the contract. CSV values are read as strings and parsed by ``conform_events``.
+    """
+    path = Path(path).expanduser().resolve()
+    files = list_event_files(path)
+    fmt = detect_format(files, path)
+    if fmt == "parquet":
+        if _check_parquet_files(files) == 0:
+            raise HybridflowInputError(f"events input is empty (no rows): {path}")
+        reader = spark.read
+    else:
+        delimiter, non_empty = _check_csv_files(files, options.csv_delimiter, options.column_map)
+        if non_empty == 0:
+            raise HybridflowInputError(f"events input is empty (no rows): {path}")
+        log.info("reading CSV with delimiter %r", delimiter)
+        reader = (
+            spark.read.option("header", True)
+            .option("inferSchema", False)
+            .option("sep", delimiter)
+            .option("mode", "PERMISSIVE")
+        )
+    try:
+        df = reader.parquet(str(path)) if fmt == "parquet" else reader.csv(str(path))
+    except PySparkException as exc:
+        raise HybridflowInputError(
+            f"cannot read events file(s) at {path}: {_first_line(exc)}"
+        ) from None
+    df = map_columns(df, options.column_map, path)
+    check_column_types(df, path)
+    ts_format = options.timestamp_format or detect_timestamp_format(df, path)
+    return RawEvents(df=df, path=path, files=files, format=fmt, timestamp_format=ts_format)
+
+
+def map_columns(df: DataFrame, column_map: dict[str, str], path: Path) -> DataFrame:
+    """Rename the input's columns onto the contract: ``column_map`` first, then lower-case."""
+    bad_targets = sorted(set(column_map) - set(CONTRACT_COLUMNS))
+    if bad_targets:
+        raise HybridflowInputError(
+            f"--map target {bad_targets[0]!r} is not an events column; "
+            f"expected one of {', '.join(CONTRACT_COLUMNS)}"
+        )
+    by_lower: dict[str, list[str]] = {}
+    for c in df.columns:
+        by_lower.setdefault(_norm(c), []).append(c)
+    renamed: dict[str, str] = {}
+    for target, source in column_map.items():
+        matches = by_lower.get(_norm(source), [])
+        if not matches:
+            raise HybridflowInputError(
+                f"--map {target}={source}: no column {source!r} in {path}; "
+                f"found: {', '.join(df.columns) or '(none)'}"
+            )
+        renamed[matches[0]] = target
+    names = []
+    for c in df.columns:
+        if c in renamed:
+            names.append(renamed[c])
+        elif _norm(c) in renamed.values():
+            log.warning("ignoring input column %r: --map put another column in its place", c)
+            names.append(f"_unmapped_{_norm(c)}")
+        else:
+            names.append(_norm(c))
+    dupes = sorted({n for n in names if names.count(n) > 1 and n in CONTRACT_COLUMNS})
+    if dupes:
+        raise HybridflowInputError(
+            f"column {dupes[0]!r} appears more than once (names are case-insensitive) in {path}: "
+            f"{', '.join(df.columns)}"
+        )
+    return df.toDF(*names)
+
+
+def check_column_types(df: DataFrame, path: Path) -> None:
+    """A contract column whose type cannot be cast (e.g. an array amount) is an input error."""
+    for name, dtype in df.dtypes:
+        allowed = ALLOWED_TYPES.get(name)
+        if allowed is None:
+            continue
+        base = dtype.split("(")[0].split("<")[0]
+        if base not in allowed:
+            raise HybridflowInputError(
+                f"column {name!r} in {path} has type {dtype}, which cannot be cast; "
+                f"expected one of: {', '.join(sorted(allowed))}"
+            )
+
+
+def detect_timestamp_format(df: DataFrame, path: Path) -> str | None:
+    """For a string ``event_time``: None for ISO-8601 (Spark's own cast), else the candidate
+    format that parses the most of a small sample. No parsable sample at all is an error."""
+    if "event_time" not in df.columns or dict(df.dtypes)["event_time"] != "string":
+        return None
+    try:
+        rows = (
+            df.select(F.trim("event_time").alias("t"))
+            .where(F.col("t").isNotNull() & (F.col("t") != ""))
+            .limit(SAMPLE_ROWS)
+            .collect()
+        )
+    except PySparkException as exc:
+        raise HybridflowInputError(
+            f"cannot read events file(s) at {path}: {_first_line(exc)}"
+        ) from None
+    samples = [r["t"] for r in rows]
+    if not samples:
+        return None
+    scores: dict[str | None, int] = {None: sum(bool(ISO_TIME.match(s)) for s in samples)}
+    digits = [s for s in samples if s.isdigit()]
+    scores[EPOCH_SECONDS] = sum(9 <= len(s) <= 10 for s in digits)
+    scores[EPOCH_MILLIS] = sum(12 <= len(s) <= 13 for s in digits)
+    for py_fmt, spark_fmt in TIMESTAMP_CANDIDATES:
+        scores[spark_fmt] = sum(_parses(s, py_fmt) for s in samples)
+    best = max(scores.values())
+    if best == 0:
+        raise HybridflowInputError(
+            f"cannot parse event_time values like {samples[0]!r} in {path}: "
+            "give the format with --timestamp-format (a Spark datetime pattern)"
+        )
+    winners = [fmt for fmt, n in scores.items() if n == best]
+    if len(winners) > 1:
+        log.warning(
+            "event_time format is ambiguous (%s); using %r: set --timestamp-format to choose",
+            ", ".join(str(w) for w in winners),
+            winners[0],
+        )
+    if winners[0] is not None:
+        log.info("event_time format detected: %s", winners[0])
+    return winners[0]
+
+
+def _parses(value: str, py_fmt: str) -> bool:
+    try:
+        dt.datetime.strptime(value, py_fmt)
+    except ValueError:
+        return False
+    return True
+
+
+def _norm(name: str) -> str:
+    return name.replace("\ufeff", "").strip().lower()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,55 @@
+"""Before a run: the routing plan for the pipeline on a set of events (nothing is run)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from infra.errors import HybridflowInputError
+from infra.routing.planner import (
+    RoutingPlan,
+    count_event_rows,
+    mlp_parameters,
+    pipeline_workloads,
+    plan_run,
+)
+from infra.routing.profiles import read_profiles
+from infra.routing.router import StageWork, parse_duration
+from infra.settings import HybridflowSettings
+from infra.store import ObjectStore
+from tasks.data.contract import OPTIONAL_DEFAULTS
+from tasks.data.features import feature_names
+from tasks.data.input_formats import list_event_files
+
+
+def plan_pipeline(
+    events: str,
+    settings: HybridflowSettings,
+    store: ObjectStore,
+    *,
+    deadline: str | None = None,
+    pinned: dict[str, str] | None = None,
+    tight_budget: bool = False,
+    stages: Sequence[StageWork],
+) -> RoutingPlan:
+    """The routing plan for running the pipeline on ``events``: the input's size (rows from the
+    files' metadata), the model's size, the measured profiles and the prices."""
+    files = list_event_files(Path(events).expanduser())
+    try:
+        n_features = len(feature_names(set(OPTIONAL_DEFAULTS)))
+        workloads = pipeline_workloads(
+            count_event_rows(files),
+            mlp_parameters(n_features, settings.train.hidden_sizes),
+            stages,
+            epochs=settings.train.max_epochs,
+            pinned=pinned,
+            tight_budget=tight_budget,
+        )
+        return plan_run(
+            workloads,
+            settings.priced_pools(),
+            read_profiles(store),
+            parse_duration(deadline) if deadline else None,
+        )
+    except ValueError as exc:
+        raise HybridflowInputError(str(exc)) from None

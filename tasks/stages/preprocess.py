@@ -1,0 +1,97 @@
+"""The preprocess stage: split the training examples by customer, fit the normaliser on the train
+split, and publish the snapshot the GPU stage trains on (``split=train|val|test``)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from infra.datasets import read_dataset_manifest
+from infra.errors import HybridflowInputError
+from infra.layout import snapshot_prefix
+from infra.store import ObjectStore, sha256_bytes
+from tasks.data.split import SPLITS, SplitFractions, assign_split, normalizer_statistics
+from tasks.ml.model import Normalizer
+from tasks.stages.cache import load_cached, save_cached
+from tasks.stages.fingerprint import code_version, stage_fingerprint
+from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
+from tasks.stages.spark_io import read_dataset, write_dataset
+
+PREPROCESS_CODE = (
+    "tasks.stages.preprocess",
+    "tasks.data.split",
+    "tasks.stages.spark_io",
+    "infra.datasets",
+)
+
+
+def preprocess_stage(
+    spark: SparkSession,
+    store: ObjectStore,
+    features: FeaturesResult,
+    seed: int,
+    *,
+    use_cache: bool = True,
+    run_id: str = "",
+) -> PreprocessResult:
+    """Split customers, fit the normaliser on train, publish the snapshot (split=train|val|test).
+
+    The same training examples (data generation), seed and code reuse an earlier output."""
+    fingerprint = stage_fingerprint(
+        "preprocess",
+        examples=read_dataset_manifest(store, features.training_prefix).data_prefix,
+        features=features.features,
+        as_of=features.as_of.isoformat(),
+        horizon_days=features.horizon_days,
+        seed=seed,
+        fractions=SplitFractions().model_dump(),
+        code=code_version(*PREPROCESS_CODE),
+    )
+    result = load_cached(store, "preprocess", fingerprint, PreprocessResult) if use_cache else None
+    if result is None:
+        result = build_snapshot(spark, store, features, seed)
+        save_cached(store, "preprocess", fingerprint, run_id, result, [result.snapshot_prefix])
+    return result
+
+
+def build_snapshot(
+    spark: SparkSession, store: ObjectStore, features: FeaturesResult, seed: int
+) -> PreprocessResult:
+    """Split, fit and publish the snapshot for ``features`` (no cache)."""
+    started = time.perf_counter()
+    examples = assign_split(read_dataset(spark, store, features.training_prefix), seed)
+    mean, std = normalizer_statistics(examples.filter(F.col("split") == "train"), features.features)
+    normalizer = Normalizer(features=features.features, mean=mean, std=std)
+    snapshot = write_dataset(
+        examples.select("customer_id", "label", *features.features, "split"),
+        store,
+        snapshot_prefix(features.as_of, features.horizon_days),
+        partition_by=["split"],
+        metadata={"normalizer": normalizer.model_dump(), "features": features.features},
+    )
+    written = read_dataset(spark, store, snapshot.prefix)
+    counts = {r["split"]: int(r["count"]) for r in written.groupBy("split").count().collect()}
+    for split in SPLITS:
+        if counts.get(split, 0) == 0:
+            raise HybridflowInputError(
+                f"split {split!r} is empty ({features.n_training} training customers): "
+                "use more data or an earlier as_of"
+            )
+    fingerprint = sha256_bytes(
+        json.dumps({"files": snapshot.files, "rows": snapshot.rows, "counts": counts}).encode()
+    )
+    return PreprocessResult(
+        report=StageReport(
+            name="preprocess",
+            seconds=time.perf_counter() - started,
+            rows_in=features.n_training,
+            rows_out=snapshot.rows,
+        ),
+        snapshot_prefix=snapshot.prefix,
+        split_counts=counts,
+        features=features.features,
+        data_fingerprint=fingerprint,
+    )

@@ -1,0 +1,158 @@
+"""What each stage hands to the next: small JSON manifests in the store, holding only URIs.
+
+``runs/<run_id>/<stage>.json`` is written last by a stage, so it exists only for a stage that
+finished; the next stage (possibly on another machine) reads it and nothing else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, Field
+
+from infra.layout import stage_manifest_key
+from infra.routing.profiles import StageProfile
+from infra.store import ObjectStore
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class StageReport(BaseModel):
+    """Per-stage figures shown in the summary, the UI and the cost report."""
+
+    name: str
+    seconds: float
+    device: str = "cpu"
+    pool: str = "embedded"
+    rows_in: int | None = None
+    rows_out: int | None = None
+    cached: bool = False
+    peak_memory_mb: float | None = None
+
+    def profile(self, run_id: str, pool: str | None = None) -> StageProfile:
+        """This run's measurements as a profile of ``pool`` (default: the pool it ran on)."""
+        return StageProfile(
+            stage=self.name,
+            pool=pool or self.pool,
+            device=self.device,
+            rows=self.rows_in or 0,
+            seconds=self.seconds,
+            peak_memory_mb=self.peak_memory_mb,
+            run_id=run_id,
+        )
+
+
+class ValidateResult(BaseModel):
+    """Output of the validate stage."""
+
+    report: StageReport
+    events_prefix: str
+    quarantine_prefix: str
+    quarantine_uri: str
+    rows_read: int
+    rows_valid: int
+    rows_quarantined: int
+    quarantine_reasons: dict[str, int] = Field(default_factory=dict)
+    available_columns: list[str]
+    first_event: dt.datetime | None
+    last_event: dt.datetime | None
+
+
+class FeaturesResult(BaseModel):
+    """Output of the features stage."""
+
+    report: StageReport
+    as_of: dt.date
+    horizon_days: int
+    features: list[str]
+    training_prefix: str
+    scoring_prefix: str
+    n_training: int
+    n_scoring: int
+    positive_rate: float
+    events_after_as_of: int
+
+
+class PreprocessResult(BaseModel):
+    """Output of the preprocess stage: the snapshot the GPU stage trains on."""
+
+    report: StageReport
+    snapshot_prefix: str
+    split_counts: dict[str, int]
+    features: list[str]
+    data_fingerprint: str
+
+
+class TrainResult(BaseModel):
+    """Output of the train stage: the registered version and the gate's decision."""
+
+    report: StageReport
+    model_version: str
+    promoted: bool
+    decision_reason: str
+    production_version: str | None
+    metrics: dict[str, float]
+    n_train: int
+    n_test: int
+    epochs: int
+    best_epoch: int
+    training_id: str = ""
+    warm_start: bool = False
+    parent_version: str | None = None
+    resumed_from_step: int | None = None
+    steps: int = 0
+    checkpoints_uri: str = ""
+
+
+class InferenceResult(BaseModel):
+    """Output of batch inference."""
+
+    report: StageReport
+    model_version: str
+    predictions_prefix: str
+    predictions_uri: str
+    rows_scored: int
+    model_loads: int = Field(default=0, description="Python workers that loaded the model")
+    torch_threads: int = Field(default=1, description="torch threads per Spark task")
+
+
+def write_stage_manifest(store: ObjectStore, run_id: str, stage: str, result: BaseModel) -> None:
+    """Publish a stage's result (atomically; last thing a stage does)."""
+    store.put_bytes(stage_manifest_key(run_id, stage), result.model_dump_json(indent=2).encode())
+
+
+def read_stage_manifest(store: ObjectStore, run_id: str, stage: str, model: type[M]) -> M:
+    """The result a finished stage published; a clear error when it has not finished."""
+    try:
+        return model.model_validate_json(store.get_bytes(stage_manifest_key(run_id, stage)))
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"stage {stage!r} of run {run_id} has no manifest at "
+            f"{store.key_uri(stage_manifest_key(run_id, stage))}: run it first"
+        ) from None
+
+
+class PipelineSummary(BaseModel):
+    """The run summary: printed by ``hybridflow run`` (one JSON line with ``--json``)."""
+
+    status: str
+    flow_run_id: str
+    run_id: str
+    as_of: dt.date
+    horizon_days: int
+    model_version: str
+    promoted: bool
+    promotion_reason: str
+    scored_with: str
+    metrics: dict[str, float]
+    predictions_uri: str
+    quarantine_uri: str
+    rows_read: int
+    rows_quarantined: int
+    quarantine_reasons: dict[str, int]
+    rows_scored: int
+    stages: list[StageReport]
+    seconds: float
+    plan: list[dict[str, str]] = Field(default_factory=list)
+    cost: dict[str, Any] = Field(default_factory=dict)

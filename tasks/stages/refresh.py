@@ -1,0 +1,71 @@
+"""Model refresh policy: which horizon a refresh trains for, and the operator's forced promotion.
+
+The refresh itself reuses the pipeline's stages (validate -> features -> preprocess -> train);
+the train stage fine-tunes from production when its features match, evaluates production on the
+same test split and applies the gate. What is left here is the part only a refresh has.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Literal
+
+from pydantic import BaseModel
+
+from infra.errors import HybridflowInputError
+from infra.registry import ModelManifest, ModelRegistry
+from tasks.stages.records import StageReport, TrainResult
+
+log = logging.getLogger(__name__)
+PromoteMode = Literal["if-better", "always"]
+
+
+class RefreshResult(BaseModel):
+    """What a refresh produced and whether production moved."""
+
+    run_id: str
+    as_of: dt.date
+    horizon_days: int
+    candidate_version: str
+    production_before: str | None
+    production_after: str | None
+    warm_start: bool = False
+    promoted: bool
+    forced: bool
+    reason: str
+    metrics: dict[str, float]
+    stages: list[StageReport]
+    seconds: float
+
+
+def production_manifest(registry: ModelRegistry) -> ModelManifest | None:
+    """The manifest production points at, or None before the first promotion."""
+    record = registry.alias()
+    return registry.get(record.version) if record else None
+
+
+def refresh_horizon(requested: int | None, production: ModelManifest | None, default: int) -> int:
+    """The horizon to train for: as asked, else production's (a refresh must not change what
+    the score means), else the configured default."""
+    if requested is not None:
+        return requested
+    if production is not None and production.horizon_days:
+        return production.horizon_days
+    return default
+
+
+def apply_promotion_mode(
+    registry: ModelRegistry, trained: TrainResult, mode: PromoteMode
+) -> tuple[bool, bool, str]:
+    """``(promoted, forced, reason)``: the gate's verdict, or with ``always`` an operator's
+    promotion of a candidate the gate kept out (compare-and-swap against the production the
+    gate saw, so a concurrent promotion is never overwritten)."""
+    if trained.promoted or mode == "if-better":
+        return trained.promoted, False, trained.decision_reason
+    if mode != "always":
+        raise HybridflowInputError(f"promote must be 'if-better' or 'always', not {mode!r}")
+    reason = f"forced by operator (promote=always); gate said: {trained.decision_reason}"
+    registry.set_alias(trained.model_version, reason, expected_version=trained.production_version)
+    log.warning("model %s forced into production: %s", trained.model_version, reason)
+    return True, True, reason

@@ -1,0 +1,78 @@
+"""A pipeline run's summary, built from the stage manifests it published in the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.store import ObjectStore
+from tasks.stages.records import (
+    FeaturesResult,
+    InferenceResult,
+    PipelineSummary,
+    PreprocessResult,
+    TrainResult,
+    ValidateResult,
+    read_stage_manifest,
+)
+
+
+@dataclass(frozen=True)
+class StageOrigin:
+    """Where a stage's output came from in this run: the pool that ran it (None: as its report
+    says) and whether an earlier attempt under the same run key had published it."""
+
+    pool: str | None = None
+    reused: bool = False
+
+
+def run_summary(
+    store: ObjectStore,
+    run_id: str,
+    flow_run_id: str,
+    origins: dict[str, StageOrigin],
+    seconds: float,
+) -> PipelineSummary:
+    """The summary ``hybridflow run`` prints, from the five stage manifests of ``run_id``."""
+    validated = read_stage_manifest(store, run_id, "validate", ValidateResult)
+    features = read_stage_manifest(store, run_id, "features", FeaturesResult)
+    prepared = read_stage_manifest(store, run_id, "preprocess", PreprocessResult)
+    trained = read_stage_manifest(store, run_id, "train", TrainResult)
+    scored = read_stage_manifest(store, run_id, "batch_inference", InferenceResult)
+    stages = []
+    for result in (validated, features, prepared, trained, scored):
+        report = result.report
+        origin = origins.get(report.name, StageOrigin())
+        stages.append(
+            report.model_copy(
+                update={
+                    "pool": origin.pool or report.pool,
+                    "cached": report.cached or origin.reused,
+                }
+            )
+        )
+    return PipelineSummary(
+        status="completed",
+        flow_run_id=flow_run_id,
+        run_id=run_id,
+        as_of=features.as_of,
+        horizon_days=features.horizon_days,
+        model_version=trained.model_version,
+        promoted=trained.promoted,
+        promotion_reason=trained.decision_reason,
+        scored_with=scored.model_version,
+        metrics={
+            "test_auc": trained.metrics["auc"],
+            "test_pr_auc": trained.metrics["pr_auc"],
+            "test_logloss": trained.metrics["logloss"],
+            "n_train": trained.n_train,
+            "n_test": trained.n_test,
+        },
+        predictions_uri=scored.predictions_uri,
+        quarantine_uri=validated.quarantine_uri,
+        rows_read=validated.rows_read,
+        rows_quarantined=validated.rows_quarantined,
+        quarantine_reasons=validated.quarantine_reasons,
+        rows_scored=scored.rows_scored,
+        stages=stages,
+        seconds=seconds,
+    )

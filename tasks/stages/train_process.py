@@ -1,0 +1,84 @@
+"""``python -m tasks.stages.train_process``: the train stage as a process (torchrun DDP, or alone).
+
+    torchrun --standalone --nproc_per_node=2 -m tasks.stages.train_process --run-id RUN --store s3://b/p
+
+Reads the run's ``features`` and ``preprocess`` stage manifests from the store, trains (resuming
+the newest valid checkpoint of the same training id) and, on rank 0, registers, applies the gate
+and writes the result as JSON to ``--result-file``. Exit codes: 0 done, 3 stopped on purpose by
+``--stop-after-steps`` (resume by running again), 1 failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from infra.errors import HybridflowInputError, StoreError
+from infra.settings import get_settings
+from infra.store import open_store
+from tasks.ml.ddp import shutdown_distributed
+from tasks.stages.train import TrainingInterrupted, TrainingOptions, train_for_run
+
+EXIT_INTERRUPTED = 3
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command line of the entry point."""
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.stages.train_process", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--run-id", required=True, help="pipeline run whose snapshot to train on")
+    p.add_argument("--store", default=None, help="default: HYBRIDFLOW_STORE")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--fresh", action="store_true", help="drop this training's checkpoints first")
+    p.add_argument("--scratch", action="store_true", help="never warm-start from production")
+    p.add_argument(
+        "--stop-after-steps",
+        type=int,
+        default=None,
+        help="preemptible workers: stop after N steps with a checkpoint (exit 3)",
+    )
+    p.add_argument("--result-file", type=Path, default=None, help="rank 0 writes its result here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the train stage in this process (one rank of a torchrun job, or alone)."""
+    args = parse_args(argv)
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s %(levelname)s rank{rank} %(name)s: %(message)s",
+    )
+    for noisy in ("botocore", "urllib3", "s3transfer"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    settings = get_settings()
+    store = open_store(args.store or settings.store)
+    try:
+        output = train_for_run(
+            store,
+            args.run_id,
+            settings,
+            device_preference=args.device,
+            options=TrainingOptions(
+                fresh=args.fresh, scratch=args.scratch, stop_after_steps=args.stop_after_steps
+            ),
+        )
+    except TrainingInterrupted as exc:
+        print(f"hybridflow train: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (HybridflowInputError, StoreError, FileNotFoundError) as exc:
+        print(f"hybridflow train: failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        shutdown_distributed()
+    if output is not None and args.result_file is not None:
+        args.result_file.write_text(output.model_dump_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The validate stage: read the events, apply the contract's rules, publish good events and the
+quarantine (with a reason per row), and fail when too many rows are bad."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from infra.errors import HybridflowInputError
+from infra.layout import run_dataset_prefix
+from infra.store import ObjectStore
+from tasks.data.contract import CONTRACT_COLUMNS
+from tasks.data.input_formats import InputOptions, list_event_files, read_events
+from tasks.data.validation import conform_events, split_valid_events
+from tasks.stages.cache import load_cached, save_cached
+from tasks.stages.fingerprint import code_version, files_fingerprint, stage_fingerprint
+from tasks.stages.records import StageReport, ValidateResult
+from tasks.stages.spark_io import read_dataset, write_dataset
+
+log = logging.getLogger(__name__)
+VALIDATE_CODE = (
+    "tasks.stages.validate",
+    "tasks.data.validation",
+    "tasks.data.input_formats",
+    "tasks.data.contract",
+    "tasks.stages.spark_io",
+    "infra.datasets",
+)
+
+
+def validate_stage(
+    spark: SparkSession,
+    store: ObjectStore,
+    run_id: str,
+    events_path: str,
+    max_bad_fraction: float,
+    options: InputOptions | None = None,
+    use_cache: bool = True,
+    on_quarantine: Callable[[ValidateResult], None] | None = None,
+) -> ValidateResult:
+    """Read, validate and publish the run's good events and its quarantine.
+
+    Unchanged input files, options and code reuse an earlier run's output (``report.cached``).
+    The quarantine is published even when the bad fraction is over ``max_bad_fraction``, so the
+    user can look at it (``on_quarantine`` gets the result first); then the stage fails with an
+    input error.
+    """
+    options = options or InputOptions()
+    path = Path(events_path).expanduser().resolve()
+    files = list_event_files(path)
+    fingerprint = stage_fingerprint(
+        "validate",
+        path=str(path),
+        files=files_fingerprint(path, files),
+        options=options.model_dump(mode="json"),
+        code=code_version(*VALIDATE_CODE),
+    )
+    result = load_cached(store, "validate", fingerprint, ValidateResult) if use_cache else None
+    if result is None:
+        result = validate_events(spark, store, run_id, path, options)
+        save_cached(
+            store,
+            "validate",
+            fingerprint,
+            run_id,
+            result,
+            [result.events_prefix, result.quarantine_prefix],
+        )
+    if on_quarantine is not None:
+        on_quarantine(result)
+    check_bad_fraction(result, max_bad_fraction)
+    return result
+
+
+def validate_events(
+    spark: SparkSession, store: ObjectStore, run_id: str, path: Path, options: InputOptions
+) -> ValidateResult:
+    """Read ``path``, split good rows from bad, publish both; figures for the summary."""
+    started = time.perf_counter()
+    raw = read_events(spark, path, options)
+    present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
+    parts = split_valid_events(conform_events(raw.df, raw.timestamp_format))
+    try:
+        quarantine = write_dataset(
+            parts.quarantine, store, run_dataset_prefix(run_id, "quarantine")
+        )
+        events = write_dataset(parts.good, store, run_dataset_prefix(run_id, "events"))
+    except (PySparkException, Py4JJavaError) as exc:
+        raise HybridflowInputError(f"cannot read events at {path}: {_first_line(exc)}") from None
+    finally:
+        parts.deduplicated.unpersist()
+    # every input row is either kept, or quarantined (invalid, or an extra duplicate copy)
+    rows_read = events.rows + quarantine.rows
+    if rows_read == 0:
+        raise HybridflowInputError(f"events input is empty (no rows): {path}")
+    reasons: dict[str, int] = {}
+    if quarantine.rows:
+        q = read_dataset(spark, store, quarantine.prefix)
+        reasons = {r["reason"]: int(r["count"]) for r in q.groupBy("reason").count().collect()}
+    span = (
+        read_dataset(spark, store, events.prefix)
+        .agg(
+            F.min(F.unix_micros("event_time")).alias("first"),
+            F.max(F.unix_micros("event_time")).alias("last"),
+        )
+        .first()
+    )
+    for reason, count in sorted(reasons.items()):
+        log.warning("quarantined %d row(s): %s", count, reason)
+    return ValidateResult(
+        report=StageReport(
+            name="validate",
+            seconds=time.perf_counter() - started,
+            rows_in=rows_read,
+            rows_out=events.rows,
+        ),
+        events_prefix=events.prefix,
+        quarantine_prefix=quarantine.prefix,
+        quarantine_uri=store.key_uri(quarantine.data_prefix),
+        rows_read=rows_read,
+        rows_valid=events.rows,
+        rows_quarantined=quarantine.rows,
+        quarantine_reasons=reasons,
+        available_columns=present,
+        first_event=_from_micros(span["first"]) if span else None,
+        last_event=_from_micros(span["last"]) if span else None,
+    )
+
+
+def check_bad_fraction(result: ValidateResult, max_bad_fraction: float) -> None:
+    """Fail (input error naming the quarantine) when too many rows are bad or none is good."""
+    bad_fraction = result.rows_quarantined / max(result.rows_read, 1)
+    if bad_fraction > max_bad_fraction:
+        raise HybridflowInputError(
+            f"{result.rows_quarantined} of {result.rows_read} event rows ({bad_fraction:.1%}) "
+            f"are bad, over --max-bad-fraction {max_bad_fraction:.1%}: see {result.quarantine_uri}"
+        )
+    if result.rows_valid == 0:
+        raise HybridflowInputError(
+            f"no valid events left after validation: see {result.quarantine_uri}"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _from_micros(value: int | None) -> dt.datetime | None:
+    # Collected Spark timestamps come back in the Python process's local zone; micros don't.
+    if value is None:
+        return None
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=int(value))

@@ -1,0 +1,30 @@
+"""ProgressReporter outside a Prefect run: throttled log lines with rows done, total, rate."""
+
+from __future__ import annotations
+
+import logging
+
+from tasks.stages.progress import ProgressReporter
+
+
+def test_reporter_logs_throttled_progress_and_always_the_final_line(caplog):
+    logger = logging.getLogger("test.progress")
+    caplog.set_level(logging.INFO, logger="test.progress")
+    with ProgressReporter("scoring", total=1000, min_interval_s=3600, logger=logger) as progress:
+        progress.update(10)  # first update goes out
+        progress.update(500)  # throttled
+        progress.update(400)  # never goes backwards
+        assert progress.done == 500
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2
+    assert messages[0].startswith("scoring: 10 rows done of 1,000 (1%)")
+    assert messages[1].startswith("scoring: 500 rows done of 1,000 (50%)")
+
+
+def test_reporter_without_total_and_other_units(caplog):
+    logger = logging.getLogger("test.progress")
+    caplog.set_level(logging.INFO, logger="test.progress")
+    progress = ProgressReporter("Train model", total=None, unit="epochs", logger=logger)
+    progress.update(3, force=True)
+    assert progress.percent == 0.0
+    assert "3 epochs done," in caplog.records[-1].getMessage()

@@ -1,0 +1,298 @@
+"""The events input contract, called directly with a real Spark session and folder store:
+every input error names its file/column/value, every quarantine reason keeps the original
+values while good rows flow through, formats are detected, and unchanged inputs are cached."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from infra.errors import HybridflowInputError
+from tasks.data.input_formats import InputOptions
+from tasks.stages.spark_io import read_dataset
+from tasks.stages.validate import validate_stage
+
+pytestmark = pytest.mark.integration
+
+GOOD_CSV = """customer_id,event_time,amount,quantity
+c1,2025-01-01 10:00:00,10.0,1
+c1,2025-01-05 10:00:00,20.0,2
+c2,2025-01-02 09:30:00,5.5,1
+c3,2025-01-03 12:00:00,7.0,3
+"""
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _validate(spark, store, path, *, max_bad=1.0, options=None, use_cache=False, run_id="r1"):
+    return validate_stage(
+        spark, store, run_id, str(path), max_bad, options=options, use_cache=use_cache
+    )
+
+
+def _rows(spark, store, prefix) -> list[dict]:
+    df = read_dataset(spark, store, prefix)
+    return sorted((r.asDict() for r in df.collect()), key=lambda r: str(sorted(r.items())))
+
+
+def _error(spark, store, path, **kw) -> str:
+    with pytest.raises(HybridflowInputError) as info:
+        _validate(spark, store, path, **kw)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_input_errors_name_the_file_column_or_value(spark, local_store, tmp_path):
+    missing = tmp_path / "nope.csv"
+    assert str(missing) in _error(spark, local_store, missing)
+
+    only_marker = tmp_path / "marker"
+    _write(only_marker / "_SUCCESS", "")
+    assert "holds no data files" in _error(spark, local_store, only_marker)
+
+    header_only = _write(tmp_path / "header.csv", "customer_id,event_time,amount\n")
+    assert "empty" in _error(spark, local_store, header_only)
+
+    empty_pq = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"customer_id": pa.array([], pa.string())}), empty_pq)
+    assert "empty" in _error(spark, local_store, empty_pq)
+
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    pq.write_table(
+        pa.table({"customer_id": ["a"], "event_time": ["2025-01-01"], "amount": [1.0]}),
+        corrupt / "good.parquet",
+    )
+    (corrupt / "bad.parquet").write_bytes(b"PAR1 this is not parquet at all")
+    message = _error(spark, local_store, corrupt)
+    assert "bad.parquet" in message and "cannot read Parquet file" in message
+
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\x00\x01\x02garbage\n")
+    assert "binary.csv" in _error(spark, local_store, binary)
+
+    mixed = tmp_path / "mixed"
+    _write(mixed / "a.csv", GOOD_CSV)
+    _write(mixed / "b.json", "{}")
+    assert "cannot tell the format" in _error(spark, local_store, mixed)
+
+    no_amount = _write(tmp_path / "no_amount.csv", "customer_id,event_time\nc1,2025-01-01\n")
+    message = _error(spark, local_store, no_amount)
+    assert "missing required column(s) amount" in message and "--map" in message
+
+    array_amount = tmp_path / "array_amount.parquet"
+    pq.write_table(
+        pa.table({"customer_id": ["a"], "event_time": ["2025-01-01"], "amount": [[1.0, 2.0]]}),
+        array_amount,
+    )
+    message = _error(spark, local_store, array_amount)
+    assert "'amount'" in message and "array<double>" in message and "cannot be cast" in message
+
+    headers = tmp_path / "headers"
+    _write(headers / "a.csv", GOOD_CSV)
+    _write(headers / "b.csv", "amount,customer_id,event_time\n1.0,c9,2025-01-01\n")
+    message = _error(spark, local_store, headers)
+    assert "b.csv" in message and "same columns in the same order" in message
+
+    bad_times = _write(tmp_path / "times.csv", "customer_id,event_time,amount\nc1,yesterday,1\n")
+    message = _error(spark, local_store, bad_times)
+    assert "'yesterday'" in message and "--timestamp-format" in message
+
+    good = _write(tmp_path / "good.csv", GOOD_CSV)
+    message = _error(spark, local_store, good, options=InputOptions(column_map={"price": "x"}))
+    assert "'price' is not an events column" in message
+    message = _error(spark, local_store, good, options=InputOptions(column_map={"amount": "Total"}))
+    assert "no column 'Total'" in message
+
+    dupes = _write(
+        tmp_path / "dupes.csv", "customer_id,Amount,event_time,AMOUNT\nc1,1,2025-01-01,2\n"
+    )
+    assert "'amount' appears more than once" in _error(spark, local_store, dupes)
+
+
+BAD_ROWS_CSV = """customer_id,event_time,amount,quantity,channel
+c1,2025-01-01 10:00:00,10.0,1,web
+c1,2025-01-05 10:00:00,20.0,2,web
+c2,2025-01-02 09:30:00,5.5,1,app
+c3,2025-01-03 12:00:00,7.0,3,
+c4,2025-01-04 12:00:00,1.0,1,web
+c4,2025-01-04 12:00:00,1.0,1,web
+c4,2025-01-04 12:00:00,1.0,1,web
+,2025-01-04 12:00:00,1.0,1,web
+   ,2025-01-04 12:00:00,1.0,1,web
+c5,not a time,1.0,1,web
+c5,2025-01-04 12:00:00,abc,1,web
+c5,2025-01-04 12:00:00,NaN,1,web
+c5,2025-01-04 12:00:00,Infinity,1,web
+c5,2025-01-04 12:00:00,-3,1,web
+c5,2025-01-04 12:00:00,,1,web
+c5,2025-01-04 12:00:00,2.0,0,web
+c5,2025-01-04 12:00:00,2.0,2.5,web
+c5,2025-01-04 12:00:00,2.0,many,web
+"""
+
+
+def test_every_quarantine_reason_keeps_original_values_and_good_rows_flow(
+    spark, local_store, tmp_path
+):
+    path = _write(tmp_path / "events.csv", BAD_ROWS_CSV)
+    result = _validate(spark, local_store, path)
+    assert result.rows_read == 18
+    assert result.quarantine_reasons == {
+        "duplicate_event": 2,
+        "missing_customer_id": 2,
+        "invalid_event_time": 1,
+        "invalid_amount": 5,
+        "invalid_quantity": 3,
+    }
+    assert result.rows_quarantined == 13 and result.rows_valid == 5
+    assert result.available_columns == [
+        "amount",
+        "channel",
+        "customer_id",
+        "event_time",
+        "quantity",
+    ]
+
+    quarantine = _rows(spark, local_store, result.quarantine_prefix)
+    by_amount = {r["amount"]: r["reason"] for r in quarantine if r["customer_id"] == "c5"}
+    assert by_amount["abc"] == by_amount["NaN"] == by_amount["Infinity"] == "invalid_amount"
+    assert by_amount["-3"] == "invalid_amount"
+    assert {r["quantity"] for r in quarantine if r["reason"] == "invalid_quantity"} == {
+        "0",
+        "2.5",
+        "many",
+    }
+    assert [r["event_time"] for r in quarantine if r["reason"] == "invalid_event_time"] == [
+        "not a time"
+    ]
+    assert set(quarantine[0]) == {
+        "customer_id",
+        "event_time",
+        "amount",
+        "quantity",
+        "channel",
+        "reason",
+    }
+
+    good = _rows(spark, local_store, result.events_prefix)
+    assert sorted((r["customer_id"], r["amount"]) for r in good) == [
+        ("c1", 10.0),
+        ("c1", 20.0),
+        ("c2", 5.5),
+        ("c3", 7.0),
+        ("c4", 1.0),
+    ]
+    assert {r["event_type"] for r in good} == {"purchase"}
+    assert {r["channel"] for r in good if r["customer_id"] == "c3"} == {None}
+
+    with pytest.raises(HybridflowInputError) as info:
+        _validate(spark, local_store, path, max_bad=0.05, run_id="r2")
+    assert "13 of 18 event rows" in str(info.value) and "--max-bad-fraction 5.0%" in str(info.value)
+    assert "runs/r2/quarantine" in str(info.value)
+    assert len(_rows(spark, local_store, "runs/r2/quarantine")) == 13
+
+
+def test_csv_dialects_and_parquet_partitions_read_the_same_events(spark, local_store, tmp_path):
+    semicolon = _write(
+        tmp_path / "shop" / "part1.csv",
+        "Client;Date;TOTAL;Qty\nc1;01/02/2025 10:00;10,5;1\nc1;13/02/2025 09:00;20;2\n"
+        "c2;28/02/2025 23:59;5;1\n",
+    )
+    result = _validate(
+        spark,
+        local_store,
+        semicolon.parent,
+        options=InputOptions(
+            column_map={"customer_id": "client", "event_time": "date", "amount": "total"}
+        ),
+    )
+    # "10,5" is not a number with a ',' decimal point: quarantined, never silently parsed.
+    assert result.quarantine_reasons == {"invalid_amount": 1}
+    assert result.rows_valid == 2
+    assert result.first_event == dt.datetime(2025, 2, 13, 9, 0, tzinfo=dt.UTC)
+    assert result.last_event == dt.datetime(2025, 2, 28, 23, 59, tzinfo=dt.UTC)
+
+    epoch = _write(
+        tmp_path / "epoch.tsv.csv",
+        "CUSTOMER_ID\tEvent_Time\tAmount\n7\t1735725600\t3\n8\t1735812000\t4\n",
+    )
+    result = _validate(spark, local_store, epoch, run_id="r2")
+    assert result.rows_valid == 2 and result.first_event == dt.datetime(
+        2025, 1, 1, 10, tzinfo=dt.UTC
+    )
+    assert {r["customer_id"] for r in _rows(spark, local_store, result.events_prefix)} == {"7", "8"}
+
+    iso = _write(tmp_path / "iso.csv", "customer_id,event_time,amount\nc1,2025-03-01T10:00:00Z,1\n")
+    result = _validate(spark, local_store, iso, run_id="r3")
+    assert result.first_event == dt.datetime(2025, 3, 1, 10, tzinfo=dt.UTC)
+
+    hive = tmp_path / "hive"
+    for day, ids in (("2025-01-01", [1, 2]), ("2025-01-02", [3])):
+        part = hive / f"event_date={day}"
+        part.mkdir(parents=True)
+        pq.write_table(
+            pa.table(
+                {
+                    "Customer_Id": pa.array(ids, pa.int64()),
+                    "EVENT_TIME": pa.array(
+                        [dt.datetime.fromisoformat(f"{day} 12:00:00")] * len(ids),
+                        pa.timestamp("us"),
+                    ),
+                    "amount": pa.array([1.5] * len(ids)),
+                }
+            ),
+            part / "part-0.parquet",
+        )
+    (hive / "_SUCCESS").write_text("")
+    result = _validate(spark, local_store, hive, run_id="r4")
+    assert result.rows_valid == 3
+    assert result.available_columns == ["amount", "customer_id", "event_time"]
+    assert {r["customer_id"] for r in _rows(spark, local_store, result.events_prefix)} == {
+        "1",
+        "2",
+        "3",
+    }
+
+
+def test_unchanged_inputs_are_cached_and_changes_recompute(spark, local_store, tmp_path):
+    path = _write(tmp_path / "events" / "a.csv", GOOD_CSV)
+    first = _validate(spark, local_store, path.parent, use_cache=True, run_id="first")
+    assert not first.report.cached
+
+    second = _validate(spark, local_store, path.parent, use_cache=True, run_id="second")
+    assert second.report.cached
+    assert second.events_prefix == first.events_prefix == "runs/first/events"
+    assert second.quarantine_uri == first.quarantine_uri
+
+    forced = _validate(spark, local_store, path.parent, use_cache=False, run_id="forced")
+    assert not forced.report.cached and forced.events_prefix == "runs/forced/events"
+
+    other = _validate(
+        spark,
+        local_store,
+        path.parent,
+        use_cache=True,
+        run_id="other-options",
+        options=InputOptions(csv_delimiter=","),
+    )
+    assert not other.report.cached
+
+    _write(path.parent / "b.csv", GOOD_CSV.replace("c1,", "c9,"))
+    grown = _validate(spark, local_store, path.parent, use_cache=True, run_id="grown")
+    assert not grown.report.cached and grown.rows_read == 8
+
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    touched = _validate(spark, local_store, path.parent, use_cache=True, run_id="touched")
+    assert not touched.report.cached
