@@ -69,10 +69,12 @@ def copy_file_durably(source: Path, target: Path, what: str) -> None:
 
 
 def _replace_durably(target: Path, what: str, write: Callable[[BinaryIO], object]) -> None:
-    """Temporary file beside ``target`` -> write -> fsync -> rename -> fsync the folder."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Temporary file beside ``target`` -> write -> fsync -> rename -> fsync the folder.
+    On failure the temporary file and the folders this call created are removed."""
     tmp = temporary_beside(target)
+    created: list[Path] = []
     try:
+        created = make_folders(target.parent)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
         with os.fdopen(fd, "wb") as out:
             write(out)
@@ -80,12 +82,32 @@ def _replace_durably(target: Path, what: str, write: Callable[[BinaryIO], object
             os.fsync(out.fileno())
         os.replace(tmp, target)
         fsync_dir(target.parent)
-    except OSError as exc:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
-        raise StoreError(f"could not write {what}: {describe_os_error(exc)}") from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+        remove_empty_folders(created)
+        if isinstance(exc, OSError):
+            raise StoreError(f"could not write {what}: {describe_os_error(exc)}") from exc
         raise
+
+
+def make_folders(folder: Path) -> list[Path]:
+    """``mkdir -p folder``; returns the folders it created, outermost first."""
+    missing = []
+    while not folder.is_dir():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir(exist_ok=True)
+    return list(reversed(missing))
+
+
+def remove_empty_folders(created: list[Path]) -> None:
+    """Undo :func:`make_folders` where nothing else was put in those folders since."""
+    for path in reversed(created):
+        try:
+            path.rmdir()
+        except OSError:
+            return  # not empty: another writer is using it
 
 
 def fsync_tree(root: Path) -> None:
