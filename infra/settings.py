@@ -171,6 +171,11 @@ class HybridflowSettings(BaseSettings):
     dispatch_poll_seconds: float = Field(
         default=1.0, gt=0, description="deployed mode: how often the pipeline polls a stage run"
     )
+    dispatch_start_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="deployed mode: a stage run no worker picks up within this is cancelled",
+    )
 
     @field_validator("spark_conf")
     @classmethod
