@@ -13,7 +13,6 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
-import logging
 import os
 import shutil
 import tempfile
@@ -24,8 +23,6 @@ from typing import Any
 from infra import fs
 from infra.errors import StoreError
 from infra.layout import STAGING
-
-log = logging.getLogger(__name__)
 
 
 class PreconditionFailed(StoreError):
@@ -76,7 +73,8 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def list(self, prefix: str) -> list[str]:
-        """All keys under ``prefix`` (recursive), sorted."""
+        """All keys under ``prefix`` (recursive), sorted; StoreError for a prefix that would
+        leave the store (``..``)."""
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:
@@ -203,8 +201,7 @@ class LocalFolderStore(ObjectStore):
         )
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
-        path.unlink(missing_ok=True)
+        self._path(key).unlink(missing_ok=True)
 
     def delete_prefix(self, prefix: str) -> None:
         shutil.rmtree(self._path(prefix), ignore_errors=True)
