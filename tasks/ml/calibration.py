@@ -15,14 +15,12 @@ A :class:`Calibration` is part of the model bundle (``model.json``), so every pa
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 from pydantic import BaseModel, Field
 
+from infra.settings import CalibrationMethod
 from tasks.ml.logistic import fit_logistic, sigmoid
 
-CalibrationMethod = Literal["none", "temperature", "platt", "isotonic"]
 FITTED_METHODS: tuple[CalibrationMethod, ...] = ("temperature", "platt", "isotonic")
 ISOTONIC_PRIOR_ROWS = 1.0  # pseudo-rows at the overall rate added to every isotonic block
 
