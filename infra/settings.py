@@ -48,8 +48,9 @@ class TrainingSettings(BaseSettings):
         default=1, ge=1, description="GPUs on the worker: >1 launches torchrun DDP training"
     )
     calibration: CalibrationMethod = Field(
-        default="platt",
-        description="post-hoc calibration fitted on the val split and stored in the bundle",
+        default="temperature",
+        description="post-hoc calibration fitted on the val split and stored in the bundle "
+        "(temperature: best out-of-time log loss measured; platt also moves the base rate)",
     )
 
 
