@@ -9,7 +9,7 @@ import logging
 from infra.registry import ModelManifest, ModelRegistry, PromotionConflict
 from tasks.ml.evaluation import ModelEvaluation
 from tasks.ml.model import load_bundle
-from tasks.ml.promotion import PromotionDecision, decide_promotion
+from tasks.ml.promotion import FORCE_HINT, PromotionDecision, decide_promotion
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.ml.training_loop import evaluate
 
@@ -42,6 +42,12 @@ def gate_and_promote(
         except PromotionConflict as exc:
             decision = decision.model_copy(update={"promote": False, "reason": str(exc)})
     log.info("model %s: %s", candidate.version, decision.reason)
+    if not promoted and production_version is None:
+        log.warning(
+            "no production model: batch inference and the endpoint have nothing to score with "
+            "until a version is promoted (%s)",
+            FORCE_HINT,
+        )
     return decision, promoted, production_version
 
 
