@@ -6,7 +6,8 @@ import numpy as np
 import torch
 
 from serving.scorer import fast_scorer
-from tasks.ml.model import CustomerMLP, ModelConfig, predict_proba
+from tasks.ml.calibration import Calibration
+from tasks.ml.model import CustomerMLP, ModelConfig, predict_logits, predict_proba, with_calibration
 from tests.fixtures.serving_sample import sample_feature_table, sample_model
 
 
@@ -33,9 +34,6 @@ def test_models_in_training_mode_or_of_other_shapes_get_no_fast_path():
 
 
 def test_fast_path_applies_the_bundle_calibration():
-    from tasks.ml.calibration import Calibration
-    from tasks.ml.model import predict_logits, with_calibration
-
     table = sample_feature_table(40, seed=3)
     model = sample_model(table, seed=5, hidden_sizes=[8])
     x = np.random.default_rng(2).exponential(10.0, size=(32, model.net[0].in_features))

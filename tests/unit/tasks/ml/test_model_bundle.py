@@ -1,9 +1,12 @@
+import json
+
 import numpy as np
 import pytest
 import torch
 
 from infra.errors import ChecksumMismatchError
 from infra.store import sha256_bytes
+from tasks.ml.calibration import Calibration
 from tasks.ml.model import (
     CONFIG_FILE,
     WEIGHTS_FILE,
@@ -12,6 +15,7 @@ from tasks.ml.model import (
     bundle_bytes,
     load_bundle,
     predict_proba,
+    with_calibration,
 )
 from tasks.ml.promotion import decide_promotion
 
@@ -57,11 +61,6 @@ def test_gate_decisions():
 
 
 def test_calibration_travels_inside_the_checksummed_bundle():
-    import json
-
-    from tasks.ml.calibration import Calibration
-    from tasks.ml.model import with_calibration
-
     model = with_calibration(_model(), Calibration(method="platt", slope=2.0, intercept=-0.5))
     files = bundle_bytes(model)
     assert json.loads(files[CONFIG_FILE])["calibration"]["method"] == "platt"

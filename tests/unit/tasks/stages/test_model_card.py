@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import re
+
+import numpy as np
 
 from infra.registry import ModelManifest
-from tasks.ml.promotion import decide_promotion
-from tasks.stages.model_card import model_card_markdown
+from tasks.ml.calibration import Calibration
+from tasks.ml.evaluation import (
+    BacktestReport,
+    BacktestWindows,
+    CalibrationScore,
+    ModelComparison,
+    ModelEvaluation,
+)
+from tasks.ml.metrics import quality_metrics
+from tasks.ml.promotion import BaselineCheck, decide_promotion
+from tasks.stages.model_card import model_card_markdown, quality_sections
 from tasks.stages.records import FeaturesResult, StageReport, TrainResult
 
 
@@ -73,22 +86,6 @@ def test_model_card_tells_decision_lineage_training_and_checksums():
 
 
 def test_model_card_shows_backtest_baseline_reliability_and_inline_charts():
-    import base64
-    import re
-
-    import numpy as np
-
-    from tasks.ml.calibration import Calibration
-    from tasks.ml.evaluation import (
-        BacktestReport,
-        BacktestWindows,
-        CalibrationScore,
-        ModelComparison,
-        ModelEvaluation,
-    )
-    from tasks.ml.metrics import quality_metrics
-    from tasks.ml.promotion import BaselineCheck
-
     rng = np.random.default_rng(0)
     p = rng.uniform(0.01, 0.9, 2000)
     y = (rng.uniform(size=p.size) < p).astype(float)
@@ -161,18 +158,6 @@ def test_model_card_shows_backtest_baseline_reliability_and_inline_charts():
 
 
 def test_model_card_says_when_the_backtest_was_skipped():
-    import numpy as np
-
-    from tasks.ml.calibration import Calibration
-    from tasks.ml.evaluation import (
-        BacktestReport,
-        BacktestWindows,
-        ModelComparison,
-        ModelEvaluation,
-    )
-    from tasks.ml.metrics import quality_metrics
-    from tasks.stages.model_card import quality_sections
-
     y = np.array([0, 1] * 50, dtype=float)
     q = quality_metrics(y, np.linspace(0.1, 0.9, 100))
     evaluation = ModelEvaluation(
