@@ -83,7 +83,8 @@ def _replace_durably(target: Path, what: str, write: Callable[[BinaryIO], object
         os.replace(tmp, target)
         fsync_dir(target.parent)
     except BaseException as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # e.g. a file where a parent folder must be
+            tmp.unlink(missing_ok=True)
         remove_empty_folders(created)
         if isinstance(exc, OSError):
             raise StoreError(f"could not write {what}: {describe_os_error(exc)}") from exc

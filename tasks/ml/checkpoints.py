@@ -170,7 +170,10 @@ class CheckpointStore:
             ) from exc
         finally:
             shutil.rmtree(path.parent, ignore_errors=True)
-        self._prune()
+        try:
+            self._prune()
+        except StoreError as exc:  # the checkpoint is saved; older ones go with the next save
+            log.warning("checkpoint step %d saved, pruning older ones failed: %s", step, exc)
         return manifest
 
     def manifests(self) -> list[CheckpointManifest]:
