@@ -12,6 +12,8 @@
     checkpoints/<training_id>/step-<n>/state.pt     + manifest-<n>.json beside it
     profiles/<stage>/<pool>/<time>-<id>.json        measured stage runs (routing)
     costs/<YYYY-MM-DD>/<run_id>.json                cost reports
+    drift/references/<version>.json                 what drift compares with (bin edges, shares)
+    drift/references/<version>/customers/           the customers a version was trained on
     cache/<stage>/<fingerprint>.json                reusable CPU stage outputs
     .staging/                                       a folder store's scratch space
 
@@ -32,6 +34,7 @@ ALIASES = "models/aliases"
 CHECKPOINTS = "checkpoints"
 PROFILES = "profiles"
 COSTS = "costs"
+DRIFT_REFERENCES = "drift/references"
 CACHE = "cache"
 STAGING = ".staging"
 DATASET_MANIFEST = "_manifest.json"
@@ -186,6 +189,16 @@ def cost_report_key(day: dt.date, run_id: str) -> str:
 def cost_report_day(key: str) -> str:
     """``YYYY-MM-DD`` of a cost report key."""
     return key.split("/")[1]
+
+
+def drift_reference_key(version: str) -> str:
+    """A model version's drift reference: training-side bin edges and shares, score shares."""
+    return f"{DRIFT_REFERENCES}/{version}.json"
+
+
+def drift_customers_prefix(version: str) -> str:
+    """The customer ids a model version was trained on (for the unseen-customers share)."""
+    return f"{DRIFT_REFERENCES}/{version}/customers"
 
 
 def cache_key(stage: str, fingerprint: str) -> str:
