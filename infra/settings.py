@@ -82,13 +82,17 @@ class DriftSettings(BaseSettings):
 
     bins: int = Field(default=10, ge=2, le=100, description="quantile bins per feature")
     psi_threshold: float = Field(
-        default=0.25, gt=0, description="a feature's PSI above this is drift (0.1-0.25: moderate)"
+        default=0.1, gt=0, description="a feature's PSI above this is drift (0.1-0.25: moderate)"
     )
     score_psi_threshold: float = Field(
-        default=0.25, gt=0, description="the score distribution's PSI above this is drift"
+        default=0.1, gt=0, description="the score distribution's PSI above this is drift"
     )
     unseen_share_threshold: float = Field(
-        default=0.3, gt=0, le=1, description="share of customers unseen in training above this"
+        default=0.25, gt=0, le=1, description="share of customers unseen in training above this"
+    )
+    ignore_features: list[str] = Field(
+        default=["tenure_days"],
+        description="measured and shown, never drift: features that grow with the calendar",
     )
     min_share: float = Field(
         default=1e-4,

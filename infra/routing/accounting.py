@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Mapping
+from typing import Literal
 
 from infra.routing.costs import CostReport, cost_report, save_cost_report
 from infra.routing.profiles import StageProfile, read_profiles, record_profile, throughput_models
@@ -35,8 +36,12 @@ def account_run(
     run_id: str,
     profiles: list[StageProfile],
     kinds: Mapping[str, WorkloadKind],
+    *,
+    kind: Literal["pipeline", "refresh"] = "pipeline",
+    refresh: str | None = None,
 ) -> CostReport:
-    """Record the stages' profiles, then price the run and its all-CPU/all-GPU alternatives."""
+    """Record the stages' profiles, then price the run and its all-CPU/all-GPU alternatives
+    (``kind`` and ``refresh`` say what ran and why, for the refresh count of the cost report)."""
     record_stage_profiles(store, profiles)
     report = cost_report(
         run_id,
@@ -44,6 +49,6 @@ def account_run(
         settings.priced_pools(),
         throughput_models(read_profiles(store)),
         kinds,
-    )
+    ).model_copy(update={"kind": kind, "refresh": refresh})
     save_cost_report(store, report)
     return report

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -51,6 +52,12 @@ class CostReport(BaseModel):
     all_gpu_usd: float
     savings_vs_all_gpu_usd: float
     basis: str = Field(description="how alternatives were estimated")
+    kind: Literal["pipeline", "refresh"] = "pipeline"
+    refresh: str | None = Field(
+        default=None,
+        description="pipeline: the refresh its data asked for (drift, new-data) or skipped; "
+        "refresh: what started it (drift, new-data, schedule, manual)",
+    )
 
 
 def _seconds_on(

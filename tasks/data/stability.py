@@ -18,7 +18,7 @@ import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Literal
 
-Status = Literal["ok", "drift", "n/a"]
+Status = Literal["ok", "drift", "n/a", "ignored"]
 NULL_BIN = -1  # the bin of a missing value
 
 

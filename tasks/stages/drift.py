@@ -133,11 +133,12 @@ def measure_drift(
         DriftRow.measured(
             f,
             "psi",
-            psi(reference.features[f].counts, counts[f], settings.min_share),
+            psi(reference.features[f].counts, counts[f], settings.min_share)
+            if counts.get(f)
+            else None,
             settings.psi_threshold,
+            ignored=f in settings.ignore_features,
         )
-        if counts.get(f)
-        else DriftRow.measured(f, "psi", None, settings.psi_threshold)
         for f in reference.features
     ]
     rows_scored = sum(next(iter(counts.values()), {}).values())

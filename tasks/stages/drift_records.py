@@ -47,15 +47,21 @@ class DriftRow(BaseModel):
 
     @classmethod
     def measured(
-        cls, feature: str, measure: Measure, value: float | None, threshold: float
+        cls,
+        feature: str,
+        measure: Measure,
+        value: float | None,
+        threshold: float,
+        ignored: bool = False,
     ) -> DriftRow:
-        """A row whose status follows from the value and the threshold."""
+        """A row whose status follows from the value and the threshold (``ignored``: shown,
+        never drift)."""
         return cls(
             feature=feature,
             measure=measure,
             value=value,
             threshold=threshold,
-            status=status(value, threshold),
+            status="ignored" if ignored else status(value, threshold),
         )
 
 
