@@ -97,6 +97,8 @@ class RefreshResult(BaseModel):
     metrics: dict[str, float]
     stages: list[StageReport]
     seconds: float
+    trigger: str = "manual"
+    trigger_reason: str | None = None
 
 
 def production_manifest(registry: ModelRegistry) -> ModelManifest | None:
