@@ -10,6 +10,7 @@ files together.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from prefect.events import emit_event
@@ -28,6 +29,16 @@ DRIFT_RESOURCE = "hybridflow.drift"
 MODEL_RESOURCE = "hybridflow.model"
 
 
+@dataclass(frozen=True)
+class EventSpec:
+    """One event before it is sent: name, resource, related resources, payload."""
+
+    name: str
+    resource: dict[str, str]
+    related: list[dict[str, str]] = field(default_factory=list)
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
 def model_resource(version: str, role: str = "model") -> dict[str, str]:
     """A model version as a related resource."""
     return {
@@ -42,14 +53,14 @@ def events_resource_id(fingerprint: str) -> str:
     return f"{EVENTS_RESOURCE}.{fingerprint[:16]}"
 
 
-def emit_events_landed(
+def events_landed(
     events: str, fingerprint: str, as_of: object, rows: int, decision: RefreshDecision
-) -> str | None:
+) -> EventSpec:
     """``hybridflow.events.landed``: a pipeline run read this input; the label
     :data:`REFRESH_LABEL` says whether the data asks for a refresh (``new-data``: production is
     older than the configured age)."""
     related = [model_resource(decision.production_version)] if decision.production_version else []
-    return _emit(
+    return EventSpec(
         EVENTS_LANDED,
         {
             "prefect.resource.id": events_resource_id(fingerprint),
@@ -67,9 +78,9 @@ def emit_events_landed(
     )
 
 
-def emit_drift_detected(
+def drift_detected(
     report: DriftReport, events: str | None, fingerprint: str | None, reason: str
-) -> str | None:
+) -> EventSpec:
     """``hybridflow.drift.detected``: which measures drifted and by how much."""
     related = [model_resource(report.model_version)]
     if fingerprint:
@@ -79,7 +90,7 @@ def emit_drift_detected(
                 "prefect.resource.role": "data",
             }
         )
-    return _emit(
+    return EventSpec(
         DRIFT_DETECTED,
         {
             "prefect.resource.id": f"{DRIFT_RESOURCE}.{report.run_id}",
@@ -99,13 +110,13 @@ def emit_drift_detected(
     )
 
 
-def emit_model_promoted(
+def model_promoted(
     version: str,
     previous: str | None,
     metrics: dict[str, float],
     reason: str,
     cause: dict[str, str | None],
-) -> str | None:
+) -> EventSpec:
     """``hybridflow.model.promoted``: production moved to ``version``; ``cause`` says what ran
     (e.g. a refresh's trigger and the id of the event that started it)."""
     related = [model_resource(previous, "previous")] if previous else []
@@ -116,7 +127,7 @@ def emit_model_promoted(
                 "prefect.resource.role": "trigger",
             }
         )
-    return _emit(
+    return EventSpec(
         MODEL_PROMOTED,
         {"prefect.resource.id": f"{MODEL_RESOURCE}.{version}", "prefect.resource.name": version},
         related,
@@ -124,13 +135,13 @@ def emit_model_promoted(
     )
 
 
-def _emit(
-    name: str, resource: dict[str, str], related: list[dict[str, str]], payload: dict[str, Any]
-) -> str | None:
-    """Emit one event; its id, or None when no Prefect API receives events here."""
-    event = emit_event(name, resource=resource, related=related, payload=payload)
+def emit(spec: EventSpec) -> str | None:
+    """Send one event; its id, or None when no Prefect API receives events here."""
+    event = emit_event(
+        spec.name, resource=spec.resource, related=spec.related, payload=spec.payload
+    )
     if event is None:
-        log.warning("event %s not emitted (no Prefect API to send it to)", name)
+        log.warning("event %s not emitted (no Prefect API to send it to)", spec.name)
         return None
-    log.info("emitted %s (%s) %s", name, resource["prefect.resource.id"], event.id)
+    log.info("emitted %s (%s) %s", spec.name, spec.resource["prefect.resource.id"], event.id)
     return str(event.id)

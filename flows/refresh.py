@@ -20,7 +20,7 @@ from pydantic import Field
 from flows.artifacts import publish_cost_table, publish_refresh_table
 from flows.context import resolve_run_id
 from flows.dag import STAGE_KINDS
-from flows.events import emit_model_promoted
+from flows.events import emit, model_promoted
 from flows.params import ResolvedRun, RunInputs, StageParams, resolve
 from flows.prepare import prepare_flow
 from flows.train import train_flow
@@ -124,15 +124,17 @@ def _after_promotion(run: ResolvedRun, result: RefreshResult, params: RefreshPar
     ensure_reference(
         get_spark(run.settings), run.store, result.candidate_version, run.settings.drift
     )
-    emit_model_promoted(
-        result.candidate_version,
-        result.production_before,
-        result.metrics,
-        result.reason,
-        {
-            "trigger": params.trigger,
-            "trigger_reason": params.reason,
-            "trigger_event": params.trigger_event,
-            "run_id": result.run_id,
-        },
+    emit(
+        model_promoted(
+            result.candidate_version,
+            result.production_before,
+            result.metrics,
+            result.reason,
+            {
+                "trigger": params.trigger,
+                "trigger_reason": params.reason,
+                "trigger_event": params.trigger_event,
+                "run_id": result.run_id,
+            },
+        )
     )

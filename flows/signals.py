@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from flows.drift import DriftParams, drift_flow
-from flows.events import emit_drift_detected, emit_events_landed, emit_model_promoted
+from flows.events import drift_detected, emit, events_landed, model_promoted
 from flows.params import ResolvedRun
 from infra.registry import ModelRegistry
 from tasks.stages.drift import drift_status_line
@@ -41,21 +41,23 @@ def signal_refresh(
         max_age_hours=run.settings.refresh.max_production_age_hours,
     )
     emitted = {
-        "landed": emit_events_landed(
-            events, fingerprint, summary.as_of, summary.rows_read, decision
+        "landed": emit(
+            events_landed(events, fingerprint, summary.as_of, summary.rows_read, decision)
         )
     }
     if report is not None and report.drifted:
-        emitted["drift"] = emit_drift_detected(
-            report, events, fingerprint, drift_status_line(report)
+        emitted["drift"] = emit(
+            drift_detected(report, events, fingerprint, drift_status_line(report))
         )
     if summary.promoted:
-        emitted["promoted"] = emit_model_promoted(
-            summary.model_version,
-            _previous(run, summary.model_version),
-            summary.metrics,
-            summary.promotion_reason,
-            {"trigger": "pipeline", "run_id": summary.run_id},
+        emitted["promoted"] = emit(
+            model_promoted(
+                summary.model_version,
+                _previous(run, summary.model_version),
+                summary.metrics,
+                summary.promotion_reason,
+                {"trigger": "pipeline", "run_id": summary.run_id},
+            )
         )
     log.info("refresh %s: %s", decision.reason or "skipped", decision.explanation)
     entry = drift_entry(report, error, decision) | {"events": emitted}
