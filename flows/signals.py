@@ -3,8 +3,8 @@
 The pipeline calls :func:`signal_refresh` last. It runs the ``drift`` flow on the features the
 run published (against the model that scored them), decides with
 :func:`tasks.stages.refresh.refresh_decision` whether a refresh is due, and emits
-``hybridflow.events.landed`` always, ``hybridflow.drift.detected`` on drift and
-``hybridflow.model.promoted`` when the run moved production. The deployment triggers of
+``hybridflow.drift.detected`` on drift, ``hybridflow.model.promoted`` when the run moved
+production and ``hybridflow.events.landed`` always, last. The deployment triggers of
 ``model-refresh`` (prefect.yaml) start the refresh; nothing here calls it.
 """
 
@@ -40,11 +40,7 @@ def signal_refresh(
         now=dt.datetime.now(dt.UTC),
         max_age_hours=run.settings.refresh.max_production_age_hours,
     )
-    emitted = {
-        "landed": emit(
-            events_landed(events, fingerprint, summary.as_of, summary.rows_read, decision)
-        )
-    }
+    emitted: dict[str, str | None] = {}
     if report is not None and report.drifted:
         emitted["drift"] = emit(
             drift_detected(report, events, fingerprint, drift_status_line(report))
@@ -59,6 +55,10 @@ def signal_refresh(
                 {"trigger": "pipeline", "run_id": summary.run_id},
             )
         )
+    # last, so that whoever sees it can rely on the run's other events having been sent
+    emitted["landed"] = emit(
+        events_landed(events, fingerprint, summary.as_of, summary.rows_read, decision)
+    )
     log.info("refresh %s: %s", decision.reason or "skipped", decision.explanation)
     entry = drift_entry(report, error, decision) | {"events": emitted}
     return report, decision, entry

@@ -267,6 +267,10 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
         prefect_admin.deploy_all(project, deploy_env, stack_dir / "logs" / "deploy.log")
         names = prefect_admin.deployment_names(api_url)
         lines.append(f"deployed {len(names)}: {', '.join(names)}")
+        lines.append("refresh triggers: " + "; ".join(prefect_admin.refresh_triggers(api_url)))
+        lines.append(
+            prefect_admin.ensure_refresh_schedule(api_url, settings.refresh.safety_net_hours)
+        )
     _wait_workers_online(api_url)
     return lines + [
         "",

@@ -1,4 +1,5 @@
-"""Idempotent set-up of a Prefect server: work pools, the zombie-run automation, deployments."""
+"""Idempotent set-up of a Prefect server: work pools, the zombie-run automation, deployments
+(whose prefect.yaml triggers ``prefect deploy`` re-creates), the refresh safety-net schedule."""
 
 from __future__ import annotations
 
@@ -116,3 +117,48 @@ def deployment_names(api_url: str) -> list[str]:
     with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
         flows = {f.id: f.name for f in client.read_flows()}
         return sorted(f"{flows.get(d.flow_id, '?')}/{d.name}" for d in client.read_deployments())
+
+
+REFRESH_DEPLOYMENT = "model-refresh/model-refresh"
+
+
+def ensure_refresh_schedule(api_url: str, hours: float | None) -> str:
+    """Apply the safety-net setting to model-refresh's interval schedule: ``None`` leaves what
+    prefect.yaml declares, 0 turns it off, else every ``hours`` hours (same anchor)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.schedules import IntervalSchedule
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if hours is None:
+        return "refresh safety net: as prefect.yaml declares"
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(REFRESH_DEPLOYMENT)
+        for entry in deployment.schedules:
+            current = entry.schedule
+            if hours == 0:
+                client.update_deployment_schedule(deployment.id, entry.id, active=False)
+                continue
+            if not isinstance(current, IntervalSchedule):
+                continue
+            client.update_deployment_schedule(
+                deployment.id,
+                entry.id,
+                active=True,
+                schedule=IntervalSchedule(
+                    interval=dt.timedelta(hours=hours),
+                    anchor_date=current.anchor_date,
+                    timezone=current.timezone,
+                ),
+            )
+    return "refresh safety net: off" if hours == 0 else f"refresh safety net: every {hours:g}h"
+
+
+def refresh_triggers(api_url: str) -> list[str]:
+    """The automations model-refresh's deployment triggers created, one line each."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(REFRESH_DEPLOYMENT)
+        owned = client.read_resource_related_automations(f"prefect.deployment.{deployment.id}")
+    return sorted(f"{a.name} ({'on' if a.enabled else 'off'})" for a in owned)
