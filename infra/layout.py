@@ -2,7 +2,7 @@
 
 ::
 
-    runs/<run_id>/<stage>.json                      a stage's manifest (written last)
+    runs/<run_id>/<stage>.json                      a stage's manifest (written last), drift.json
     runs/<run_id>/{events,quarantine,training_examples}/   the run's datasets
     features/as_of=YYYY-MM-DD/                      scoring features at T (served, scored)
     snapshots/as_of=YYYY-MM-DD_h<H>/                the training snapshot (split=train|val|test)
