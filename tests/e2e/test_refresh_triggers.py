@@ -1,7 +1,10 @@
 """Refresh when it matters, on the deployed stack: `hybridflow up` installs model-refresh's
-triggers; a pipeline run on unshifted data starts no refresh; a pipeline run on shifted data
-emits hybridflow.drift.detected and the trigger starts model-refresh on gpu-pool without anyone
-calling it; the refresh goes through the gate and the endpoint serves whatever production is.
+triggers; a pipeline run on unshifted data starts no refresh; a run of the pipeline deployment
+on shifted data emits hybridflow.drift.detected and the trigger starts model-refresh on gpu-pool
+without anyone calling it; the refresh goes through the gate and the endpoint serves whatever
+production is then. (The first run is `hybridflow run` against the stack's server, which emits
+the same events as a deployment run at a third of the time; the existing deployed-stack test
+covers dispatch.)
 
 Nothing here waits on the clock: the schedule is off, and every wait is on a state (a run
 finished, an event stored, the endpoint's model version).
@@ -85,19 +88,25 @@ def _drive(stack_env, base: Path, shifted: Path, tmp_path: Path) -> dict[str, fl
         refresh = client.read_deployment_by_name("model-refresh/model-refresh")
         assert refresh.schedules and not any(s.active for s in refresh.schedules)
 
-        # unshifted data: production is trained, nothing drifts, no refresh is asked for
-        first = _run_pipeline(client, pipeline.id, base)
-        landed = wait_for("run 1's landed event", lambda: _events(api, "landed", first), 60)
+        # unshifted data, run in this process against the stack's server: production is
+        # trained, nothing drifts, no refresh is asked for
+        first = _run_here(stack_env, api, base)
+        assert first["drift"]["status"] == "stable", first["drift"]
+        assert first["drift"]["refresh"]["reason"] == "skipped"
+        run = first["flow_run_id"]
+        landed = wait_for("run 1's landed event", lambda: _events(api, "landed", run), 60)
         assert landed[0]["resource"]["hybridflow.refresh.reason"] == "none", landed
-        assert _events(api, "drift.detected", first) == []
+        assert _events(api, "drift", run) == []
         store = stack_env["HYBRIDFLOW_STORE"]
         with running_server(Path(store), tmp_path / "serve", env=_serve_env(stack_env)) as server:
             v1 = _production(store)
             wait_for("the endpoint to serve v1", lambda: _served(server.url) == v1, 60)
 
-            # shifted data: drift is detected, and the trigger starts the refresh by itself
+            # shifted data, the pipeline deployment on cpu-pool: drift is detected, and the
+            # trigger starts the refresh by itself
             second = _run_pipeline(client, pipeline.id, shifted)
-            (drift,) = wait_for("the drift event", lambda: _events(api, "drift", second), 60)
+            (drift,) = wait_for("the drift event", lambda: _events(api, "drift", second.id), 60)
+            assert drift["resource"]["hybridflow.refresh.reason"] == "drift"
             assert drift["payload"]["as_of"] == T and drift["payload"]["events"] == str(shifted)
             refreshed = wait_for(
                 "the triggered refresh to finish",
@@ -141,6 +150,13 @@ def _run_pipeline(client, deployment_id, events: Path):
     return done
 
 
+def _run_here(stack_env, api: str, events: Path) -> dict:
+    """``hybridflow run --json`` in this process's environment, reporting to the stack."""
+    env = stack_env | {"PREFECT_API_URL": api}
+    out = cli(["run", "--events", str(events), "--as-of", T, "--device", "cpu", "--json"], env, 900)
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def _finished(client, runs):
     final = [r for r in runs if r.state_type and r.state_type.value in FINAL]
     return final[0] if final else None
@@ -154,13 +170,13 @@ def _refresh_runs(client, deployment_id) -> list:
     )
 
 
-def _events(api: str, name: str, flow_run) -> list[dict]:
-    """``hybridflow.<name>`` events that ``flow_run`` emitted."""
+def _events(api: str, name: str, flow_run_id) -> list[dict]:
+    """``hybridflow.<name>`` events that flow run ``flow_run_id`` emitted."""
     full = {"landed": "hybridflow.events.landed", "drift": "hybridflow.drift.detected"}
     body = {
         "filter": {
             "event": {"name": [full.get(name, f"hybridflow.{name}")]},
-            "related": {"id": [f"prefect.flow-run.{flow_run.id}"]},
+            "related": {"id": [f"prefect.flow-run.{flow_run_id}"]},
         },
         "limit": 50,
     }
@@ -188,7 +204,7 @@ def _gate_decided(store: str, api: str, refreshed, production: str) -> None:
     if trained.promoted:
         assert production == trained.model_version
         (promoted,) = wait_for(
-            "the promotion event", lambda: _events(api, "model.promoted", refreshed), 60
+            "the promotion event", lambda: _events(api, "model.promoted", refreshed.id), 60
         )
         assert promoted["payload"]["trigger"] == "drift"
     else:
