@@ -12,6 +12,7 @@ serving endpoints pick the new production up within one poll interval.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from prefect import flow
@@ -42,6 +43,8 @@ from tasks.stages.refresh import (
     production_manifest,
     refresh_horizon,
 )
+
+log = logging.getLogger(__name__)
 
 
 class RefreshParams(RunInputs):
@@ -120,10 +123,14 @@ def refresh_flow(params: RefreshParams) -> RefreshResult:
 
 
 def _after_promotion(run: ResolvedRun, result: RefreshResult, params: RefreshParams) -> None:
-    """Record the new production's drift reference (its snapshot is this run's) and say so."""
-    ensure_reference(
-        get_spark(run.settings), run.store, result.candidate_version, run.settings.drift
-    )
+    """Record the new production's drift reference (its snapshot is this run's) and say so.
+    The promotion stands if the reference cannot be built; the next drift check tries again."""
+    try:
+        ensure_reference(
+            get_spark(run.settings), run.store, result.candidate_version, run.settings.drift
+        )
+    except Exception as exc:  # a side record: the promotion already happened
+        log.warning("drift reference of %s not recorded: %s", result.candidate_version, exc)
     emit(
         model_promoted(
             result.candidate_version,

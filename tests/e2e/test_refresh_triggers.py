@@ -69,6 +69,7 @@ def test_drift_starts_a_refresh_through_a_trigger_and_serving_follows(
         timings = _drive(stack_env, base, shifted, tmp_path)
         (output_dir / "timings.json").write_text(json.dumps(timings, indent=2))
         cost = cli(["cost"], stack_env)
+        (output_dir / "cost.txt").write_text(cost)
         assert "refreshes run: 1 (1 drift)" in cost and "skipped: 1 " in cost, cost
     finally:
         down = cli(["down"], stack_env, timeout=120)
@@ -116,6 +117,9 @@ def _drive(stack_env, base: Path, shifted: Path, tmp_path: Path) -> dict[str, fl
             )
             assert refreshed.state_type.value == "COMPLETED", refreshed.state
             assert refreshed.work_pool_name == "gpu-pool"
+            # the UI's "created by" of the run names the automation the trigger installed
+            assert refreshed.created_by and refreshed.created_by.type == "AUTOMATION"
+            assert refreshed.created_by.display_value == "hybridflow: refresh production on drift"
             assert refreshed.name.startswith(f"refresh-drift-{T}"), refreshed.name
             params = refreshed.parameters["params"]
             assert params["trigger"] == "drift" and params["trigger_event"] == drift["id"]
