@@ -19,14 +19,13 @@ from prefect import flow
 from pydantic import Field
 
 from flows.artifacts import publish_cost_table, publish_refresh_table
-from flows.context import resolve_run_id
-from flows.dag import STAGE_KINDS
+from flows.context import current_pool, resolve_run_id
 from flows.events import emit, model_promoted
 from flows.params import ResolvedRun, RunInputs, StageParams, resolve
 from flows.prepare import prepare_flow
 from flows.train import train_flow
 from infra.registry import ModelRegistry
-from infra.routing.accounting import account_run
+from infra.routing.accounting import account_refresh, embedded_pool
 from infra.spark import get_spark
 from tasks.stages.drift import ensure_reference
 from tasks.stages.records import (
@@ -109,14 +108,14 @@ def refresh_flow(params: RefreshParams) -> RefreshResult:
     if promoted:
         _after_promotion(run, result, params)
     publish_refresh_table(result)
-    cost = account_run(
+    cost = account_refresh(
         run.store,
         run.settings,
         run_id,
         [r.profile(run_id) for r in result.stages if not r.cached],
-        STAGE_KINDS,
-        kind="refresh",
-        refresh=params.trigger,
+        current_pool(embedded_pool(trained.report.device)),
+        time.perf_counter() - started,
+        params.trigger,
     )
     publish_cost_table(cost)
     return result

@@ -52,3 +52,28 @@ def account_run(
     ).model_copy(update={"kind": kind, "refresh": refresh})
     save_cost_report(store, report)
     return report
+
+
+REFRESH_ITEM = "model-refresh"
+
+
+def account_refresh(
+    store: ObjectStore,
+    settings: HybridflowSettings,
+    run_id: str,
+    profiles: list[StageProfile],
+    pool: str,
+    seconds: float,
+    trigger: str,
+) -> CostReport:
+    """A refresh holds its node for its whole run: record its stages' profiles (the router
+    learns from them), then price the run's wall time on ``pool`` (its GPU-hours there)."""
+    record_stage_profiles(store, profiles)
+    report = cost_report(
+        run_id,
+        [(REFRESH_ITEM, pool, seconds, sum(p.rows for p in profiles))],
+        settings.priced_pools(),
+        kinds={REFRESH_ITEM: WorkloadKind.TRAINING},
+    ).model_copy(update={"kind": "refresh", "refresh": trigger})
+    save_cost_report(store, report)
+    return report

@@ -158,7 +158,8 @@ def _run_here(stack_env, api: str, events: Path) -> dict:
     """``hybridflow run --json`` in this process's environment, reporting to the stack."""
     env = stack_env | {"PREFECT_API_URL": api}
     out = cli(["run", "--events", str(events), "--as-of", T, "--device", "cpu", "--json"], env, 900)
-    return json.loads(out.strip().splitlines()[-1])
+    # cli() returns stdout then stderr: the summary is stdout's last line
+    return json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("{")))
 
 
 def _finished(client, runs):

@@ -115,16 +115,27 @@ def test_the_run_emits_landed_data_and_no_drift_event(production):
     assert _events(DRIFT_DETECTED, run) == []  # sent before the landed event, had there been one
 
 
-def test_shifted_data_flags_exactly_features_the_shift_changes(
-    production, shifted_events, store_dir
-):
+def test_cli_exits_0_within_thresholds(production, cli_store, capsys):
+    # the features and predictions at T are still the unshifted run's
+    assert main(["drift", "--as-of", T.isoformat()]) == 0
+    out = capsys.readouterr().out
+    assert "no drift at 2025-12-31 against " + production.model_version in out
+
+
+@pytest.fixture(scope="module")
+def shifted(production, shifted_events, store_dir):
+    """The shifted events' features and predictions at T, and their drift report."""
     stage = StageParams(
         events=str(shifted_events), store=str(store_dir), run_id="shifted", device="cpu", as_of=T
     )
     validate_flow(stage)
     features_flow(stage)
     batch_inference_flow(stage)
-    report = drift_flow(DriftParams(as_of=T, store=str(store_dir), run_id="shifted"))
+    return drift_flow(DriftParams(as_of=T, store=str(store_dir), run_id="shifted"))
+
+
+def test_shifted_data_flags_exactly_features_the_shift_changes(production, shifted):
+    report = shifted
     flagged = {r.feature for r in report.drifted}
     assert report.status == "drifted" and report.model_version == production.model_version
     assert MUST_FLAG <= flagged, sorted(flagged)
@@ -135,7 +146,7 @@ def test_shifted_data_flags_exactly_features_the_shift_changes(
     assert rows["score"].status != "n/a"  # production scored the shifted features
 
 
-def test_cli_exits_3_on_drift_and_prints_the_table(shifted_events, cli_store, capsys):
+def test_cli_exits_3_on_drift_and_prints_the_table(shifted, cli_store, capsys):
     assert main(["drift", "--as-of", T.isoformat()]) == 3
     out = capsys.readouterr().out
     lines = out.strip().splitlines()
@@ -150,18 +161,8 @@ def test_cli_refuses_a_date_without_features(cli_store, capsys):
     assert "no features published for as_of 2020-01-01" in capsys.readouterr().err
 
 
-def test_cli_exits_0_within_thresholds(production, demo_events, store_dir, cli_store, capsys):
-    stage = StageParams(
-        events=str(demo_events), store=str(store_dir), run_id=production.run_id, as_of=T
-    )
-    features_flow(stage)  # the unshifted features (and predictions) at T again
-    batch_inference_flow(stage)
-    assert main(["drift", "--as-of", T.isoformat()]) == 0
-    assert "no drift at 2025-12-31" in capsys.readouterr().out
-
-
 def test_a_reference_is_not_built_from_a_snapshot_replaced_since(
-    production, shifted_events, store_dir, spark
+    production, shifted, shifted_events, store_dir, spark
 ):
     store = LocalFolderStore(store_dir)
     stage = StageParams(events=str(shifted_events), store=str(store_dir), run_id="shifted", as_of=T)

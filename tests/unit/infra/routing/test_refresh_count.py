@@ -65,3 +65,20 @@ def test_the_cost_listing_says_what_each_run_did_about_a_refresh():
     summary = format_refreshes(count_refreshes(REPORTS, 6.0, START, START + dt.timedelta(days=1)))
     assert summary.startswith("refreshes run: 2 (1 drift, 1 new-data), 0.0600 GPU-h")
     assert "skipped: 2 " in summary and "a fixed 6h schedule over the same 1.0 days: 4" in summary
+
+
+def test_a_refresh_is_priced_for_the_whole_time_it_held_its_pool(local_store):
+    from infra.routing.accounting import account_refresh
+    from infra.routing.costs import read_cost_reports
+    from infra.routing.profiles import StageProfile, read_profiles
+    from infra.settings import HybridflowSettings
+
+    settings = HybridflowSettings(pool_price_overrides={"gpu-pool": 3.6})
+    train = StageProfile(stage="train", pool="gpu-pool", device="cuda", rows=100, seconds=6.0)
+    report = account_refresh(local_store, settings, "r-1", [train], "gpu-pool", 144.0, "drift")
+    (cost,) = report.stages
+    assert (cost.stage, cost.pool, cost.seconds) == ("model-refresh", "gpu-pool", 144.0)
+    assert report.gpu_hours == 0.04 and round(report.total_usd, 6) == 0.144
+    assert (report.kind, report.refresh) == ("refresh", "drift")
+    assert [p.stage for p in read_profiles(local_store)] == ["train"]  # the router's data
+    assert [r.run_id for r in read_cost_reports(local_store)] == ["r-1"]
