@@ -1,5 +1,5 @@
-"""The Spark side of drift on small frames: quantile edges, one group-by of bin counts that
-agrees with the pure binning rule, and the unseen-customers anti-join."""
+"""The Spark side of drift on small frames: quantile edges, group-by bin counts that agree with
+the pure binning rule whatever the columns per pass, and the unseen-customers anti-join."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def test_bin_counts_follow_the_pure_binning_rule_in_one_pass(frame):
         assert counts[column] == expected, column
     assert counts["k"][NULL_BIN] == 40  # every 50th row has no k
     assert sum(counts["x"].values()) == 2000
+    assert bin_counts(frame, edges, columns_per_pass=1) == counts  # passes do not matter
 
 
 def test_the_same_frame_against_itself_has_no_drift_and_a_shifted_one_has(spark, frame):
