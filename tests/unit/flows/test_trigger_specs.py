@@ -135,3 +135,16 @@ def test_the_schedule_is_a_daily_safety_net_that_says_so(refresh):
     params = schedule["parameters"]["params"]
     assert params["trigger"] == "schedule"
     assert params["events"] == refresh["parameters"]["params"]["events"]
+
+
+def test_the_paused_copy_up_deploys_keeps_the_triggers_and_pauses_the_safety_net(refresh, tmp_path):
+    from infra.stack.prefect_admin import write_paused_copy
+
+    target = tmp_path / "prefect-schedules-paused.yaml"
+    assert write_paused_copy(PREFECT_YAML, target) >= 1
+    paused = next(
+        d for d in yaml.safe_load(target.read_text())["deployments"] if d["name"] == "model-refresh"
+    )
+    assert [s["active"] for s in paused["schedules"]] == [False]
+    assert paused["triggers"] == refresh["triggers"]
+    assert all(t["enabled"] for t in paused["triggers"])
