@@ -1,13 +1,13 @@
 """Refresh when it matters, on the deployed stack: `hybridflow up` installs model-refresh's
-triggers; a pipeline run on unshifted data starts no refresh; a run of the pipeline deployment
-on shifted data emits hybridflow.drift.detected and the trigger starts model-refresh on gpu-pool
-without anyone calling it; the refresh goes through the gate and the endpoint serves whatever
-production is then. (The first run is `hybridflow run` against the stack's server, which emits
-the same events as a deployment run at a third of the time; the existing deployed-stack test
-covers dispatch.)
+triggers; a pipeline run on unshifted data starts no refresh; a pipeline run on shifted data
+emits hybridflow.drift.detected and the trigger starts model-refresh on gpu-pool without anyone
+calling it; the refresh goes through the gate and the endpoint serves whatever production is
+then. (Both pipeline runs are `hybridflow run` against the stack's server: the same flow and the
+same events as a run of the pipeline deployment, in one process instead of one per dispatched
+stage, which keeps this test to a few minutes; tests/e2e/test_deployed_stack.py covers dispatch.)
 
-Nothing here waits on the clock: the schedule is off, and every wait is on a state (a run
-finished, an event stored, the endpoint's model version).
+Nothing here waits on the clock: up deploys the schedules paused (and the safety net is off),
+and every wait is on a state (a run finished, an event stored, the endpoint's model version).
 """
 
 from __future__ import annotations
@@ -85,7 +85,6 @@ def _drive(stack_env, base: Path, shifted: Path, tmp_path: Path) -> dict[str, fl
 
     api = f"http://127.0.0.1:{stack_env['PORT']}/api"
     with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
-        pipeline = client.read_deployment_by_name("pipeline/pipeline")
         refresh = client.read_deployment_by_name("model-refresh/model-refresh")
         assert refresh.schedules and not any(s.active for s in refresh.schedules)
 
@@ -103,10 +102,12 @@ def _drive(stack_env, base: Path, shifted: Path, tmp_path: Path) -> dict[str, fl
             v1 = _production(store)
             wait_for("the endpoint to serve v1", lambda: _served(server.url) == v1, 60)
 
-            # shifted data, the pipeline deployment on cpu-pool: drift is detected, and the
-            # trigger starts the refresh by itself
-            second = _run_pipeline(client, pipeline.id, shifted)
-            (drift,) = wait_for("the drift event", lambda: _events(api, "drift", second.id), 60)
+            # shifted data: drift is detected, and the trigger starts the refresh by itself
+            second = _run_here(stack_env, api, shifted)
+            assert second["drift"]["status"] == "drifted", second["drift"]
+            assert second["drift"]["refresh"]["reason"] == "drift"
+            run = second["flow_run_id"]
+            (drift,) = wait_for("the drift event", lambda: _events(api, "drift", run), 60)
             assert drift["resource"]["hybridflow.refresh.reason"] == "drift"
             assert drift["payload"]["as_of"] == T and drift["payload"]["events"] == str(shifted)
             refreshed = wait_for(
@@ -138,20 +139,6 @@ def _drive(stack_env, base: Path, shifted: Path, tmp_path: Path) -> dict[str, fl
         "drift_event_to_refresh_run_created_s": (refreshed.created - occurred).total_seconds(),
         "refresh_run_seconds": (refreshed.end_time - refreshed.start_time).total_seconds(),
     }
-
-
-def _run_pipeline(client, deployment_id, events: Path):
-    run = client.create_flow_run_from_deployment(
-        deployment_id, parameters={"params": {"events": str(events), "as_of": T}}
-    )
-    done = wait_for(
-        f"pipeline run {run.name} to finish",
-        lambda: _finished(client, [client.read_flow_run(run.id)]),
-        timeout=600,
-        every=2.0,
-    )
-    assert done.state_type.value == "COMPLETED", done.state
-    return done
 
 
 def _run_here(stack_env, api: str, events: Path) -> dict:
