@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_DRIFTED = 3  # `hybridflow drift`: a measure is above its threshold
 
 
 def iso_date(value: str) -> dt.date:

@@ -29,6 +29,7 @@ from tasks.stages.records import (
 )
 
 if TYPE_CHECKING:  # torch stays out of the CPU stages' processes
+    from tasks.stages.drift_records import DriftReport
     from tasks.stages.refresh import RefreshResult
     from tasks.stages.train import TrainStageOutput
 
@@ -141,6 +142,32 @@ def publish_refresh_table(result: RefreshResult) -> None:
         ],
         key="model-refresh",
         description=f"refresh as_of {result.as_of}: {result.reason}",
+    )
+
+
+def drift_table_rows(report: DriftReport) -> list[dict[str, object]]:
+    """The drift table: feature, measure, value, threshold, status (drifted rows first)."""
+    order = {"drift": 0, "ok": 1, "ignored": 2, "n/a": 3}
+    return [
+        {
+            "feature": r.feature,
+            "measure": r.measure,
+            "value": None if r.value is None else round(r.value, 4),
+            "threshold": r.threshold,
+            "status": r.status,
+        }
+        for r in sorted(report.rows, key=lambda r: (order[r.status], -(r.value or 0.0)))
+    ]
+
+
+def publish_drift_table(report: DriftReport) -> None:
+    """The drift check as the table artifact ``drift``."""
+    drifted = ", ".join(r.feature for r in report.drifted) or "nothing"
+    create_table_artifact(
+        table=drift_table_rows(report),
+        key="drift",
+        description=f"drift at {report.as_of} against {report.model_version}: "
+        f"{report.status} ({drifted} above threshold)",
     )
 
 

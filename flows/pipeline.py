@@ -26,6 +26,7 @@ from flows.executors import (
     schedule_profiling_runs,
 )
 from flows.params import Device, StageParams, resolve
+from flows.signals import signal_refresh
 from infra.layout import version_manifest_key
 from infra.routing.accounting import account_run
 from infra.routing.planner import RoutingPlan
@@ -111,7 +112,11 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     publish_pipeline_artifacts(
         summary, run.store.key_uri(version_manifest_key(summary.model_version))
     )
-    return _account(summary, run.settings, run.store, plan)
+    _, decision, drift = signal_refresh(
+        run, summary, params.events, events_fingerprint(params.events)
+    )
+    summary = summary.model_copy(update={"drift": drift})
+    return _account(summary, run.settings, run.store, plan, decision.reason or "skipped")
 
 
 def routed_device(device: Device, plan: RoutingPlan) -> Device:
@@ -155,11 +160,15 @@ def _profile_missing_pools(params: PipelineParams, plan: RoutingPlan, store_uri:
 
 
 def _account(
-    summary: PipelineSummary, settings: HybridflowSettings, store: ObjectStore, plan: RoutingPlan
+    summary: PipelineSummary,
+    settings: HybridflowSettings,
+    store: ObjectStore,
+    plan: RoutingPlan,
+    refresh: str,
 ) -> PipelineSummary:
     """Record the fresh stages' profiles, price the run, put plan and cost in the summary."""
     fresh = [r.profile(summary.run_id) for r in summary.stages if not r.cached]
-    cost = account_run(store, settings, summary.run_id, fresh, STAGE_KINDS)
+    cost = account_run(store, settings, summary.run_id, fresh, STAGE_KINDS, refresh=refresh)
     publish_cost_table(cost)
     return summary.model_copy(
         update={

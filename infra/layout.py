@@ -2,7 +2,7 @@
 
 ::
 
-    runs/<run_id>/<stage>.json                      a stage's manifest (written last)
+    runs/<run_id>/<stage>.json                      a stage's manifest (written last), drift.json
     runs/<run_id>/{events,quarantine,training_examples}/   the run's datasets
     runs/<run_id>/backtest_examples/                features at T-2H, labels in (T-2H, T-H]
     features/as_of=YYYY-MM-DD/                      scoring features at T (served, scored)
@@ -14,6 +14,8 @@
     checkpoints/<training_id>/step-<n>/state.pt     + manifest-<n>.json beside it
     profiles/<stage>/<pool>/<time>-<id>.json        measured stage runs (routing)
     costs/<YYYY-MM-DD>/<run_id>.json                cost reports
+    drift/references/<version>.json                 what drift compares with (bin edges, shares)
+    drift/references/<version>/customers/           the customers a version was trained on
     cache/<stage>/<fingerprint>.json                reusable CPU stage outputs
     .staging/                                       a folder store's scratch space
 
@@ -34,6 +36,7 @@ ALIASES = "models/aliases"
 CHECKPOINTS = "checkpoints"
 PROFILES = "profiles"
 COSTS = "costs"
+DRIFT_REFERENCES = "drift/references"
 CACHE = "cache"
 STAGING = ".staging"
 BACKTEST = "backtest"
@@ -201,6 +204,16 @@ def cost_report_key(day: dt.date, run_id: str) -> str:
 def cost_report_day(key: str) -> str:
     """``YYYY-MM-DD`` of a cost report key."""
     return key.split("/")[1]
+
+
+def drift_reference_key(version: str) -> str:
+    """A model version's drift reference: training-side bin edges and shares, score shares."""
+    return f"{DRIFT_REFERENCES}/{version}.json"
+
+
+def drift_customers_prefix(version: str) -> str:
+    """The customer ids a model version was trained on (for the unseen-customers share)."""
+    return f"{DRIFT_REFERENCES}/{version}/customers"
 
 
 def cache_key(stage: str, fingerprint: str) -> str:

@@ -91,6 +91,54 @@ class ServingSettings(BaseSettings):
     torch_threads: int = Field(default=1, ge=1, description="torch intra-op threads")
 
 
+class DriftSettings(BaseSettings):
+    """Drift of the scoring data against production's training data (``HYBRIDFLOW_DRIFT__*``)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    bins: int = Field(default=10, ge=2, le=100, description="quantile bins per feature")
+    psi_threshold: float = Field(
+        default=0.1, gt=0, description="a feature's PSI above this is drift (0.1-0.25: moderate)"
+    )
+    score_psi_threshold: float = Field(
+        default=0.1, gt=0, description="the score distribution's PSI above this is drift"
+    )
+    unseen_share_threshold: float = Field(
+        default=0.25, gt=0, le=1, description="share of customers unseen in training above this"
+    )
+    ignore_features: list[str] = Field(
+        default=["tenure_days"],
+        description="measured and shown, never drift: features that grow with the calendar",
+    )
+    min_share: float = Field(
+        default=1e-4,
+        gt=0,
+        lt=0.01,
+        description="an empty bin counts as this share (PSI stays finite)",
+    )
+    quantile_accuracy: int = Field(
+        default=10_000, ge=100, description="percentile_approx accuracy for the training bin edges"
+    )
+
+
+class RefreshSettings(BaseSettings):
+    """When model-refresh runs (``HYBRIDFLOW_REFRESH__*``)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    max_production_age_hours: float = Field(
+        default=24.0, gt=0, description="new data refreshes production older than this"
+    )
+    safety_net_hours: float | None = Field(
+        default=None,
+        ge=0,
+        description="`hybridflow up`: interval of the refresh schedule (0: off; unset: prefect.yaml)",
+    )
+    baseline_interval_hours: float = Field(
+        default=6.0, gt=0, description="the fixed schedule `hybridflow cost` compares with"
+    )
+
+
 class HybridflowSettings(BaseSettings):
     """Everything configurable; read from ``HYBRIDFLOW_*`` environment variables or a ``.env``."""
 
@@ -140,6 +188,8 @@ class HybridflowSettings(BaseSettings):
 
     train: TrainingSettings = Field(default_factory=TrainingSettings)
     serve: ServingSettings = Field(default_factory=ServingSettings)
+    drift: DriftSettings = Field(default_factory=DriftSettings)
+    refresh: RefreshSettings = Field(default_factory=RefreshSettings)
 
     pools: list[PoolSpec] = Field(
         default_factory=default_pools,

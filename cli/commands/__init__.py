@@ -8,6 +8,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "cli.commands.models",
     "cli.commands.serve",
     "cli.commands.refresh",
+    "cli.commands.drift",
     "cli.commands.plan",
     "cli.commands.stack",
 )

@@ -1,4 +1,5 @@
-"""``hybridflow plan`` and ``hybridflow cost``: the routing plan before a run, costs after."""
+"""``hybridflow plan`` and ``hybridflow cost``: the routing plan before a run, costs after
+(and the refreshes run and skipped against a fixed schedule)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 
 from cli.args import EXIT_OK, fraction, iso_date
 from infra.errors import HybridflowInputError
-from infra.routing.costs import CostReport
+from infra.routing.costs import CostReport, RefreshCount
 from infra.routing.planner import RoutingPlan
 
 
@@ -28,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     profile.add_argument("--as-of", type=iso_date, default=None)
     profile.set_defaults(handler=run_profile)
 
-    cost = sub.add_parser("cost", help="what runs cost, per run and in total")
+    cost = sub.add_parser(
+        "cost", help="what runs cost, per run and in total; refreshes run and skipped"
+    )
     cost.add_argument("--since", type=iso_date, default=None, help="first day to include")
     cost.set_defaults(handler=run_cost)
 
@@ -90,11 +93,14 @@ def format_costs(reports: list[CostReport]) -> str:
     """One line per run and a total line."""
     if not reports:
         return "no cost reports yet: run the pipeline first"
-    lines = [f"{'run':<38} {'date':<10} {'cost':>10} {'gpu-h':>8} {'all-cpu':>10} {'all-gpu':>10}"]
+    lines = [
+        f"{'run':<38} {'date':<10} {'cost':>10} {'gpu-h':>8} {'all-cpu':>10} {'all-gpu':>10}"
+        "  refresh"
+    ]
     for r in reports:
         lines.append(
             f"{r.run_id:<38} {r.created_at:%Y-%m-%d} {_usd(r.total_usd):>10} {r.gpu_hours:8.4f} "
-            f"{_usd(r.all_cpu_usd):>10} {_usd(r.all_gpu_usd):>10}"
+            f"{_usd(r.all_cpu_usd):>10} {_usd(r.all_gpu_usd):>10}  {_refresh_cell(r)}"
         )
     total = sum(r.total_usd for r in reports)
     lines.append(
@@ -103,6 +109,13 @@ def format_costs(reports: list[CostReport]) -> str:
         f"{_usd(sum(r.all_gpu_usd for r in reports)):>10}"
     )
     return "\n".join(lines)
+
+
+def _refresh_cell(report: CostReport) -> str:
+    """``ran (drift)`` for a refresh run, what a pipeline run's data asked for otherwise."""
+    if report.kind == "refresh":
+        return f"ran ({report.refresh or 'manual'})"
+    return {"skipped": "skipped", None: "-"}.get(report.refresh, f"asked ({report.refresh})")
 
 
 def _secs(s: float | None) -> str:
@@ -136,13 +149,44 @@ def run_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def format_refreshes(count: RefreshCount) -> str:
+    """Refreshes run and skipped, and what a fixed schedule would have run over the period."""
+    triggers = ", ".join(f"{n} {t}" for t, n in sorted(count.refreshes_by_trigger.items()))
+    days = (count.period_end - count.period_start).total_seconds() / 86400
+    baseline = (
+        "GPU-hours not known until a refresh has run"
+        if count.baseline_gpu_hours is None
+        else f"{count.baseline_gpu_hours:.4f} GPU-h, {_usd(count.baseline_cost_usd)}"
+    )
+    return (
+        f"refreshes run: {count.refreshes_run}{f' ({triggers})' if triggers else ''}, "
+        f"{count.gpu_hours:.4f} GPU-h, {_usd(count.cost_usd)}; "
+        f"skipped: {count.refreshes_skipped} (pipeline runs whose data asked for none)\n"
+        f"a fixed {count.baseline_interval_hours:g}h schedule over the same {days:.1f} days: "
+        f"{count.baseline_refreshes} refreshes, {baseline}"
+    )
+
+
 def run_cost(args: argparse.Namespace) -> int:
-    """Print the cost reports since a date."""
-    from infra.routing.costs import read_cost_reports
+    """Print the cost reports since a date, and the refreshes run and skipped."""
+    import datetime as dt
+
+    from infra.routing.costs import count_refreshes, read_cost_reports
     from infra.settings import get_settings
     from infra.store import open_store
 
-    print(format_costs(read_cost_reports(open_store(get_settings().store), args.since)))
+    settings = get_settings()
+    reports = read_cost_reports(open_store(settings.store), args.since)
+    print(format_costs(reports))
+    if reports:
+        start = (
+            dt.datetime.combine(args.since, dt.time(), dt.UTC)
+            if args.since
+            else reports[0].created_at
+        )
+        now = dt.datetime.now(dt.UTC)
+        count = count_refreshes(reports, settings.refresh.baseline_interval_hours, start, now)
+        print(format_refreshes(count))
     return EXIT_OK
 
 

@@ -53,6 +53,18 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def drift_line(drift: dict) -> str:
+    """The drift check and the refresh decision in one line (``drift`` entry of the summary)."""
+    if not drift:
+        return "-"
+    refresh = drift.get("refresh", {})
+    measured = ", ".join(f"{k} {v:.3f}" for k, v in drift.get("drifted", {}).items())
+    found = f"{drift['status']}" + (f" ({measured})" if measured else "")
+    if drift["status"] == "error":
+        found = f"check failed: {drift.get('error')}"
+    return f"{found}; refresh {refresh.get('reason', '-')}: {refresh.get('explanation', '')}"
+
+
 def format_summary(summary: PipelineSummary) -> str:
     """The human summary printed at the end of ``hybridflow run``."""
     m = summary.metrics
@@ -72,6 +84,7 @@ def format_summary(summary: PipelineSummary) -> str:
         f"  rows        : read {summary.rows_read:,} | quarantined {summary.rows_quarantined:,} "
         f"{reasons} | scored {summary.rows_scored:,}",
         f"  quarantine  : {summary.quarantine_uri}",
+        f"  drift       : {drift_line(summary.drift)}",
         "  stages      :",
     ]
     for s in summary.stages:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Mapping
+from typing import Literal
 
 from infra.routing.costs import CostReport, cost_report, save_cost_report
 from infra.routing.profiles import StageProfile, read_profiles, record_profile, throughput_models
@@ -35,8 +36,12 @@ def account_run(
     run_id: str,
     profiles: list[StageProfile],
     kinds: Mapping[str, WorkloadKind],
+    *,
+    kind: Literal["pipeline", "refresh"] = "pipeline",
+    refresh: str | None = None,
 ) -> CostReport:
-    """Record the stages' profiles, then price the run and its all-CPU/all-GPU alternatives."""
+    """Record the stages' profiles, then price the run and its all-CPU/all-GPU alternatives
+    (``kind`` and ``refresh`` say what ran and why, for the refresh count of the cost report)."""
     record_stage_profiles(store, profiles)
     report = cost_report(
         run_id,
@@ -44,6 +49,31 @@ def account_run(
         settings.priced_pools(),
         throughput_models(read_profiles(store)),
         kinds,
-    )
+    ).model_copy(update={"kind": kind, "refresh": refresh})
+    save_cost_report(store, report)
+    return report
+
+
+REFRESH_ITEM = "model-refresh"
+
+
+def account_refresh(
+    store: ObjectStore,
+    settings: HybridflowSettings,
+    run_id: str,
+    profiles: list[StageProfile],
+    pool: str,
+    seconds: float,
+    trigger: str,
+) -> CostReport:
+    """A refresh holds its node for its whole run: record its stages' profiles (the router
+    learns from them), then price the run's wall time on ``pool`` (its GPU-hours there)."""
+    record_stage_profiles(store, profiles)
+    report = cost_report(
+        run_id,
+        [(REFRESH_ITEM, pool, seconds, sum(p.rows for p in profiles))],
+        settings.priced_pools(),
+        kinds={REFRESH_ITEM: WorkloadKind.TRAINING},
+    ).model_copy(update={"kind": "refresh", "refresh": trigger})
     save_cost_report(store, report)
     return report

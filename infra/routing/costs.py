@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -51,6 +52,12 @@ class CostReport(BaseModel):
     all_gpu_usd: float
     savings_vs_all_gpu_usd: float
     basis: str = Field(description="how alternatives were estimated")
+    kind: Literal["pipeline", "refresh"] = "pipeline"
+    refresh: str | None = Field(
+        default=None,
+        description="pipeline: the refresh its data asked for (drift, new-data) or skipped; "
+        "refresh: what started it (drift, new-data, schedule, manual)",
+    )
 
 
 def _seconds_on(
@@ -144,3 +151,56 @@ def read_cost_reports(store: ObjectStore, since: dt.date | None = None) -> list[
             continue
         reports.append(CostReport.model_validate_json(store.get_bytes(key)))
     return sorted(reports, key=lambda r: r.created_at)
+
+
+class RefreshCount(BaseModel):
+    """Refreshes run and skipped over a period, against what a fixed schedule would have run."""
+
+    period_start: dt.datetime
+    period_end: dt.datetime
+    refreshes_run: int
+    refreshes_by_trigger: dict[str, int]
+    refreshes_skipped: int = Field(description="pipeline runs whose data asked for no refresh")
+    gpu_hours: float = Field(description="GPU-hours the refreshes that ran used")
+    cost_usd: float
+    baseline_interval_hours: float
+    baseline_refreshes: int = Field(description="runs of a fixed schedule over the period")
+    baseline_gpu_hours: float | None = Field(
+        description="their GPU-hours at the measured mean per refresh (None: none measured yet)"
+    )
+    baseline_cost_usd: float | None
+
+
+def count_refreshes(
+    reports: list[CostReport],
+    baseline_interval_hours: float,
+    period_start: dt.datetime,
+    period_end: dt.datetime,
+) -> RefreshCount:
+    """Refreshes run (by trigger) and skipped in ``reports``, and the GPU-hours a refresh every
+    ``baseline_interval_hours`` would have used from ``period_start`` to ``period_end`` at the
+    mean measured cost of the refreshes that ran."""
+    refreshes = [r for r in reports if r.kind == "refresh"]
+    by_trigger: dict[str, int] = {}
+    for r in refreshes:
+        by_trigger[r.refresh or "manual"] = by_trigger.get(r.refresh or "manual", 0) + 1
+    hours = max((period_end - period_start).total_seconds() / 3600.0, 0.0)
+    baseline = int(hours // baseline_interval_hours)
+    measured = bool(refreshes)
+    mean_gpu = sum(r.gpu_hours for r in refreshes) / len(refreshes) if measured else None
+    mean_usd = sum(r.total_usd for r in refreshes) / len(refreshes) if measured else None
+    return RefreshCount(
+        period_start=period_start,
+        period_end=period_end,
+        refreshes_run=len(refreshes),
+        refreshes_by_trigger=by_trigger,
+        refreshes_skipped=sum(
+            1 for r in reports if r.kind == "pipeline" and r.refresh == "skipped"
+        ),
+        gpu_hours=sum(r.gpu_hours for r in refreshes),
+        cost_usd=sum(r.total_usd for r in refreshes),
+        baseline_interval_hours=baseline_interval_hours,
+        baseline_refreshes=baseline,
+        baseline_gpu_hours=None if mean_gpu is None else baseline * mean_gpu,
+        baseline_cost_usd=None if mean_usd is None else baseline * mean_usd,
+    )

@@ -290,7 +290,9 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
         prefect_admin.ensure_zombie_automation(api_url, settings.stack_crash_after_seconds)
     )
     if options.deploy:
-        lines += _deploy(stack_dir, project, events, base, options.schedules)
+        lines += _deploy(
+            stack_dir, project, events, base, options.schedules, settings.refresh.safety_net_hours
+        )
     _wait_workers_online(api_url)
     return lines + [
         "",
@@ -304,8 +306,15 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
 
 
 def _deploy(
-    stack_dir: Path, project: Path, events: Path, base: dict[str, str], schedules: bool
+    stack_dir: Path,
+    project: Path,
+    events: Path,
+    base: dict[str, str],
+    schedules: bool,
+    safety_net_hours: float | None,
 ) -> list[str]:
+    """Deploy prefect.yaml (schedules paused unless ``schedules``), report the refresh triggers
+    its deployment triggers created, and apply the refresh safety-net setting."""
     deploy_env = base | {
         "HYBRIDFLOW_PROJECT_DIR": str(project),
         "HYBRIDFLOW_DEPLOY_EVENTS": str(events),
@@ -313,9 +322,16 @@ def _deploy(
     prefect_admin.deploy_all(
         project, deploy_env, stack_dir / "logs" / "deploy.log", schedules_active=schedules
     )
-    names = prefect_admin.deployment_names(base["PREFECT_API_URL"])
+    api_url = base["PREFECT_API_URL"]
+    names = prefect_admin.deployment_names(api_url)
     when = "active" if schedules else "paused (hybridflow up --schedules to run them)"
-    return [f"deployed {len(names)}: {', '.join(names)}", f"schedules {when}"]
+    triggers = "; ".join(prefect_admin.refresh_triggers(api_url))
+    return [
+        f"deployed {len(names)}: {', '.join(names)}",
+        f"schedules {when}",
+        f"refresh triggers: {triggers}",
+        prefect_admin.ensure_refresh_schedule(api_url, safety_net_hours, active=schedules),
+    ]
 
 
 def down(settings: HybridflowSettings) -> list[str]:

@@ -1,4 +1,5 @@
-"""Idempotent set-up of a Prefect server: work pools, the zombie-run automation, deployments."""
+"""Idempotent set-up of a Prefect server: work pools, the zombie-run automation, deployments
+(whose prefect.yaml triggers ``prefect deploy`` re-creates), the refresh safety-net schedule."""
 
 from __future__ import annotations
 
@@ -141,3 +142,52 @@ def deployment_names(api_url: str) -> list[str]:
     with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
         flows = {f.id: f.name for f in client.read_flows()}
         return sorted(f"{flows.get(d.flow_id, '?')}/{d.name}" for d in client.read_deployments())
+
+
+REFRESH_DEPLOYMENT = "model-refresh/model-refresh"
+
+
+def ensure_refresh_schedule(api_url: str, hours: float | None, *, active: bool = True) -> str:
+    """Apply the safety-net setting to model-refresh's interval schedule: ``None`` leaves what
+    prefect.yaml declares, 0 turns it off, else every ``hours`` hours (same anchor). Without
+    ``active`` (a stack deployed with schedules paused) the interval is set but stays paused."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.schedules import IntervalSchedule
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    paused = "" if active else " (paused with the other schedules)"
+    if hours is None:
+        return f"refresh safety net: as prefect.yaml declares{paused}"
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(REFRESH_DEPLOYMENT)
+        for entry in deployment.schedules:
+            current = entry.schedule
+            if hours == 0:
+                client.update_deployment_schedule(deployment.id, entry.id, active=False)
+                continue
+            if not isinstance(current, IntervalSchedule):
+                continue
+            client.update_deployment_schedule(
+                deployment.id,
+                entry.id,
+                active=active,
+                schedule=IntervalSchedule(
+                    interval=dt.timedelta(hours=hours),
+                    anchor_date=current.anchor_date,
+                    timezone=current.timezone,
+                ),
+            )
+    if hours == 0:
+        return "refresh safety net: off"
+    return f"refresh safety net: every {hours:g}h{paused}"
+
+
+def refresh_triggers(api_url: str) -> list[str]:
+    """The automations model-refresh's deployment triggers created, one line each."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(REFRESH_DEPLOYMENT)
+        owned = client.read_resource_related_automations(f"prefect.deployment.{deployment.id}")
+    return sorted(f"{a.name} ({'on' if a.enabled else 'off'})" for a in owned)

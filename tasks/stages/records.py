@@ -169,3 +169,6 @@ class PipelineSummary(BaseModel):
     seconds: float
     plan: list[dict[str, str]] = Field(default_factory=list)
     cost: dict[str, Any] = Field(default_factory=dict)
+    drift: dict[str, Any] = Field(
+        default_factory=dict, description="the drift check, the refresh decision, the events"
+    )

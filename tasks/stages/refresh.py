@@ -1,4 +1,5 @@
-"""Model refresh policy: which horizon a refresh trains for, and the operator's forced promotion.
+"""Model refresh policy: when new data asks for a refresh, which horizon a refresh trains for,
+and the operator's forced promotion.
 
 The refresh itself reuses the pipeline's stages (validate -> features -> preprocess -> train);
 the train stage fine-tunes from production when its features match, evaluates production on the
@@ -14,11 +15,70 @@ from typing import Literal
 from pydantic import BaseModel
 
 from infra.errors import HybridflowInputError
-from infra.registry import ModelManifest, ModelRegistry
+from infra.registry import AliasRecord, ModelManifest, ModelRegistry
 from tasks.stages.records import StageReport, TrainResult
 
 log = logging.getLogger(__name__)
 PromoteMode = Literal["if-better", "always"]
+RefreshTrigger = Literal["manual", "schedule", "drift", "new-data"]
+RefreshReason = Literal["drift", "new-data"]
+
+
+class RefreshDecision(BaseModel):
+    """Whether a pipeline run's data asks for a model refresh, and why (None: skipped)."""
+
+    reason: RefreshReason | None
+    explanation: str
+    new_data: bool
+    production_version: str | None
+    production_age_hours: float | None
+    max_production_age_hours: float
+
+
+def production_age_hours(alias: AliasRecord | None, now: dt.datetime) -> float | None:
+    """Hours since production last moved (None before the first promotion)."""
+    if alias is None or not alias.history:
+        return None
+    return max((now - alias.history[-1].at).total_seconds() / 3600.0, 0.0)
+
+
+def refresh_decision(
+    *,
+    drifted: bool,
+    new_data: bool,
+    alias: AliasRecord | None,
+    now: dt.datetime,
+    max_age_hours: float,
+) -> RefreshDecision:
+    """Drift asks for a refresh; so does new data when production is older than
+    ``max_age_hours``; anything else skips one (drift first: one reason per run)."""
+    age = production_age_hours(alias, now)
+    stale = age is not None and age > max_age_hours
+    if drifted:
+        reason: RefreshReason | None = "drift"
+        why = "the data drifted from production's training data"
+    elif new_data and stale:
+        reason = "new-data"
+        why = f"new data and production is {age:.1f}h old (> {max_age_hours:g}h)"
+    else:
+        reason = None
+        why = _skipped_because(new_data, age, max_age_hours)
+    return RefreshDecision(
+        reason=reason,
+        explanation=why,
+        new_data=new_data,
+        production_version=alias.version if alias else None,
+        production_age_hours=age,
+        max_production_age_hours=max_age_hours,
+    )
+
+
+def _skipped_because(new_data: bool, age: float | None, max_age_hours: float) -> str:
+    if age is None:
+        return "no production model to refresh"
+    if not new_data:
+        return "no drift and no new data"
+    return f"no drift and production is {age:.1f}h old (<= {max_age_hours:g}h)"
 
 
 class RefreshResult(BaseModel):
@@ -37,6 +97,8 @@ class RefreshResult(BaseModel):
     metrics: dict[str, float]
     stages: list[StageReport]
     seconds: float
+    trigger: str = "manual"
+    trigger_reason: str | None = None
 
 
 def production_manifest(registry: ModelRegistry) -> ModelManifest | None:

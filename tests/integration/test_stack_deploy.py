@@ -39,6 +39,18 @@ def test_schedules_are_deployed_paused_unless_asked_for(prefect_harness, tmp_pat
         pipeline = client.read_deployment_by_name("pipeline/pipeline")
         assert [s.schedule.cron for s in pipeline.schedules] == ["0 2 * * *"]
         assert pipeline.entrypoint == "flows/pipeline.py:pipeline_flow"
+    # the event triggers of model-refresh are not schedules: on in a paused stack too
+    assert prefect_admin.refresh_triggers(api_url) == [
+        "hybridflow: refresh a stale production on new data (on)",
+        "hybridflow: refresh production on drift (on)",
+    ]
+    # the safety-net setting changes the interval but leaves the schedule paused
+    line = prefect_admin.ensure_refresh_schedule(api_url, 12, active=False)
+    assert line == "refresh safety net: every 12h (paused with the other schedules)"
+    with get_client(sync_client=True) as client:
+        assert _schedules(client) == {name: [False] for name in SCHEDULED}
+        refresh = client.read_deployment_by_name("model-refresh/model-refresh")
+        assert [s.schedule.interval.total_seconds() for s in refresh.schedules] == [43200.0]
 
     prefect_admin.deploy_all(project_dir(), env, log_file, schedules_active=True)
     with get_client(sync_client=True) as client:

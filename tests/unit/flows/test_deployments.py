@@ -82,7 +82,7 @@ def test_schedules_and_the_project_pull_step(deployments):
     pipeline = deployments["pipeline"]
     assert [s["cron"] for s in pipeline["schedules"]] == ["0 2 * * *"]
     assert pipeline["parameters"]["params"]["events"] == "{{ $HYBRIDFLOW_DEPLOY_EVENTS }}"
-    assert [s["interval"] for s in deployments["model-refresh"]["schedules"]] == [21600]
+    assert [s["interval"] for s in deployments["model-refresh"]["schedules"]] == [86400]
     step = spec["pull"][0]["prefect.deployments.steps.set_working_directory"]
     assert step["directory"] == "{{ $HYBRIDFLOW_PROJECT_DIR }}"
 

@@ -1,0 +1,71 @@
+"""Population stability: PSI from bin counts, quantile bin edges, a measure's status.
+
+Plain Python (no Spark): the drift runner hands it the counts Spark aggregated. For the shares
+``e`` (reference: the training data) and ``a`` (actual: the new data) over the same bins or
+categories, the population stability index is ``PSI = sum_i (a_i - e_i) * ln(a_i / e_i)``. A bin
+that is empty on one side counts as ``min_share``, so an empty bin or a category the reference
+never had gives a large but finite value. Conventional reading: below 0.1 stable, 0.1-0.25 a
+moderate shift, above 0.25 a significant one.
+
+A numeric feature is binned by edges ``e_1 < ... < e_m`` (training quantiles): bin ``i`` holds
+``e_i < x <= e_(i+1)``, i.e. a value's bin is the number of edges below it (``bin_of``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Literal
+
+Status = Literal["ok", "drift", "n/a", "ignored"]
+NULL_BIN = -1  # the bin of a missing value
+
+
+def shares(
+    counts: Mapping[Hashable, int], keys: Iterable[Hashable], min_share: float
+) -> list[float]:
+    """Each key's share of ``counts`` (a key without a count: ``min_share``), in ``keys`` order."""
+    total = sum(counts.values())
+    if total <= 0:
+        raise ValueError("an empty distribution has no shares")
+    return [max(counts.get(k, 0) / total, min_share) for k in keys]
+
+
+def psi(
+    expected: Mapping[Hashable, int], actual: Mapping[Hashable, int], min_share: float = 1e-4
+) -> float:
+    """The population stability index of ``actual`` against ``expected`` (counts per bin or
+    category; keys on either side only count as ``min_share`` on the other)."""
+    keys = sorted(set(expected) | set(actual), key=repr)
+    e = shares(expected, keys, min_share)
+    a = shares(actual, keys, min_share)
+    return sum((ai - ei) * math.log(ai / ei) for ei, ai in zip(e, a, strict=True))
+
+
+def bin_edges(quantiles: Sequence[float | None]) -> list[float]:
+    """Sorted distinct finite edges from quantile values: ties collapse, so a feature that is 0
+    for 80% of customers gets one edge at 0 (bins ``<= 0`` and ``> 0``), not eight."""
+    finite = {float(q) for q in quantiles if q is not None and math.isfinite(q)}
+    return sorted(finite)
+
+
+def bin_of(value: float | None, edges: Sequence[float]) -> int:
+    """The bin of ``value``: how many edges lie below it (``NULL_BIN`` for a missing value)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NULL_BIN
+    return bisect.bisect_left(edges, value)
+
+
+def quantile_probabilities(bins: int) -> list[float]:
+    """The probabilities whose quantiles split a distribution into ``bins`` equal parts."""
+    if bins < 2:
+        raise ValueError(f"need at least 2 bins, not {bins}")
+    return [i / bins for i in range(1, bins)]
+
+
+def status(value: float | None, threshold: float) -> Status:
+    """``drift`` above the threshold, ``ok`` at or below it, ``n/a`` when not measured."""
+    if value is None:
+        return "n/a"
+    return "drift" if value > threshold else "ok"
