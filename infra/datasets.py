@@ -53,13 +53,33 @@ def publish_dataset(
     for junk in list(local_dir.rglob("*")):
         if junk.is_file() and junk.name.startswith((".", "_")):
             junk.unlink()  # Spark's _SUCCESS and .crc files are not data
-    data_prefix = dataset_data_prefix(prefix, uuid.uuid4().hex[:12])
+    data_prefix = new_data_prefix(prefix)
     keys = store.publish_dir(local_dir, data_prefix)
+    return publish_written_dataset(store, prefix, data_prefix, keys, rows=rows, metadata=metadata)
+
+
+def new_data_prefix(prefix: str) -> str:
+    """A fresh, unique generation folder for the dataset at ``prefix``."""
+    return dataset_data_prefix(prefix.strip("/"), uuid.uuid4().hex[:12])
+
+
+def publish_written_dataset(
+    store: ObjectStore,
+    prefix: str,
+    data_prefix: str,
+    keys: list[str],
+    *,
+    rows: int,
+    metadata: dict[str, Any] | None = None,
+) -> DatasetManifest:
+    """Publish files already in the store under ``data_prefix`` (uploaded, or written there by
+    Spark executors): the manifest naming the Parquet ``keys``, then older generations swept."""
+    prefix = prefix.strip("/")
     previous = find_dataset(store, prefix)
     manifest = DatasetManifest(
         prefix=prefix,
         data_prefix=data_prefix,
-        files=[k for k in keys if k.endswith(".parquet")],
+        files=sorted(k for k in keys if k.endswith(".parquet")),
         rows=rows,
         metadata=metadata or {},
     )

@@ -25,6 +25,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="size of the demo data generated when no --events is given",
     )
     p.add_argument("--no-deploy", action="store_true", help="skip `prefect deploy --all`")
+    p.add_argument(
+        "--db",
+        choices=("postgres", "sqlite"),
+        default=None,
+        help="the Prefect server's database (default HYBRIDFLOW_STACK_DB: postgres)",
+    )
+    p.add_argument(
+        "--spark-workers",
+        type=int,
+        default=None,
+        help="Spark cluster workers (default HYBRIDFLOW_STACK_SPARK_WORKERS: 2; "
+        "0 = no cluster, local[*] in the cpu-pool's flow runs)",
+    )
     p.set_defaults(handler=run_up)
     p = sub.add_parser("down", help="stop what `hybridflow up` started")
     p.set_defaults(handler=run_down)
@@ -36,6 +49,7 @@ def run_up(args: argparse.Namespace) -> int:
     """Start or complete the stack."""
     from infra.settings import get_settings
     from infra.stack.lifecycle import UpOptions, demo_events_dir, recorded_events, up
+    from infra.stack.spark_cluster import spark_spec
 
     settings = get_settings()
     events = args.events or recorded_events(settings)
@@ -46,7 +60,14 @@ def run_up(args: argparse.Namespace) -> int:
 
             generate_demo_events(DemoDataParams(customers=args.demo_customers), events)
             print(f"generated demo events ({args.demo_customers:,} customers) at {events}")
-    options = UpOptions(events=events, port=args.port, s3=args.s3, deploy=not args.no_deploy)
+    options = UpOptions(
+        events=events,
+        port=args.port,
+        s3=args.s3,
+        deploy=not args.no_deploy,
+        db=args.db or settings.stack_db,
+        spark=spark_spec(settings, args.spark_workers),
+    )
     print("\n".join(up(settings, options)), flush=True)
     return EXIT_OK
 

@@ -1,8 +1,10 @@
 """`hybridflow up / down / status`: a local Prefect stack on 127.0.0.1 from the project's files.
 
 State lives in ``settings.stack_dir`` (``stack.json``: URLs, ports and the PIDs this stack started;
-``logs/``; ``prefect/`` as the server's PREFECT_HOME with its SQLite database). ``up`` is
-idempotent: what runs is kept, what died is restarted, pools and deployments are upserted.
+``logs/``; ``prefect/`` as the server's PREFECT_HOME; ``postgres/`` the server's PostgreSQL data
+and password file; ``spark/`` the Spark workers' folders). ``up`` is idempotent: what runs is kept,
+what died is restarted, pools and deployments are upserted. The database and the Spark cluster
+are :mod:`infra.stack.engines`.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel
 
 from infra.errors import HybridflowInputError
 from infra.settings import HybridflowSettings
-from infra.stack import prefect_admin, services
+from infra.stack import engines, prefect_admin, services
+from infra.stack.engines import DatabaseInfo
 from infra.stack.processes import ProcessRecord, is_alive, launch, stop
+from infra.stack.spark_cluster import SPARK_POOL, SparkClusterSpec, SparkEndpoints, stop_rank
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +45,8 @@ class StackState(BaseModel):
     store: str
     s3_endpoint: str | None = None
     processes: dict[str, ProcessRecord] = {}
+    database: DatabaseInfo | None = None
+    spark: SparkEndpoints | None = None
 
 
 class UpOptions(BaseModel):
@@ -49,6 +56,8 @@ class UpOptions(BaseModel):
     port: int = 4200
     s3: bool = False
     deploy: bool = True
+    db: Literal["postgres", "sqlite"] = "postgres"
+    spark: SparkClusterSpec = SparkClusterSpec()
 
 
 def project_dir() -> Path:
@@ -102,6 +111,8 @@ def _worker_env(base: dict[str, str], state: StackState, pool: str, heartbeat_s:
         PREFECT_WORKER_QUERY_SECONDS="1",
         PREFECT_FLOWS_HEARTBEAT_FREQUENCY=str(heartbeat_s),
     )
+    if state.spark and pool == SPARK_POOL:
+        env["HYBRIDFLOW_SPARK_REMOTE"] = state.spark.remote
     if state.s3_endpoint:
         env["AWS_ENDPOINT_URL"] = state.s3_endpoint
         env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -169,14 +180,20 @@ def _wait_workers_online(api_url: str, timeout_s: float = 90) -> None:
 
 
 def _ensure_server(
-    stack_dir: Path, previous: StackState | None, port: int, cwd: Path, lines: list[str]
+    stack_dir: Path,
+    previous: StackState | None,
+    port: int,
+    cwd: Path,
+    lines: list[str],
+    db_env: dict[str, str] | None = None,
 ) -> tuple[str, ProcessRecord]:
     server = previous.processes.get("server") if previous else None
     if previous and server and is_alive(server):
         lines.append(f"Prefect server already running (pid {server.pid})")
         return previous.api_url, server
     api_url = f"http://127.0.0.1:{port}/api"
-    server = _start_server(stack_dir, port, _prefect_env(stack_dir, api_url), cwd)
+    server_env = _prefect_env(stack_dir, api_url) | (db_env or {})
+    server = _start_server(stack_dir, port, server_env, cwd)
     lines.append(f"started Prefect server (pid {server.pid})")
     return api_url, server
 
@@ -224,7 +241,15 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
     previous = load_state(settings)
     lines: list[str] = []
 
-    api_url, server = _ensure_server(stack_dir, previous, options.port, project, lines)
+    database, db_process, db_env = engines.ensure_database(
+        stack_dir,
+        options.db,
+        previous.database if previous else None,
+        previous.processes if previous else {},
+        project,
+        lines,
+    )
+    api_url, server = _ensure_server(stack_dir, previous, options.port, project, lines, db_env)
     base = _prefect_env(stack_dir, api_url)
     state = StackState(
         api_url=api_url,
@@ -232,7 +257,8 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
         project_dir=str(project),
         events=str(events),
         store="",
-        processes={"server": server},
+        processes={"server": server} | ({"postgres": db_process} if db_process else {}),
+        database=database,
     )
     _save_state(settings, state)
     state.s3_endpoint, s3 = _ensure_s3(stack_dir, previous, options.s3, base, project, lines)
@@ -243,6 +269,7 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
         from infra.store import open_store
 
         state.store = open_store(settings.store).uri
+    _ensure_spark(settings, state, previous, options.spark, base, lines)
     for key, record in (previous.processes if previous else {}).items():
         if not key.startswith("worker-"):
             continue
@@ -250,6 +277,9 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
             lines.append(
                 f"{key} (pid {record.pid}): {stop(record, grace_s=10, terms=2)} (store changed)"
             )
+            continue
+        if key == f"worker-{SPARK_POOL}" and _remote(previous) != _remote(state):
+            lines.append(f"{key} (pid {record.pid}): {stop(record, grace_s=10, terms=2)} (Spark)")
             continue
         state.processes[key] = record
     _save_state(settings, state)
@@ -271,6 +301,8 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
     return lines + [
         "",
         f"Prefect UI : {state.ui_url}",
+        f"database   : {database.describe()}",
+        f"Spark      : {engines.spark_summary(state.spark)}",
         f"store      : {state.store}",
         f"events     : {events}",
         "trigger the pipeline (default parameters) with:",
@@ -285,7 +317,7 @@ def down(settings: HybridflowSettings) -> list[str]:
     if state is None:
         return ["no stack recorded: nothing to stop"]
     lines = []
-    order = sorted(state.processes, key=lambda k: (not k.startswith("worker"), k != "server"))
+    order = sorted(state.processes, key=_stop_order)
     for key in order:
         record = state.processes[key]
         if key.startswith("worker"):
@@ -303,9 +335,48 @@ def status(settings: HybridflowSettings) -> tuple[bool, list[str]]:
     if state is None:
         return False, ["no stack running (start one with: hybridflow up)"]
     lines = [f"Prefect UI {state.ui_url} | store {state.store} | events {state.events}"]
+    lines += engines.status_lines(state.database, state.spark)
     healthy = True
     for key, record in state.processes.items():
         alive = is_alive(record)
         healthy &= alive
         lines.append(f"  {key:<16} pid {record.pid:<8} {'running' if alive else 'NOT RUNNING'}")
     return healthy, lines
+
+
+def _ensure_spark(
+    settings: HybridflowSettings,
+    state: StackState,
+    previous: StackState | None,
+    spec: SparkClusterSpec,
+    base: dict[str, str],
+    lines: list[str],
+) -> None:
+    """The Spark cluster, recorded in ``state``; its executors get the store's environment."""
+    executor_env = _worker_env(base, state, SPARK_POOL, settings.stack_heartbeat_seconds)
+    state.spark, records = engines.ensure_spark(
+        settings.stack_dir.expanduser().resolve(),
+        spec,
+        previous.spark if previous else None,
+        previous.processes if previous else {},
+        executor_env,
+        Path(state.project_dir),
+        lines,
+    )
+    state.processes.update(records)
+    _save_state(settings, state)
+
+
+def _remote(state: StackState | None) -> str | None:
+    return state.spark.remote if state and state.spark else None
+
+
+def _stop_order(key: str) -> tuple[int, str]:
+    """Workers first, then the server, the Spark cluster (driver first), S3, the database."""
+    if key.startswith("worker"):
+        return 0, key
+    if key == "server":
+        return 1, key
+    if key.startswith("spark-"):
+        return 2, f"{stop_rank(key)}{key}"
+    return (4 if key == "postgres" else 3), key

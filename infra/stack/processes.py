@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import signal
 import subprocess
 import time
@@ -79,9 +80,15 @@ def descendants(pid: int) -> list[int]:
 
 
 def launch(
-    name: str, command: Sequence[str], env: dict[str, str], log_file: Path, cwd: Path
+    name: str,
+    command: Sequence[str],
+    env: dict[str, str],
+    log_file: Path,
+    cwd: Path,
+    user: str | None = None,
 ) -> ProcessRecord:
-    """Start ``command`` detached (own session), output appended to ``log_file``."""
+    """Start ``command`` detached (own session), output appended to ``log_file``; as ``user``
+    (root only: e.g. PostgreSQL, which refuses to run as root) when given."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as out:
         proc = subprocess.Popen(
@@ -92,6 +99,9 @@ def launch(
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            user=user,
+            group=pwd.getpwnam(user).pw_gid if user else None,
+            extra_groups=[] if user else None,
         )
     return ProcessRecord(
         name=name,
