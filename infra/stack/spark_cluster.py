@@ -140,6 +140,11 @@ def connect_command(master_url: str, port: int, ui_port: int, spec: SparkCluster
         "spark.executor.memory": spec.worker_memory,
         "spark.default.parallelism": str(spec.cores),
         "spark.python.worker.reuse": "true",
+        # every Connect session gets its own Python worker pool on each executor; without the
+        # daemon, idle workers exit (with a daemon, one per session would stay forever)
+        "spark.python.use.daemon": "false",
+        "spark.python.worker.killOnIdleTimeout": "true",
+        "spark.python.worker.idleTimeoutSeconds": "60",
         "spark.pyspark.python": sys.executable,
         "spark.sql.session.timeZone": "UTC",
     }
@@ -170,14 +175,17 @@ def application_executors(app_ui: str, timeout_s: float = 5.0) -> list[dict[str,
     return [e for e in httpx.get(url, timeout=timeout_s).json() if e["id"] != "driver"]
 
 
-def _wait(what: str, probe: Any, timeout_s: float, log_file: str) -> None:
+def _wait(what: str, probe: Any, timeout_s: float, record: ProcessRecord) -> None:
+    """Poll ``probe`` while ``record``'s process lives; errors carry its log's tail."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and is_alive(record):
         if probe():
             return
         time.sleep(0.5)
-    tail = " | ".join(Path(log_file).read_text(errors="replace").strip().splitlines()[-5:])
-    raise RuntimeError(f"{what} not ready within {timeout_s:.0f}s: {tail}")
+    text = Path(record.log_file).read_text(errors="replace").strip().splitlines()
+    tail = [line for line in text if not line.lstrip().startswith(("at ", "..."))][-4:]
+    state = "did not get ready" if is_alive(record) else "exited"
+    raise RuntimeError(f"{what} {state} within {timeout_s:.0f}s: {' | '.join(tail)}")
 
 
 def _port_open(port: int) -> bool:
@@ -217,22 +225,23 @@ def start_cluster(
             f"{spec.workers} Spark worker(s)",
             lambda: (master_status(master_ui) or {}).get("aliveworkers", 0) >= spec.workers,
             120,
-            records[MASTER].log_file,
+            records[MASTER],
         )
         command = connect_command(master_url, connect_port, app_port, spec)
-        records[CONNECT] = launch(CONNECT, command, env, logs / f"{CONNECT}.log", cwd)
+        driver_env = {k: v for k, v in env.items() if k != "SPARK_DAEMON_MEMORY"}  # a driver
+        records[CONNECT] = launch(CONNECT, command, driver_env, logs / f"{CONNECT}.log", cwd)
         app_ui = f"http://127.0.0.1:{app_port}"
         _wait(
             "Spark Connect server",
             lambda: _port_open(connect_port),
             180,
-            records[CONNECT].log_file,
+            records[CONNECT],
         )
         _wait(
             "the Connect server's executors",
             lambda: _executors_up(app_ui, spec.workers),
             180,
-            records[CONNECT].log_file,
+            records[CONNECT],
         )
     except BaseException:
         stop_cluster(records)
