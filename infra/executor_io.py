@@ -60,7 +60,7 @@ def needs_executor_io(spark: SparkSession, store: ObjectStore) -> bool:
     """True when executors must move the data themselves: a remote store and a cluster."""
     from infra.spark_connect import runs_on_cluster
 
-    return store.local_path("") is None and runs_on_cluster(spark)
+    return store.local_path("x") is None and runs_on_cluster(spark)
 
 
 def cluster_host(settings: HybridflowSettings) -> str | None:
@@ -116,14 +116,28 @@ def write_on_executors(
         )
 
     rows = df.mapInArrow(write_partition, WRITTEN_SCHEMA).collect()
-    keys = {r["key"]: int(r["rows"]) for r in rows}
-    if not keys:  # readers still need the schema: one empty file, as Spark writes
-        key = write_empty_file(store, data_prefix, df.schema)
-        keys[key] = 0
-    for stray in set(store.list(data_prefix)) - set(keys):
-        store.delete(stray)  # a failed task attempt's upload
+    written = {r["key"]: int(r["rows"]) for r in rows}
+    return publish_task_outputs(store, prefix, data_prefix, written, df.schema, metadata)
+
+
+def publish_task_outputs(
+    store: ObjectStore,
+    prefix: str,
+    data_prefix: str,
+    written: dict[str, int],
+    schema: Any,
+    metadata: dict[str, Any] | None = None,
+) -> DatasetManifest:
+    """Publish exactly the files the successful tasks reported (``written``: key -> rows): other
+    files in the generation folder (a failed attempt's upload) are deleted; an empty result
+    gets one empty file with ``schema`` (a Spark StructType), as Spark writes, for readers."""
+    written = dict(written)
+    if not written:
+        written[write_empty_file(store, data_prefix, schema)] = 0
+    for stray in set(store.list(data_prefix)) - set(written):
+        store.delete(stray)
     return publish_written_dataset(
-        store, prefix, data_prefix, sorted(keys), rows=sum(keys.values()), metadata=metadata
+        store, prefix, data_prefix, sorted(written), rows=sum(written.values()), metadata=metadata
     )
 
 
@@ -225,7 +239,8 @@ def dataset_arrow_schema(store: ObjectStore, manifest: DatasetManifest) -> pa.Sc
     for name in dataset_partition_values(manifest.data_prefix, first):
         if name not in schema.names:
             schema = schema.append(pa.field(name, pa.string()))
-    return schema.remove_metadata()
+    # as Spark reads Parquet: every column nullable
+    return pa.schema([f.with_nullable(True) for f in schema])
 
 
 def read_part_file(
