@@ -12,6 +12,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from infra.routing.pools import PoolSpec, default_pools
 
+StackDatabase = Literal["postgres", "sqlite"]  # the Prefect server's database under `up`
+
 
 class TrainingSettings(BaseSettings):
     """Model and optimiser hyper-parameters (``HYBRIDFLOW_TRAIN__*``)."""
@@ -169,7 +171,7 @@ class HybridflowSettings(BaseSettings):
     stack_crash_after_seconds: int = Field(
         default=90, ge=45, description="no heartbeat this long -> the run is marked Crashed"
     )
-    stack_db: Literal["postgres", "sqlite"] = Field(
+    stack_db: StackDatabase = Field(
         default="postgres", description="`hybridflow up`: the Prefect server's database"
     )
     stack_spark_workers: int = Field(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import get_args
 
 from cli.args import EXIT_FAILURE, EXIT_OK
+from infra.settings import StackDatabase
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-deploy", action="store_true", help="skip `prefect deploy --all`")
     p.add_argument(
         "--db",
-        choices=("postgres", "sqlite"),
+        choices=get_args(StackDatabase),
         default=None,
         help="the Prefect server's database (default HYBRIDFLOW_STACK_DB: postgres)",
     )

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
 
+from infra.settings import StackDatabase
 from infra.stack import postgres, spark_cluster
 from infra.stack.postgres import DatabaseInfo
 from infra.stack.processes import ProcessRecord, is_alive, stop
 from infra.stack.spark_cluster import SparkClusterSpec, SparkEndpoints
-
-DatabaseKind = Literal["postgres", "sqlite"]
 
 
 def sqlite_info(stack_dir: Path) -> DatabaseInfo:
@@ -26,7 +24,7 @@ def sqlite_info(stack_dir: Path) -> DatabaseInfo:
 
 def ensure_database(
     stack_dir: Path,
-    kind: DatabaseKind,
+    kind: StackDatabase,
     previous: DatabaseInfo | None,
     processes: dict[str, ProcessRecord],
     cwd: Path,
@@ -50,7 +48,7 @@ def ensure_database(
 
 def _database(
     stack_dir: Path,
-    kind: DatabaseKind,
+    kind: StackDatabase,
     previous: DatabaseInfo | None,
     running: ProcessRecord | None,
     cwd: Path,

@@ -13,12 +13,11 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel
 
 from infra.errors import HybridflowInputError
-from infra.settings import HybridflowSettings
+from infra.settings import HybridflowSettings, StackDatabase
 from infra.stack import engines, prefect_admin, services
 from infra.stack.engines import DatabaseInfo
 from infra.stack.processes import ProcessRecord, is_alive, launch, stop
@@ -56,7 +55,7 @@ class UpOptions(BaseModel):
     port: int = 4200
     s3: bool = False
     deploy: bool = True
-    db: Literal["postgres", "sqlite"] = "postgres"
+    db: StackDatabase = "postgres"
     spark: SparkClusterSpec = SparkClusterSpec()
 
 

@@ -201,13 +201,14 @@ def _executors_up(app_ui: str, count: int) -> bool:
         return False
 
 
-def start_cluster(
+def start_standalone(
     stack_dir: Path, spec: SparkClusterSpec, env: dict[str, str], cwd: Path
-) -> tuple[SparkEndpoints, dict[str, ProcessRecord]]:
-    """Start master, workers and the Connect server; wait until its executors run."""
+) -> tuple[str, str, dict[str, ProcessRecord]]:
+    """Start the master and ``spec.workers`` workers; returns the master URL, its UI and the
+    processes once every worker registered (a client-mode driver can use it as it is)."""
     logs, env = stack_dir / "logs", daemon_env(env)
     properties = write_properties(stack_dir)
-    port, ui_port, connect_port, app_port = (free_port() for _ in range(4))
+    port, ui_port = free_port(), free_port()
     master_url, master_ui = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}"
     records: dict[str, ProcessRecord] = {}
     try:
@@ -216,8 +217,9 @@ def start_cluster(
         )
         wait_http_ok(f"{master_ui}/json/", 120, "Spark master", Path(records[MASTER].log_file))
         for i in range(1, spec.workers + 1):
-            work_dir = stack_dir / "spark" / f"work-{i}"
-            command = worker_command(master_url, spec, work_dir, properties)
+            command = worker_command(
+                master_url, spec, stack_dir / "spark" / f"work-{i}", properties
+            )
             records[worker_key(i)] = launch(
                 worker_key(i), command, env, logs / f"{worker_key(i)}.log", cwd
             )
@@ -227,21 +229,45 @@ def start_cluster(
             120,
             records[MASTER],
         )
-        command = connect_command(master_url, connect_port, app_port, spec)
-        driver_env = {k: v for k, v in env.items() if k != "SPARK_DAEMON_MEMORY"}  # a driver
-        records[CONNECT] = launch(CONNECT, command, driver_env, logs / f"{CONNECT}.log", cwd)
-        app_ui = f"http://127.0.0.1:{app_port}"
-        _wait(
-            "Spark Connect server",
-            lambda: _port_open(connect_port),
-            180,
-            records[CONNECT],
-        )
+    except BaseException:
+        stop_cluster(records)
+        raise
+    return master_url, master_ui, records
+
+
+def start_connect_server(
+    master_url: str, spec: SparkClusterSpec, env: dict[str, str], log_file: Path, cwd: Path
+) -> tuple[str, str, ProcessRecord]:
+    """Start the Spark Connect server on the cluster; returns its sc:// URL, its driver UI and
+    its process once its executors run (so the first session finds them warm)."""
+    connect_port, app_port = free_port(), free_port()
+    command = connect_command(master_url, connect_port, app_port, spec)
+    driver_env = {k: v for k, v in daemon_env(env).items() if k != "SPARK_DAEMON_MEMORY"}
+    record = launch(CONNECT, command, driver_env, log_file, cwd)
+    app_ui = f"http://127.0.0.1:{app_port}"
+    try:
+        _wait("Spark Connect server", lambda: _port_open(connect_port), 180, record)
         _wait(
             "the Connect server's executors",
             lambda: _executors_up(app_ui, spec.workers),
             180,
-            records[CONNECT],
+            record,
+        )
+    except BaseException:
+        stop(record, grace_s=10.0)
+        raise
+    return f"sc://127.0.0.1:{connect_port}", app_ui, record
+
+
+def start_cluster(
+    stack_dir: Path, spec: SparkClusterSpec, env: dict[str, str], cwd: Path
+) -> tuple[SparkEndpoints, dict[str, ProcessRecord]]:
+    """Start master, workers and the Connect server; wait until its executors run."""
+    master_url, master_ui, records = start_standalone(stack_dir, spec, env, cwd)
+    try:
+        log_file = stack_dir / "logs" / f"{CONNECT}.log"
+        remote, app_ui, records[CONNECT] = start_connect_server(
+            master_url, spec, env, log_file, cwd
         )
     except BaseException:
         stop_cluster(records)
@@ -249,7 +275,7 @@ def start_cluster(
     endpoints = SparkEndpoints(
         master_url=master_url,
         master_ui=master_ui,
-        remote=f"sc://127.0.0.1:{connect_port}",
+        remote=remote,
         app_ui=app_ui,
         workers=spec.workers,
     )
