@@ -48,10 +48,13 @@ def _first_action_s(remote: str) -> float:
 
 def spark_startup(work: Path, repeats: int) -> list[dict]:
     """Seconds to a first Spark action in a fresh process: local JVM vs Connect session."""
+    from infra.stack.processes import launcher_into
     from infra.stack.spark_cluster import SparkClusterSpec, start_cluster, stop_cluster
 
-    endpoints, records = start_cluster(work / "cluster", SparkClusterSpec(), dict(os.environ), work)
+    records: dict = {}
+    launch = launcher_into(records, work / "logs", work)
     try:
+        endpoints = start_cluster(launch, work / "cluster", SparkClusterSpec(), dict(os.environ))
         local, connect = [], []
         for _ in range(repeats):
             local.append(_first_action_s(""))
@@ -111,11 +114,12 @@ def _api_load(api: str) -> float:
 def prefect_database(work: Path) -> list[dict]:
     """The Prefect server on SQLite vs PostgreSQL: start-up and API throughput."""
     from infra.stack import postgres
-    from infra.stack.processes import stop
+    from infra.stack.processes import launcher_into, stop
 
-    results = {}
+    results, records = {}, {}
     pg_dir = work / "postgres"
-    pg, info = postgres.start(pg_dir, dict(os.environ), work, work / "postgres.log")
+    launch = launcher_into(records, work, work)
+    info = postgres.start(launch, pg_dir, dict(os.environ), work / "initdb.log")
     try:
         for name, db_env in (
             ("sqlite", {}),
@@ -127,7 +131,7 @@ def prefect_database(work: Path) -> list[dict]:
             finally:
                 stop(record, grace_s=10)
     finally:
-        stop(pg, grace_s=20)
+        stop(records[postgres.KEY], grace_s=20)
     (sqlite_start, sqlite_rate), (pg_start, pg_rate) = results["sqlite"], results["postgres"]
     return [
         {

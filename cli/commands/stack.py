@@ -28,6 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-deploy", action="store_true", help="skip `prefect deploy --all`")
     p.add_argument(
+        "--schedules",
+        action="store_true",
+        help="deploy the pipeline and model-refresh schedules active (default: paused)",
+    )
+    p.add_argument(
         "--db",
         choices=get_args(StackDatabase),
         default=None,
@@ -67,6 +72,7 @@ def run_up(args: argparse.Namespace) -> int:
         port=args.port,
         s3=args.s3,
         deploy=not args.no_deploy,
+        schedules=args.schedules,
         db=args.db or settings.stack_db,
         spark=spark_spec(settings, args.spark_workers),
     )

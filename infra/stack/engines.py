@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infra.settings import StackDatabase
 from infra.stack import postgres, spark_cluster
 from infra.stack.postgres import DatabaseInfo
-from infra.stack.processes import ProcessRecord, is_alive, stop
+from infra.stack.processes import Launcher, ProcessRecord, is_alive, stop
 from infra.stack.spark_cluster import SparkClusterSpec, SparkEndpoints
+
+if TYPE_CHECKING:
+    from infra.stack.lifecycle import StackState
 
 
 def sqlite_info(stack_dir: Path) -> DatabaseInfo:
@@ -23,91 +27,92 @@ def sqlite_info(stack_dir: Path) -> DatabaseInfo:
 
 
 def ensure_database(
-    stack_dir: Path,
-    kind: StackDatabase,
-    previous: DatabaseInfo | None,
-    processes: dict[str, ProcessRecord],
-    cwd: Path,
-    lines: list[str],
-) -> tuple[DatabaseInfo, ProcessRecord | None, dict[str, str]]:
-    """The database for the Prefect server (started before it): its description, its process
-    (PostgreSQL) and the environment only the server's process gets (it holds the password).
-    A running server on another database is stopped, so that `up` restarts it on this one."""
-    info, record = _database(stack_dir, kind, previous, processes.get(postgres.KEY), cwd, lines)
-    server = processes.get("server")
+    launch: Launcher, stack_dir: Path, kind: StackDatabase, state: StackState, lines: list[str]
+) -> dict[str, str]:
+    """The Prefect server's database (started before it, through ``launch``), recorded in
+    ``state``; returns the environment only the server's process gets (it holds the password).
+    A running server on another database is stopped, so that `up` starts it again on this one."""
+    previous = state.database
+    running = state.processes.get(postgres.KEY)
+    state.database = info = _database(launch, stack_dir, kind, previous, running, lines)
+    server = state.processes.get("server")
     if previous is not None and previous != info and server and is_alive(server):
         lines.append(f"server (pid {server.pid}): {stop(server, grace_s=10)} (database changed)")
     if info.kind != "postgres":
-        return info, record, {}
-    return (
-        info,
-        record,
-        postgres.prefect_server_env(info, postgres.password(stack_dir / "postgres")),
-    )
+        return {}
+    return postgres.prefect_server_env(info, postgres.password(stack_dir / "postgres"))
 
 
 def _database(
+    launch: Launcher,
     stack_dir: Path,
     kind: StackDatabase,
     previous: DatabaseInfo | None,
     running: ProcessRecord | None,
-    cwd: Path,
     lines: list[str],
-) -> tuple[DatabaseInfo, ProcessRecord | None]:
+) -> DatabaseInfo:
     if kind == "sqlite":
-        return sqlite_info(stack_dir), None
+        return sqlite_info(stack_dir)
     if previous and previous.kind == "postgres" and running and is_alive(running):
         lines.append(f"PostgreSQL already running (pid {running.pid})")
-        return previous, running
+        return previous
     pg_dir = stack_dir / "postgres"
     reused = (pg_dir / "data" / "PG_VERSION").is_file()
-    record, info = postgres.start(
+    info = postgres.start(
+        launch,
         pg_dir,
         dict(os.environ),
-        cwd,
-        stack_dir / "logs" / "postgres.log",
+        stack_dir / "logs" / "postgres-initdb.log",
         port=previous.port if previous else None,
     )
     lines.append(
-        f"started PostgreSQL (pid {record.pid}) on 127.0.0.1:{info.port}, "
+        f"started PostgreSQL on 127.0.0.1:{info.port}, "
         + ("existing data" if reused else "new data folder")
     )
-    return info, record
+    return info
 
 
 def ensure_spark(
+    launch: Launcher,
     stack_dir: Path,
     spec: SparkClusterSpec,
-    previous: SparkEndpoints | None,
-    previous_records: dict[str, ProcessRecord],
+    state: StackState,
     env: dict[str, str],
-    cwd: Path,
     lines: list[str],
-) -> tuple[SparkEndpoints | None, dict[str, ProcessRecord]]:
-    """The Spark cluster (None with no workers wanted) and its processes; a cluster that is
-    complete and of the wanted size is kept, a partial one is stopped and started again."""
-    old = {k: r for k, r in previous_records.items() if k.startswith("spark-")}
-    same_env = previous is not None and previous.store_env == _store_env(env)
+) -> None:
+    """The Spark cluster in ``state.spark`` (None with no workers wanted), its processes
+    recorded by ``launch``; ``env`` reaches the executors (the store's endpoint). A complete
+    cluster of the wanted size and store is kept, any other stopped and started again; a
+    cpu-pool worker started for another cluster is stopped, so that `up` starts it again."""
+    previous, remote = state.spark, state.spark.remote if state.spark else None
+    old = {k: r for k, r in state.processes.items() if k.startswith("spark-")}
     if (
         spec.workers
         and previous
         and previous.workers == spec.workers
-        and same_env
+        and previous.store_env == _store_env(env)
         and spark_cluster.cluster_alive(old, spec.workers)
     ):
         lines.append(f"Spark cluster already running (master {previous.master_url})")
-        return previous, old
+        return
     lines += spark_cluster.stop_cluster({k: r for k, r in old.items() if is_alive(r)})
-    if not spec.workers:
-        return None, {}
-    endpoints, records = spark_cluster.start_cluster(stack_dir, spec, env, cwd)
-    endpoints = endpoints.model_copy(update={"store_env": _store_env(env)})
-    lines.append(
-        f"started Spark cluster: master {endpoints.master_url} (UI {endpoints.master_ui}), "
-        f"{spec.workers} worker(s) x {spec.worker_cores} core(s) / {spec.worker_memory}, "
-        f"Spark Connect {endpoints.remote}"
-    )
-    return endpoints, records
+    for key in old:
+        del state.processes[key]
+    state.spark = None
+    if spec.workers:
+        endpoints = spark_cluster.start_cluster(launch, stack_dir, spec, env)
+        state.spark = endpoints.model_copy(update={"store_env": _store_env(env)})
+        lines.append(
+            f"started Spark cluster: master {endpoints.master_url} (UI {endpoints.master_ui}), "
+            f"{spec.workers} worker(s) x {spec.worker_cores} core(s) / {spec.worker_memory}, "
+            f"Spark Connect {endpoints.remote}"
+        )
+    worker = state.processes.get(f"worker-{spark_cluster.SPARK_POOL}")
+    if worker and remote != (state.spark.remote if state.spark else None):
+        lines.append(
+            f"{worker.name} (pid {worker.pid}): {stop(worker, grace_s=10, terms=2)} (Spark)"
+        )
+        del state.processes[worker.name]
 
 
 def _store_env(env: dict[str, str]) -> str | None:
@@ -128,3 +133,15 @@ def status_lines(database: DatabaseInfo | None, spark: SparkEndpoints | None) ->
     if spark is None:
         return [*lines, "Spark local[*] in the cpu-pool worker's flow runs (no cluster)"]
     return lines + spark_cluster.status_lines(spark)
+
+
+def stop_order(key: str) -> tuple[int, str]:
+    """How `down` orders a stack's processes: the Prefect workers, the server, the Spark cluster
+    (driver first, master last), S3, and the database last (the server uses it until it stops)."""
+    if key.startswith("worker"):
+        return 0, key
+    if key == "server":
+        return 1, key
+    if key.startswith("spark-"):
+        return 2, f"{spark_cluster.stop_rank(key)}{key}"
+    return (4 if key == postgres.KEY else 3), key

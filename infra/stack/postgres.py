@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from infra.errors import HybridflowInputError
-from infra.stack.processes import ProcessRecord, launch
+from infra.stack.processes import Launcher, ProcessRecord
 from infra.stack.services import free_port, port_in_use
 
 KEY = "postgres"
@@ -213,14 +213,19 @@ def wait_ready(port: int, secret: str, log_file: Path, timeout_s: float = 120) -
 
 
 def start(
-    pg_dir: Path, env: dict[str, str], cwd: Path, log_file: Path, port: int | None = None
-) -> tuple[ProcessRecord, DatabaseInfo]:
-    """Initialise if needed, start the server (on ``port`` when still free) and wait for it."""
+    launch: Launcher, pg_dir: Path, env: dict[str, str], log_file: Path, port: int | None = None
+) -> DatabaseInfo:
+    """Initialise if needed, start the server through ``launch`` (on ``port`` when still free)
+    and wait until it accepts our role."""
     initialize(pg_dir, log_file)
     port = port if port and not port_in_use(port) else free_port()
-    record = launch(KEY, server_command(pg_dir, port), env, log_file, cwd, user=run_as())
-    wait_ready(port, password(pg_dir), log_file)
-    return record, DatabaseInfo(kind="postgres", location=str(pg_dir / "data"), port=port)
+    secret = password(pg_dir)
+
+    def ready(record: ProcessRecord) -> None:
+        wait_ready(port, secret, Path(record.log_file))
+
+    launch(KEY, server_command(pg_dir, port), env, ready, user=run_as())
+    return DatabaseInfo(kind="postgres", location=str(pg_dir / "data"), port=port)
 
 
 def prefect_server_env(info: DatabaseInfo, secret: str) -> dict[str, str]:

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from infra.errors import HybridflowInputError
 from infra.settings import HybridflowSettings
 from infra.spark import CONF_DIR
-from infra.stack.processes import ProcessRecord, is_alive, launch, stop
+from infra.stack.processes import Launcher, ProcessRecord, Ready, is_alive, stop
 from infra.stack.services import free_port, wait_http_ok
 
 MASTER, CONNECT = "spark-master", "spark-connect"
@@ -201,85 +201,77 @@ def _executors_up(app_ui: str, count: int) -> bool:
         return False
 
 
+def _master_ready(master_ui: str) -> Ready:
+    def ready(record: ProcessRecord) -> None:
+        wait_http_ok(f"{master_ui}/json/", 120, "Spark master", Path(record.log_file))
+
+    return ready
+
+
+def _workers_registered(master_ui: str, count: int) -> Ready:
+    def ready(record: ProcessRecord) -> None:
+        _wait(
+            f"Spark worker {count}",
+            lambda: (master_status(master_ui) or {}).get("aliveworkers", 0) >= count,
+            120,
+            record,
+        )
+
+    return ready
+
+
+def _connect_ready(port: int, app_ui: str, executors: int) -> Ready:
+    def ready(record: ProcessRecord) -> None:
+        _wait("Spark Connect server", lambda: _port_open(port), 180, record)
+        _wait(
+            "the Connect server's executors", lambda: _executors_up(app_ui, executors), 180, record
+        )
+
+    return ready
+
+
 def start_standalone(
-    stack_dir: Path, spec: SparkClusterSpec, env: dict[str, str], cwd: Path
-) -> tuple[str, str, dict[str, ProcessRecord]]:
-    """Start the master and ``spec.workers`` workers; returns the master URL, its UI and the
-    processes once every worker registered (a client-mode driver can use it as it is)."""
-    logs, env = stack_dir / "logs", daemon_env(env)
-    properties = write_properties(stack_dir)
+    launch: Launcher, stack_dir: Path, spec: SparkClusterSpec, env: dict[str, str]
+) -> tuple[str, str]:
+    """Start the master and ``spec.workers`` workers through ``launch`` (which records each
+    process as it starts); returns the master URL and UI once every worker registered."""
+    env, properties = daemon_env(env), write_properties(stack_dir)
     port, ui_port = free_port(), free_port()
     master_url, master_ui = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}"
-    records: dict[str, ProcessRecord] = {}
-    try:
-        records[MASTER] = launch(
-            MASTER, master_command(port, ui_port, properties), env, logs / f"{MASTER}.log", cwd
-        )
-        wait_http_ok(f"{master_ui}/json/", 120, "Spark master", Path(records[MASTER].log_file))
-        for i in range(1, spec.workers + 1):
-            command = worker_command(
-                master_url, spec, stack_dir / "spark" / f"work-{i}", properties
-            )
-            records[worker_key(i)] = launch(
-                worker_key(i), command, env, logs / f"{worker_key(i)}.log", cwd
-            )
-        _wait(
-            f"{spec.workers} Spark worker(s)",
-            lambda: (master_status(master_ui) or {}).get("aliveworkers", 0) >= spec.workers,
-            120,
-            records[MASTER],
-        )
-    except BaseException:
-        stop_cluster(records)
-        raise
-    return master_url, master_ui, records
+    launch(MASTER, master_command(port, ui_port, properties), env, _master_ready(master_ui))
+    for i in range(1, spec.workers + 1):
+        command = worker_command(master_url, spec, stack_dir / "spark" / f"work-{i}", properties)
+        launch(worker_key(i), command, env, _workers_registered(master_ui, i))
+    return master_url, master_ui
 
 
 def start_connect_server(
-    master_url: str, spec: SparkClusterSpec, env: dict[str, str], log_file: Path, cwd: Path
-) -> tuple[str, str, ProcessRecord]:
-    """Start the Spark Connect server on the cluster; returns its sc:// URL, its driver UI and
-    its process once its executors run (so the first session finds them warm)."""
-    connect_port, app_port = free_port(), free_port()
-    command = connect_command(master_url, connect_port, app_port, spec)
-    driver_env = {k: v for k, v in daemon_env(env).items() if k != "SPARK_DAEMON_MEMORY"}
-    record = launch(CONNECT, command, driver_env, log_file, cwd)
+    launch: Launcher, master_url: str, spec: SparkClusterSpec, env: dict[str, str]
+) -> tuple[str, str]:
+    """Start the Spark Connect server on the cluster; returns its sc:// URL and its driver UI
+    once its executors run (so the first session finds them up)."""
+    port, app_port = free_port(), free_port()
     app_ui = f"http://127.0.0.1:{app_port}"
-    try:
-        _wait("Spark Connect server", lambda: _port_open(connect_port), 180, record)
-        _wait(
-            "the Connect server's executors",
-            lambda: _executors_up(app_ui, spec.workers),
-            180,
-            record,
-        )
-    except BaseException:
-        stop(record, grace_s=10.0)
-        raise
-    return f"sc://127.0.0.1:{connect_port}", app_ui, record
+    driver_env = {k: v for k, v in daemon_env(env).items() if k != "SPARK_DAEMON_MEMORY"}
+    command = connect_command(master_url, port, app_port, spec)
+    launch(CONNECT, command, driver_env, _connect_ready(port, app_ui, spec.workers))
+    return f"sc://127.0.0.1:{port}", app_ui
 
 
 def start_cluster(
-    stack_dir: Path, spec: SparkClusterSpec, env: dict[str, str], cwd: Path
-) -> tuple[SparkEndpoints, dict[str, ProcessRecord]]:
-    """Start master, workers and the Connect server; wait until its executors run."""
-    master_url, master_ui, records = start_standalone(stack_dir, spec, env, cwd)
-    try:
-        log_file = stack_dir / "logs" / f"{CONNECT}.log"
-        remote, app_ui, records[CONNECT] = start_connect_server(
-            master_url, spec, env, log_file, cwd
-        )
-    except BaseException:
-        stop_cluster(records)
-        raise
-    endpoints = SparkEndpoints(
+    launch: Launcher, stack_dir: Path, spec: SparkClusterSpec, env: dict[str, str]
+) -> SparkEndpoints:
+    """Master, workers and the Connect server, each recorded by ``launch`` as it starts (a
+    part that fails is stopped; those before it stay recorded for `down` or the next `up`)."""
+    master_url, master_ui = start_standalone(launch, stack_dir, spec, env)
+    remote, app_ui = start_connect_server(launch, master_url, spec, env)
+    return SparkEndpoints(
         master_url=master_url,
         master_ui=master_ui,
         remote=remote,
         app_ui=app_ui,
         workers=spec.workers,
     )
-    return endpoints, records
 
 
 def stop_rank(key: str) -> int:

@@ -91,7 +91,7 @@ def events(tmp_path):
 
 
 def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events):
-    from infra.stack.processes import stop
+    from infra.stack.processes import launcher_into, stop
     from infra.stack.spark_cluster import (
         SparkClusterSpec,
         start_connect_server,
@@ -101,10 +101,12 @@ def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events):
 
     local = _run(events, tmp_path, "local", {})
     spec = SparkClusterSpec(workers=2, worker_cores=1, worker_memory="1g", driver_memory="1g")
-    master_url, master_ui, records = start_standalone(
-        tmp_path / "cluster", spec, dict(os.environ), REPO
-    )
+    records: dict = {}
+    launch = launcher_into(records, tmp_path / "cluster" / "logs", REPO)
     try:
+        master_url, master_ui = start_standalone(
+            launch, tmp_path / "cluster", spec, dict(os.environ)
+        )
         client = _run(
             events,
             tmp_path,
@@ -115,9 +117,7 @@ def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events):
         executors = _executors_of(master_ui, "hybridflow")
         assert len({e["worker"] for e in executors}) == 2, executors
 
-        remote, _, records["spark-connect"] = start_connect_server(
-            master_url, spec, dict(os.environ), tmp_path / "cluster" / "connect.log", REPO
-        )
+        remote, _ = start_connect_server(launch, master_url, spec, dict(os.environ))
         connect = _run(events, tmp_path, "connect", {"HYBRIDFLOW_SPARK_REMOTE": remote})
         _same_predictions(local, connect, "Spark Connect")
         assert len({e["worker"] for e in _executors_of(master_ui, "hybridflow-connect")}) == 2

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from infra.stack import postgres
-from infra.stack.processes import is_alive, stop
+from infra.stack.processes import is_alive, launcher_into, stop
 
 pytestmark = pytest.mark.integration
 
@@ -49,8 +49,11 @@ def _query(port: int, secret: str, sql: str):
 def test_postgres_keeps_its_data_and_its_password_to_itself(pg_dir):
     import asyncpg
 
-    log = pg_dir.parent / "postgres.log"
-    record, info = postgres.start(pg_dir, dict(os.environ), Path.cwd(), log)
+    log = pg_dir.parent / "initdb.log"
+    records: dict = {}
+    launch = launcher_into(records, pg_dir.parent, Path.cwd())
+    info = postgres.start(launch, pg_dir, dict(os.environ), log)
+    record = records[postgres.KEY]
     try:
         secret = postgres.password(pg_dir)
         _query(info.port, secret, "CREATE TABLE kept (v int)")
@@ -58,13 +61,14 @@ def test_postgres_keeps_its_data_and_its_password_to_itself(pg_dir):
         with pytest.raises(asyncpg.InvalidPasswordError):
             _query(info.port, "not-the-password", "SELECT 1")
         assert not any(secret in part for part in record.command)
-        assert secret not in log.read_text()
+        assert secret not in log.read_text() + Path(record.log_file).read_text()
         assert (pg_dir / "data" / "postmaster.pid").is_file()
     finally:
         assert stop(record, grace_s=20) == "stopped"
     assert not is_alive(record)
 
-    again, info2 = postgres.start(pg_dir, dict(os.environ), Path.cwd(), log, port=info.port)
+    info2 = postgres.start(launch, pg_dir, dict(os.environ), log, port=info.port)
+    again = records[postgres.KEY]
     try:
         assert not postgres.initialize(pg_dir, log), "the data folder is reused"
         assert [r["v"] for r in _query(info2.port, secret, "SELECT v FROM kept")] == [42]

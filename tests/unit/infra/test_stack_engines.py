@@ -15,7 +15,6 @@ import pytest
 from infra.errors import HybridflowInputError
 from infra.settings import HybridflowSettings
 from infra.stack import engines, postgres, spark_cluster
-from infra.stack.lifecycle import _stop_order
 from infra.stack.spark_cluster import SparkClusterSpec, SparkEndpoints
 
 
@@ -130,7 +129,7 @@ def test_down_stops_workers_server_cluster_s3_and_the_database_last():
         "spark-worker-1",
         "worker-cpu-pool",
     ]
-    assert sorted(keys, key=_stop_order) == [
+    assert sorted(keys, key=engines.stop_order) == [
         "worker-cpu-pool",
         "worker-gpu-pool",
         "server",
