@@ -1,10 +1,11 @@
 """A Spark Connect client session: the CPU stages as a thin client of a long-lived cluster driver.
 
-With ``HYBRIDFLOW_SPARK_REMOTE=sc://host:port`` a flow run starts no JVM of its own: it opens a
-session on the Spark Connect server (well under a second, against 5-18 s for a local driver JVM on
-a busy 2-core box), sets the session's SQL settings and ships the project's Python to the
-executors as one zip (``addArtifacts(..., pyfile=True)``), so executors run exactly the code of
-the client that asked, whatever copy of hybridflow is installed next to them.
+With ``HYBRIDFLOW_SPARK_REMOTE=sc://host:port`` a flow run starts no JVM of its own: it joins a
+session on the Spark Connect server (about a second, against 5-36 s for a local driver JVM on a
+busy 2-core box), sets the session's SQL settings and ships the project's Python to the executors
+as one zip (``addArtifacts(..., pyfile=True)``), so executors run exactly the code of the client
+that asked, whatever copy of hybridflow is installed next to them. Clients of one code version
+share one server-side session, and with it its warm Python workers.
 
 A Connect session has no ``sparkContext``: no accumulators, no RDDs. Helpers here answer the
 questions the stages used to ask the SparkContext (parallelism, "is this a cluster?").
@@ -12,14 +13,15 @@ questions the stages used to ask the SparkContext (parallelism, "is this a clust
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import logging
 import time
+import uuid
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infra.errors import HybridflowInputError
 from infra.settings import HybridflowSettings
 
 if TYPE_CHECKING:
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 # the packages Python code on executors imports (scoring, the store for executor-side I/O)
 SHIPPED_PACKAGES = ("tasks", "infra")
 ARCHIVE_PREFIX = "hybridflow-code-"
+SESSION_NAMESPACE = uuid.UUID("5f0c6a53-2f1e-4c3e-9a54-6b1f0e7d2a10")  # hybridflow's sessions
 
 
 def project_root() -> Path:
@@ -72,37 +75,52 @@ def code_archive(out_dir: Path, root: Path | None = None) -> Path:
     return target
 
 
+def shared_session_url(remote: str, archive: Path) -> str:
+    """``remote`` with a session id shared by every client of this code version (unless the URL
+    names one): the server keeps that session's Python workers warm between flow runs."""
+    if "session_id=" in remote:
+        return remote
+    session = uuid.uuid5(SESSION_NAMESPACE, f"{remote}|{archive.name}")
+    base = remote if "/;" in remote else remote.rstrip("/") + "/"
+    return f"{base};session_id={session}"
+
+
 def connect_session(settings: HybridflowSettings, conf: dict[str, str]) -> SparkSession:
     """This process's Spark Connect session on ``settings.spark_remote`` (created once): the
-    modifiable entries of ``conf`` applied, the project's code shipped, stopped at exit."""
+    modifiable entries of ``conf`` applied, the project's code shipped with it.
+
+    Every client of the same code version joins one server-side session (see
+    :func:`shared_session_url`): Spark gives each session its own Python workers on every
+    executor, so a session per flow run would start them cold each time (and leave a Python
+    daemon behind per session). A session the server closed (idle timeout, restart) is replaced
+    by a fresh one."""
+    from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 
     remote = settings.spark_remote or ""
     if not remote.startswith("sc://"):
-        from infra.errors import HybridflowInputError
-
         raise HybridflowInputError(
             f"HYBRIDFLOW_SPARK_REMOTE must be a Spark Connect URL sc://host:port, got {remote!r}"
         )
     started = time.perf_counter()
-    spark = SparkSession.builder.remote(remote).getOrCreate()
+    archive = code_archive(settings.work_dir.expanduser() / "spark")
+    spark = SparkSession.builder.remote(shared_session_url(remote, archive)).getOrCreate()
     if getattr(spark, "_hybridflow_ready", False):
         return spark
-    for key, value in conf.items():
-        if spark.conf.isModifiable(key):
-            spark.conf.set(key, value)
-    spark.addArtifacts(str(code_archive(settings.work_dir.expanduser() / "spark")), pyfile=True)
+    try:
+        modifiable = {k: v for k, v in conf.items() if spark.conf.isModifiable(k)}
+    except PySparkException as exc:
+        if "SESSION_CLOSED" not in str(exc):
+            raise
+        log.warning("the shared Spark Connect session was closed; opening a new one")
+        spark = SparkSession.builder.remote(remote).create()
+        modifiable = {k: v for k, v in conf.items() if spark.conf.isModifiable(k)}
+    for key, value in modifiable.items():
+        spark.conf.set(key, value)
+    spark.addArtifacts(str(archive), pyfile=True)  # a no-op when the session has it already
     spark._hybridflow_ready = True  # type: ignore[attr-defined]
-    atexit.register(_stop_quietly, spark)
     log.info("Spark Connect session on %s ready in %.1fs", remote, time.perf_counter() - started)
     return spark
-
-
-def _stop_quietly(spark: Any) -> None:
-    try:
-        spark.stop()  # releases the server-side session (its cached data, Python workers)
-    except Exception:  # the server may be gone already at exit
-        pass
 
 
 def is_connect(spark: Any) -> bool:

@@ -27,6 +27,7 @@ from infra.stack.services import free_port, wait_http_ok
 MASTER, CONNECT = "spark-master", "spark-connect"
 APP_NAME = "hybridflow-connect"
 SPARK_POOL = "cpu-pool"  # the work pool whose flow runs use the cluster
+SESSION_TIMEOUT = "7d"
 DAEMON_MEMORY = "256m"  # master and worker JVMs only schedule; executors get the worker memory
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DAEMON_PROPERTIES = {
@@ -140,11 +141,9 @@ def connect_command(master_url: str, port: int, ui_port: int, spec: SparkCluster
         "spark.executor.memory": spec.worker_memory,
         "spark.default.parallelism": str(spec.cores),
         "spark.python.worker.reuse": "true",
-        # every Connect session gets its own Python worker pool on each executor; without the
-        # daemon, idle workers exit (with a daemon, one per session would stay forever)
-        "spark.python.use.daemon": "false",
-        "spark.python.worker.killOnIdleTimeout": "true",
-        "spark.python.worker.idleTimeoutSeconds": "60",
+        # clients of one code version share a session (infra.spark_connect), and with it the
+        # Python workers Spark keeps per session: a week of idling before the server closes it
+        "spark.connect.session.manager.defaultSessionTimeout": SESSION_TIMEOUT,
         "spark.pyspark.python": sys.executable,
         "spark.sql.session.timeZone": "UTC",
     }

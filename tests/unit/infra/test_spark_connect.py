@@ -17,6 +17,7 @@ from infra.spark_connect import (
     default_parallelism,
     is_connect,
     runs_on_cluster,
+    shared_session_url,
 )
 
 
@@ -68,3 +69,17 @@ def test_a_classic_local_session_is_neither_connect_nor_a_cluster(spark):
     assert not is_connect(spark)
     assert not runs_on_cluster(spark)
     assert default_parallelism(spark) == spark.sparkContext.defaultParallelism
+
+
+def test_clients_of_one_code_version_share_one_session(tmp_path):
+    first = tmp_path / "hybridflow-code-aaaa.zip"
+    other = tmp_path / "hybridflow-code-bbbb.zip"
+    url = shared_session_url("sc://127.0.0.1:15002", first)
+    assert url.startswith("sc://127.0.0.1:15002/;session_id=")
+    assert url == shared_session_url("sc://127.0.0.1:15002", first), "same code, same session"
+    assert url != shared_session_url("sc://127.0.0.1:15002", other)
+    assert url != shared_session_url("sc://10.0.0.5:15002", first)
+    with_params = shared_session_url("sc://h:1/;use_ssl=true", first)
+    assert with_params.startswith("sc://h:1/;use_ssl=true;session_id=")
+    chosen = "sc://h:1/;session_id=6c3f7a3e-0000-4000-8000-000000000000"
+    assert shared_session_url(chosen, first) == chosen, "a session the user names is kept"

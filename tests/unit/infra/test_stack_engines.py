@@ -102,7 +102,7 @@ def test_the_connect_server_is_a_loopback_driver_sized_for_the_cluster():
     assert conf["spark.driver.bindAddress"] == "127.0.0.1"
     assert conf["spark.default.parallelism"] == "6"
     assert conf["spark.executor.memory"] == "2g"
-    assert conf["spark.python.use.daemon"] == "false", "per-session daemons would pile up"
+    assert conf["spark.connect.session.manager.defaultSessionTimeout"] == "7d"
     assert command[command.index("--class") + 1] == spark_cluster.CONNECT_CLASS
     assert command[command.index("--driver-memory") + 1] == "1g"
 
