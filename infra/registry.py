@@ -58,6 +58,9 @@ class ModelManifest(BaseModel):
     as_of: dt.date | None = None
     horizon_days: int | None = None
     training: dict[str, Any] = Field(default_factory=dict)
+    evaluation: dict[str, Any] = Field(
+        default_factory=dict, description="calibration, test and backtest figures vs the baseline"
+    )
 
 
 AliasAction = Literal["promote", "rollback", "repair"]

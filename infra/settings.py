@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from infra.routing.pools import PoolSpec, default_pools
 
 StackDatabase = Literal["postgres", "sqlite"]  # the Prefect server's database under `up`
+CalibrationMethod = Literal["none", "temperature", "platt", "isotonic"]
 
 
 class TrainingSettings(BaseSettings):
@@ -46,6 +47,11 @@ class TrainingSettings(BaseSettings):
     threads: int = Field(default=0, ge=0, description="CPU torch threads (0: available cores)")
     ddp_processes: int = Field(
         default=1, ge=1, description="GPUs on the worker: >1 launches torchrun DDP training"
+    )
+    calibration: CalibrationMethod = Field(
+        default="temperature",
+        description="post-hoc calibration fitted on the val split and stored in the bundle "
+        "(temperature: best out-of-time log loss measured; platt also moves the base rate)",
     )
 
 

@@ -1,7 +1,9 @@
 """Per-customer features and labels, point-in-time correct (built-in Spark functions only).
 
 Features at cutoff ``c`` use only events with ``event_time <= c``. Training uses features at
-``T - H`` with the label "purchased in (T - H, T]"; scoring uses features at ``T``.
+``T - H`` with the label "purchased in (T - H, T]"; scoring uses features at ``T``. The
+out-of-time backtest trains the same way one horizon earlier: features at ``T - 2H``, labels in
+``(T - 2H, T - H]`` (:func:`backtest_examples`), and is judged on the training examples.
 Each feature is listed once in :data:`FEATURE_SPECS` (name, the optional column it needs, its
 meaning) and computed once in :func:`customer_features`; :func:`feature_names` gives the ones an
 input with a given set of columns gets.
@@ -252,6 +254,20 @@ def training_examples(
     features = customer_features(events, feature_cutoff, available_columns)
     labels = purchase_labels(events, feature_cutoff, as_of)
     return features.join(labels, "customer_id", "left").fillna({"label": 0.0})
+
+
+def backtest_cutoff(as_of: dt.datetime, horizon_days: int) -> dt.datetime:
+    """``T - 2H``: the feature cutoff of the backtest's training examples."""
+    return _as_naive_utc(as_of) - dt.timedelta(days=2 * horizon_days)
+
+
+def backtest_examples(
+    events: DataFrame, as_of: dt.datetime, horizon_days: int, available_columns: set[str]
+) -> DataFrame:
+    """The training examples a run at ``T - H`` would have had: features at ``T - 2H``, labels
+    from ``(T - 2H, T - H]``. Nothing after ``T - H`` is read."""
+    earlier = _as_naive_utc(as_of) - dt.timedelta(days=horizon_days)
+    return training_examples(events, earlier, horizon_days, available_columns)
 
 
 def _as_naive_utc(value: dt.datetime) -> dt.datetime:

@@ -1,4 +1,5 @@
-"""The features stage: training examples at T-H and scoring features at T, published."""
+"""The features stage: training examples at T-H, the backtest's examples at T-2H (when the history
+reaches back that far) and scoring features at T, published."""
 
 from __future__ import annotations
 
@@ -6,14 +7,22 @@ import datetime as dt
 import logging
 import time
 
-from pyspark.sql import SparkSession
+from pydantic import BaseModel
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra.datasets import read_dataset_manifest
 from infra.errors import HybridflowInputError
-from infra.layout import run_dataset_prefix, scoring_features_prefix
+from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
 from infra.store import ObjectStore
-from tasks.data.features import customer_features, end_of_day, feature_names, training_examples
+from tasks.data.features import (
+    backtest_cutoff,
+    backtest_examples,
+    customer_features,
+    end_of_day,
+    feature_names,
+    training_examples,
+)
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
@@ -77,7 +86,8 @@ def features_stage(
             fingerprint,
             run_id,
             result,
-            [result.training_prefix, result.scoring_prefix],
+            [result.training_prefix, result.scoring_prefix]
+            + ([result.backtest_prefix] if result.backtest_prefix else []),
         )
     return result
 
@@ -119,6 +129,7 @@ def build_features(
     scoring = write_dataset(
         customer_features(events, cutoff, available), store, scoring_features_prefix(as_of)
     )
+    backtest = build_backtest_examples(spark, store, run_id, events, validated, as_of, horizon_days)
     return FeaturesResult(
         report=StageReport(
             name="features",
@@ -135,7 +146,60 @@ def build_features(
         n_scoring=scoring.rows,
         positive_rate=positive_rate,
         events_after_as_of=after,
+        backtest_prefix=backtest.prefix,
+        n_backtest=backtest.rows,
+        backtest_positive_rate=backtest.positive_rate,
+        backtest_skipped=backtest.skipped,
     )
+
+
+class BacktestExamples(BaseModel):
+    """The backtest's training examples, or why there are none."""
+
+    prefix: str | None = None
+    rows: int = 0
+    positive_rate: float = 0.0
+    skipped: str | None = None
+
+
+def build_backtest_examples(
+    spark: SparkSession,
+    store: ObjectStore,
+    run_id: str,
+    events: DataFrame,
+    validated: ValidateResult,
+    as_of: dt.date,
+    horizon_days: int,
+) -> BacktestExamples:
+    """Publish the examples a run H days earlier would have trained on (features at T-2H,
+    labels in (T-2H, T-H]); skipped, with the reason, when the history is too short for T-2H or
+    those labels have a single class."""
+    cutoff = backtest_cutoff(end_of_day(as_of), horizon_days)
+    first = validated.first_event
+    if first is None or cutoff.date() < first.date():
+        reason = (
+            f"history too short for the backtest: it would train at as_of - 2 x horizon = "
+            f"{cutoff.date()}, before the first event ({first.date() if first else '-'})"
+        )
+        log.warning("%s", reason)
+        return BacktestExamples(skipped=reason)
+    examples = write_dataset(
+        backtest_examples(
+            events, end_of_day(as_of), horizon_days, set(validated.available_columns)
+        ),
+        store,
+        backtest_examples_prefix(run_id),
+    )
+    row = read_dataset(spark, store, examples.prefix).agg(F.avg("label").alias("rate")).first()
+    rate = float(row["rate"]) if row and row["rate"] is not None else 0.0
+    if examples.rows == 0 or rate in (0.0, 1.0):
+        reason = (
+            f"no backtest: the {examples.rows} customers seen by {cutoff.date()} (as_of - 2 x "
+            "horizon) have a single label class in the horizon after it"
+        )
+        log.warning("%s", reason)
+        return BacktestExamples(skipped=reason)
+    return BacktestExamples(prefix=examples.prefix, rows=examples.rows, positive_rate=rate)
 
 
 def check_labels(positive_rate: float, n: int, as_of: dt.date, horizon_days: int) -> None:
