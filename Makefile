@@ -11,7 +11,7 @@ export PREFECT_HOME ?= $(CURDIR)/.hybridflow/prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install demo test test-fast bench lint clean up down
+.PHONY: install postgres demo test test-fast bench lint clean up down
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17+ is required for Spark: apt-get install openjdk-17-jre-headless"; exit 2; }
@@ -22,11 +22,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# the deployed stack's database (hybridflow up --db postgres, the default): Debian's server
+# binaries, installed when missing as the browser test installs chromium
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "installing PostgreSQL's server binaries (apt-get install postgresql)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; } || \
+	  { echo "PostgreSQL is missing: apt-get install postgresql (or hybridflow up --db sqlite)"; exit 2; }; }
+
 demo: install
 	$(BIN)/hybridflow demo-data --customers $(DEMO_CUSTOMERS) --days $(DEMO_DAYS) --out data/demo-events
 	$(BIN)/hybridflow run --events data/demo-events
 
-test: install
+test: install postgres
 	@mkdir -p $(PREFECT_HOME)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -41,7 +50,7 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-up: install
+up: install postgres
 	$(BIN)/hybridflow up $(UP_ARGS)
 
 down: install

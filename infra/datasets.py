@@ -84,8 +84,31 @@ def publish_dataset(
     for junk in list(local_dir.rglob("*")):
         if junk.is_file() and junk.name.startswith((".", "_")):
             junk.unlink()  # Spark's _SUCCESS and .crc files are not data
-    data_prefix = dataset_data_prefix(prefix, new_generation(now))
+    data_prefix = new_data_prefix(prefix, now)
     keys = store.publish_dir(local_dir, data_prefix)
+    return publish_written_dataset(
+        store, prefix, data_prefix, keys, rows=rows, metadata=metadata, now=now
+    )
+
+
+def new_data_prefix(prefix: str, now: dt.datetime | None = None) -> str:
+    """The folder of a new generation of the dataset at ``prefix`` (its id carries the time)."""
+    return dataset_data_prefix(prefix.strip("/"), new_generation(now))
+
+
+def publish_written_dataset(
+    store: ObjectStore,
+    prefix: str,
+    data_prefix: str,
+    keys: list[str],
+    *,
+    rows: int,
+    metadata: dict[str, Any] | None = None,
+    now: dt.datetime | None = None,
+) -> DatasetManifest:
+    """Publish files already in the store under ``data_prefix`` (uploaded, or written there by
+    Spark's executors): the manifest moves to the Parquet ``keys``, then old generations go."""
+    prefix = prefix.strip("/")
     files = [k for k in keys if k.endswith(".parquet")]
     manifest, replaced = _swap_manifest(store, prefix, data_prefix, files, rows, metadata or {})
     if replaced is not None and replaced.previous_data_prefix not in (None, data_prefix):

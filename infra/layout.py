@@ -19,13 +19,15 @@
     cache/<stage>/<fingerprint>.json                reusable CPU stage outputs
     .staging/                                       a folder store's scratch space
 
-A dataset at ``<prefix>`` is ``<prefix>/_manifest.json`` naming one ``<prefix>/data-<id>/``.
+A dataset at ``<prefix>`` is ``<prefix>/_manifest.json`` naming one ``<prefix>/data-<id>/``
+(Spark's own part files, or ``[<column>=<value>/]part-<id>.parquet`` written by executors).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+from urllib.parse import quote, unquote
 
 RUNS = "runs"
 FEATURES = "features"
@@ -118,6 +120,30 @@ def dataset_generation_folder(prefix: str, key: str) -> str | None:
     rest = key[len(prefix.strip("/")) + 1 :]
     head, sep, _ = rest.partition("/")
     return f"{prefix.strip('/')}/{head}" if head.startswith("data-") and sep else None
+
+
+HIVE_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Spark's folder name for a null value
+
+
+def dataset_part_key(data_prefix: str, partition: dict[str, str | None], part_id: str) -> str:
+    """One Parquet file of a dataset generation, under Spark's ``column=value/`` folders for the
+    partition columns (``partition_by``), values percent-encoded as Spark escapes them."""
+    folders = "".join(
+        f"{name}={HIVE_NULL_PARTITION if value is None else quote(value, safe='')}/"
+        for name, value in partition.items()
+    )
+    return f"{data_prefix.strip('/')}/{folders}part-{part_id}.parquet"
+
+
+def dataset_partition_values(data_prefix: str, key: str) -> dict[str, str | None]:
+    """The partition column values a file's key holds (inverse of :func:`dataset_part_key`)."""
+    rest = key[len(data_prefix.strip("/")) + 1 :].split("/")[:-1]
+    values: dict[str, str | None] = {}
+    for folder in rest:
+        name, sep, value = folder.partition("=")
+        if sep:
+            values[name] = None if value == HIVE_NULL_PARTITION else unquote(value)
+    return values
 
 
 # the model registry

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from infra.routing.pools import PoolSpec, default_pools
 
+StackDatabase = Literal["postgres", "sqlite"]  # the Prefect server's database under `up`
 CalibrationMethod = Literal["none", "temperature", "platt", "isotonic"]
 
 
@@ -165,6 +166,16 @@ class HybridflowSettings(BaseSettings):
     spark_conf: dict[str, str] = Field(
         default_factory=dict, description="extra spark.* settings passed through verbatim"
     )
+    spark_remote: str | None = Field(
+        default=None,
+        description="Spark Connect server sc://host:port: the CPU stages run as its client "
+        "(wins over spark_master; `hybridflow up` sets it for the cpu-pool worker)",
+    )
+    spark_shared_filesystem: bool | None = Field(
+        default=None,
+        description="the cluster's executors see this machine's folders (a folder store, local "
+        "events); default: yes for local masters and clusters on 127.0.0.1",
+    )
 
     as_of: dt.date | None = Field(default=None, description="default as-of date (T)")
     horizon_days: int = Field(default=90, ge=1, le=3650)
@@ -224,6 +235,19 @@ class HybridflowSettings(BaseSettings):
     )
     stack_crash_after_seconds: int = Field(
         default=90, ge=45, description="no heartbeat this long -> the run is marked Crashed"
+    )
+    stack_db: StackDatabase = Field(
+        default="postgres", description="`hybridflow up`: the Prefect server's database"
+    )
+    stack_spark_workers: int = Field(
+        default=2, ge=0, description="`hybridflow up`: Spark workers (0: no cluster, local[*])"
+    )
+    stack_spark_worker_cores: int = Field(default=1, ge=1, description="cores per Spark worker")
+    stack_spark_worker_memory: str = Field(
+        default="1g", description="memory per Spark worker (its executor's heap)"
+    )
+    stack_spark_driver_memory: str = Field(
+        default="1g", description="heap of the stack's Spark Connect server (the driver)"
     )
     dispatch_poll_seconds: float = Field(
         default=1.0, gt=0, description="deployed mode: how often the pipeline polls a stage run"

@@ -59,7 +59,12 @@ def is_local_master(master: str) -> bool:
 
 
 def get_spark(settings: HybridflowSettings) -> SparkSession:
-    """The process's SparkSession, created on first use (4-11 s) and reused afterwards."""
+    """The process's SparkSession, created on first use (4-11 s) and reused afterwards; a Spark
+    Connect client session when ``spark_remote`` is set (:mod:`infra.spark_connect`)."""
+    if settings.spark_remote:  # a thin client: no JVM here, no Java needed
+        from infra.spark_connect import connect_session
+
+        return connect_session(settings, spark_conf_for(settings))
     check_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("SPARK_CONF_DIR", str(CONF_DIR))

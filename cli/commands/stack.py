@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import get_args
 
 from cli.args import EXIT_FAILURE, EXIT_OK
+from infra.settings import StackDatabase
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +32,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="deploy the pipeline and model-refresh schedules active (default: paused)",
     )
+    p.add_argument(
+        "--db",
+        choices=get_args(StackDatabase),
+        default=None,
+        help="the Prefect server's database (default HYBRIDFLOW_STACK_DB: postgres)",
+    )
+    p.add_argument(
+        "--spark-workers",
+        type=int,
+        default=None,
+        help="Spark cluster workers (default HYBRIDFLOW_STACK_SPARK_WORKERS: 2; "
+        "0 = no cluster, local[*] in the cpu-pool's flow runs)",
+    )
     p.set_defaults(handler=run_up)
     p = sub.add_parser("down", help="stop what `hybridflow up` started")
     p.set_defaults(handler=run_down)
@@ -41,6 +56,7 @@ def run_up(args: argparse.Namespace) -> int:
     """Start or complete the stack."""
     from infra.settings import get_settings
     from infra.stack.lifecycle import UpOptions, demo_events_dir, recorded_events, up
+    from infra.stack.spark_cluster import spark_spec
 
     settings = get_settings()
     events = args.events or recorded_events(settings)
@@ -57,6 +73,8 @@ def run_up(args: argparse.Namespace) -> int:
         s3=args.s3,
         deploy=not args.no_deploy,
         schedules=args.schedules,
+        db=args.db or settings.stack_db,
+        spark=spark_spec(settings, args.spark_workers),
     )
     print("\n".join(up(settings, options)), flush=True)
     return EXIT_OK

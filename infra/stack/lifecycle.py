@@ -1,8 +1,10 @@
 """`hybridflow up / down / status`: a local Prefect stack on 127.0.0.1 from the project's files.
 
 State lives in ``settings.stack_dir`` (``stack.json``: URLs, ports and the PIDs this stack started;
-``logs/``; ``prefect/`` as the server's PREFECT_HOME with its SQLite database). ``up`` is
-idempotent: what runs is kept, what died is restarted, pools and deployments are upserted.
+``logs/``; ``prefect/`` as the server's PREFECT_HOME; ``postgres/`` the server's PostgreSQL data
+and password file; ``spark/`` the Spark workers' folders). ``up`` is idempotent: what runs is
+kept, what died is restarted, pools and deployments are upserted. The database and the Spark
+cluster are :mod:`infra.stack.engines`.
 Every process is written to the state file the moment it is launched (before anything else can
 fail), and a process that does not become ready is stopped and dropped from it, so ``down``
 always finds everything ``up`` left running. Deployment schedules are deployed paused unless
@@ -20,9 +22,11 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from infra.errors import HybridflowInputError
-from infra.settings import HybridflowSettings
-from infra.stack import prefect_admin, services
-from infra.stack.processes import ProcessRecord, is_alive, launch, stop
+from infra.settings import HybridflowSettings, StackDatabase
+from infra.stack import engines, prefect_admin, services
+from infra.stack.engines import DatabaseInfo
+from infra.stack.processes import Launcher, ProcessRecord, Ready, is_alive, launch, stop
+from infra.stack.spark_cluster import SPARK_POOL, SparkClusterSpec, SparkEndpoints
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,8 @@ class StackState(BaseModel):
     store: str
     s3_endpoint: str | None = None
     processes: dict[str, ProcessRecord] = {}
+    database: DatabaseInfo | None = None
+    spark: SparkEndpoints | None = None
 
 
 class UpOptions(BaseModel):
@@ -57,6 +63,8 @@ class UpOptions(BaseModel):
     s3: bool = False
     deploy: bool = True
     schedules: bool = False
+    db: StackDatabase = "postgres"
+    spark: SparkClusterSpec = SparkClusterSpec()
 
 
 def project_dir() -> Path:
@@ -110,6 +118,14 @@ def _worker_env(base: dict[str, str], state: StackState, pool: str, heartbeat_s:
         PREFECT_WORKER_QUERY_SECONDS="1",
         PREFECT_FLOWS_HEARTBEAT_FREQUENCY=str(heartbeat_s),
     )
+    if state.spark and pool == SPARK_POOL:
+        env["HYBRIDFLOW_SPARK_REMOTE"] = state.spark.remote
+    return _store_access_env(env, state)
+
+
+def _store_access_env(base: dict[str, str], state: StackState) -> dict[str, str]:
+    """The stack's S3 endpoint and (when the environment has none) moto's dummy credentials."""
+    env = dict(base)
     if state.s3_endpoint:
         env["AWS_ENDPOINT_URL"] = state.s3_endpoint
         env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -124,12 +140,13 @@ def _launch_recorded(
     key: str,
     command: list[str],
     env: dict[str, str],
-    ready: Callable[[ProcessRecord], None] = lambda record: None,
+    ready: Ready = lambda record: None,
+    user: str | None = None,
 ) -> ProcessRecord:
     """Launch a process and record it in the state file at once, then wait for ``ready``; one
     that does not become ready is stopped and its record dropped again."""
     log_file = settings.stack_dir.expanduser().resolve() / "logs" / f"{key}.log"
-    record = launch(key, command, env, log_file, Path(state.project_dir))
+    record = launch(key, command, env, log_file, Path(state.project_dir), user=user)
     state.processes[key] = record
     _save_state(settings, state)
     try:
@@ -193,8 +210,23 @@ def _wait_workers_online(api_url: str, timeout_s: float = 90) -> None:
     raise RuntimeError(f"workers did not come online within {timeout_s:.0f}s (see logs/)")
 
 
+def _recording_launcher(settings: HybridflowSettings, state: StackState) -> Launcher:
+    """A :class:`Launcher` for the engines that records into this stack's state file."""
+
+    def start(
+        key: str, command: list[str], env: dict[str, str], ready: Ready, user: str | None = None
+    ) -> ProcessRecord:
+        return _launch_recorded(settings, state, key, command, env, ready, user)
+
+    return start
+
+
 def _ensure_server(
-    settings: HybridflowSettings, state: StackState, port: int, lines: list[str]
+    settings: HybridflowSettings,
+    state: StackState,
+    port: int,
+    lines: list[str],
+    db_env: dict[str, str] | None = None,
 ) -> None:
     server = state.processes.get("server")
     if server and is_alive(server):
@@ -203,7 +235,7 @@ def _ensure_server(
     services.check_port_free(port, "the Prefect server")
     state.api_url = f"http://127.0.0.1:{port}/api"
     state.ui_url = state.api_url.removesuffix("/api")
-    env = _prefect_env(settings.stack_dir.expanduser().resolve(), state.api_url)
+    env = _prefect_env(settings.stack_dir.expanduser().resolve(), state.api_url) | (db_env or {})
     command = services.server_command(port)
     server = _launch_recorded(settings, state, "server", command, env, _server_ready(port))
     lines.append(f"started Prefect server (pid {server.pid})")
@@ -271,7 +303,9 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
         api_url="", ui_url="", project_dir=str(project), events=str(events), store=""
     )
     state.project_dir, state.events = str(project), str(events)
-    _ensure_server(settings, state, options.port, lines)
+    launch_recorded = _recording_launcher(settings, state)
+    db_env = engines.ensure_database(launch_recorded, stack_dir, options.db, state, lines)
+    _ensure_server(settings, state, options.port, lines, db_env)
     base = _prefect_env(stack_dir, state.api_url)
     _ensure_s3(settings, state, options.s3, base, lines)
     if state.s3_endpoint:
@@ -281,6 +315,8 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
 
         store = open_store(settings.store).uri
     _retire_workers_of_another_store(settings, state, store, lines)
+    executors_env = _store_access_env(base, state)
+    engines.ensure_spark(launch_recorded, stack_dir, options.spark, state, executors_env, lines)
     _save_state(settings, state)
 
     api_url = state.api_url
@@ -297,6 +333,8 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
     return lines + [
         "",
         f"Prefect UI : {state.ui_url}",
+        f"database   : {state.database.describe() if state.database else '-'}",
+        f"Spark      : {engines.spark_summary(state.spark)}",
         f"store      : {state.store}",
         f"events     : {events}",
         "trigger the pipeline (default parameters) with:",
@@ -335,12 +373,13 @@ def _deploy(
 
 
 def down(settings: HybridflowSettings) -> list[str]:
-    """Stop exactly the processes `up` recorded: workers first, then the server and S3."""
+    """Stop exactly the processes `up` recorded: workers first, then the server, the Spark
+    cluster, S3, the database last."""
     state = load_state(settings)
     if state is None:
         return ["no stack recorded: nothing to stop"]
     lines = []
-    order = sorted(state.processes, key=lambda k: (not k.startswith("worker"), k != "server"))
+    order = sorted(state.processes, key=engines.stop_order)
     for key in order:
         record = state.processes[key]
         if key.startswith("worker"):
@@ -358,6 +397,7 @@ def status(settings: HybridflowSettings) -> tuple[bool, list[str]]:
     if state is None:
         return False, ["no stack running (start one with: hybridflow up)"]
     lines = [f"Prefect UI {state.ui_url} | store {state.store} | events {state.events}"]
+    lines += engines.status_lines(state.database, state.spark)
     healthy = True
     for key, record in state.processes.items():
         alive = is_alive(record)

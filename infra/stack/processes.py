@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel
 
@@ -79,9 +81,15 @@ def descendants(pid: int) -> list[int]:
 
 
 def launch(
-    name: str, command: Sequence[str], env: dict[str, str], log_file: Path, cwd: Path
+    name: str,
+    command: Sequence[str],
+    env: dict[str, str],
+    log_file: Path,
+    cwd: Path,
+    user: str | None = None,
 ) -> ProcessRecord:
-    """Start ``command`` detached (own session), output appended to ``log_file``."""
+    """Start ``command`` detached (own session), output appended to ``log_file``; as ``user``
+    (root only: e.g. PostgreSQL, which refuses to run as root) when given."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as out:
         proc = subprocess.Popen(
@@ -92,6 +100,9 @@ def launch(
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            user=user,
+            group=pwd.getpwnam(user).pw_gid if user else None,
+            extra_groups=[] if user else None,
         )
     return ProcessRecord(
         name=name,
@@ -161,3 +172,40 @@ def kill_tree(record: ProcessRecord) -> list[int]:
     _signal_all(pids, signal.SIGKILL)
     _reap(record.pid)
     return pids
+
+
+Ready = Callable[[ProcessRecord], None]
+
+
+class Launcher(Protocol):
+    """Starts a process under ``key``, records it, waits for ``ready`` (stopping and dropping it
+    when that fails); `hybridflow up` records into the stack state, tests into a dict."""
+
+    def __call__(
+        self,
+        key: str,
+        command: list[str],
+        env: dict[str, str],
+        ready: Ready,
+        user: str | None = None,
+    ) -> ProcessRecord: ...
+
+
+def launcher_into(records: dict[str, ProcessRecord], log_dir: Path, cwd: Path) -> Launcher:
+    """A :class:`Launcher` that keeps its records in ``records`` (tests and benchmarks; the
+    caller stops them), logs in ``log_dir/<key>.log``."""
+
+    def start(
+        key: str, command: list[str], env: dict[str, str], ready: Ready, user: str | None = None
+    ) -> ProcessRecord:
+        record = launch(key, command, env, log_dir / f"{key}.log", cwd, user=user)
+        records[key] = record
+        try:
+            ready(record)
+        except BaseException:
+            stop(record, grace_s=5)
+            records.pop(key, None)
+            raise
+        return record
+
+    return start

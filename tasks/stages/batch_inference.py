@@ -18,6 +18,7 @@ from infra.datasets import find_dataset
 from infra.errors import HybridflowInputError
 from infra.layout import predictions_prefix, scoring_features_prefix
 from infra.registry import ModelRegistry
+from infra.spark_connect import default_parallelism
 from infra.store import ObjectStore
 from tasks.ml.scoring_worker import (
     PREDICTION_COLUMNS,
@@ -27,7 +28,7 @@ from tasks.ml.scoring_worker import (
     torch_threads_per_task,
     worker_model,
 )
-from tasks.stages.progress import ProgressReporter, ProgressSink, SparkRowProgress
+from tasks.stages.progress import ProgressReporter, ProgressSink, SparkRowProgress, spark_counter
 from tasks.stages.records import InferenceResult, StageReport
 from tasks.stages.spark_io import read_dataset, write_dataset
 
@@ -113,7 +114,7 @@ def _read_splits(spark: SparkSession, per_core: int) -> Iterator[None]:
     and a slow task holds up less. Restores the session's setting afterwards."""
     key = "spark.sql.files.minPartitionNum"
     previous = spark.conf.get(key, None)
-    spark.conf.set(key, str(per_core * spark.sparkContext.defaultParallelism))
+    spark.conf.set(key, str(per_core * default_parallelism(spark)))
     try:
         yield
     finally:
@@ -147,7 +148,7 @@ def batch_inference_stage(
         )
     features = read_dataset(spark, store, prefix)
     threads = torch_threads_per_task(spark.conf.get("spark.task.cpus", "1"))
-    loads = spark.sparkContext.accumulator(0)
+    loads = spark_counter(spark)  # None on Spark Connect: loads are not counted there
     reporter = ProgressReporter(
         "batch_inference",
         total=published.rows,
@@ -169,13 +170,13 @@ def batch_inference_stage(
         )
     seconds = time.perf_counter() - started
     log.info(
-        "scored %s customers with %s in %.1fs (%s rows/s, %d model load(s), %d torch thread(s) "
+        "scored %s customers with %s in %.1fs (%s rows/s, %s model load(s), %d torch thread(s) "
         "per task)",
         f"{out.rows:,}",
         model.version,
         seconds,
         f"{out.rows / seconds:,.0f}",
-        loads.value,
+        "uncounted" if loads is None else loads.value,
         threads,
     )
     return InferenceResult(
@@ -186,6 +187,6 @@ def batch_inference_stage(
         predictions_prefix=out.prefix,
         predictions_uri=store.key_uri(out.data_prefix),
         rows_scored=out.rows,
-        model_loads=loads.value,
+        model_loads=None if loads is None else loads.value,
         torch_threads=threads,
     )

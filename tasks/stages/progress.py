@@ -7,7 +7,9 @@ Prefect progress artifact up to date (:class:`flows.artifacts.ProgressArtifact`)
 
 :class:`SparkRowProgress` feeds a reporter from a Spark accumulator that Python workers add their
 rows to; a daemon thread polls it while the driver waits for the Spark job (Spark merges a task's
-accumulator updates when the task finishes, so progress moves per finished task).
+accumulator updates when the task finishes, so progress moves per finished task). A Spark Connect
+session has no accumulators: there the server's progress messages (tasks finished of the job's
+tasks) drive the reporter, as that share of the total.
 
 Example (training, one update per epoch)::
 
@@ -126,18 +128,25 @@ class ProgressReporter:
 
 
 class SparkRowProgress:
-    """Polls a Spark accumulator of rows done into a :class:`ProgressReporter` while a job runs.
+    """Feeds a :class:`ProgressReporter` while a Spark job runs: from an accumulator of rows done
+    (classic sessions) or from finished tasks (Spark Connect).
 
-    Use :attr:`rows` inside the Spark function (``rows.add(len(batch))``) and run the action
-    inside the ``with`` block.
+    Use :attr:`rows` inside the Spark function (``rows.add(len(batch))``; None on Spark Connect)
+    and run the action inside the ``with`` block.
     """
 
     def __init__(
         self, spark: SparkSession, reporter: ProgressReporter, poll_s: float = 1.0
     ) -> None:
+        from infra.spark_connect import is_connect
+
         self.reporter = reporter
         self.poll_s = poll_s
-        self.rows: Accumulator[int] = spark.sparkContext.accumulator(0)
+        self._spark = spark
+        self._connect = is_connect(spark)
+        self.rows: Accumulator[int] | None = (
+            None if self._connect else spark.sparkContext.accumulator(0)
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._poll, name=f"progress-{reporter.name}", daemon=True
@@ -145,10 +154,19 @@ class SparkRowProgress:
 
     def _poll(self) -> None:
         while not self._stop.wait(self.poll_s):
-            self.reporter.update(self.rows.value)
+            if self.rows is not None:
+                self.reporter.update(self.rows.value)
+
+    def _on_connect_progress(
+        self, stages: Any, inflight_tasks: int, operation_id: str | None, done: bool
+    ) -> None:
+        self.reporter.update(rows_from_tasks(self.reporter.total, stages or []))
 
     def __enter__(self) -> SparkRowProgress:
-        self._thread.start()
+        if self._connect:
+            self._spark.registerProgressHandler(self._on_connect_progress)
+        else:
+            self._thread.start()
         return self
 
     def __exit__(
@@ -157,7 +175,28 @@ class SparkRowProgress:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._connect:
+            self._spark.removeProgressHandler(self._on_connect_progress)
+            if exc_type is None and self.reporter.total:
+                self.reporter.update(self.reporter.total, force=True)
+            return
         self._stop.set()
         self._thread.join(timeout=5 * self.poll_s + 5)
-        if exc_type is None:
+        if exc_type is None and self.rows is not None:
             self.reporter.update(self.rows.value, force=True)
+
+
+def rows_from_tasks(total: int | None, stages: Any) -> int:
+    """Rows done estimated from Spark Connect's stage progress: the finished share of the
+    job's tasks, times the rows the job covers."""
+    tasks = sum(s.num_tasks for s in stages)
+    if not total or not tasks:
+        return 0
+    return int(total * sum(s.num_completed_tasks for s in stages) / tasks)
+
+
+def spark_counter(spark: SparkSession) -> Accumulator[int] | None:
+    """An accumulator Python workers can add to (None on Spark Connect, which has none)."""
+    from infra.spark_connect import is_connect
+
+    return None if is_connect(spark) else spark.sparkContext.accumulator(0)

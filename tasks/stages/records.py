@@ -124,7 +124,9 @@ class InferenceResult(BaseModel):
     predictions_prefix: str
     predictions_uri: str
     rows_scored: int
-    model_loads: int = Field(default=0, description="Python workers that loaded the model")
+    model_loads: int | None = Field(
+        default=0, description="Python workers that loaded the model (None: Spark Connect)"
+    )
     torch_threads: int = Field(default=1, description="torch threads per Spark task")
 
 

@@ -1,4 +1,9 @@
-"""Moving Spark DataFrames in and out of the store as published datasets."""
+"""Moving Spark DataFrames in and out of the store as published datasets.
+
+Folder stores are read and written by Spark itself (on a cluster, only where the executors see
+this machine's folders); an S3 store on a cluster goes through the executors' own store client
+(:mod:`infra.executor_io`), since Spark here has no ``s3a`` connector.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,14 @@ from infra.datasets import (
     publish_dataset,
     read_dataset_manifest,
 )
+from infra.executor_io import (
+    check_shared_filesystem,
+    needs_executor_io,
+    read_on_executors,
+    write_on_executors,
+)
+from infra.settings import get_settings
+from infra.spark_connect import runs_on_cluster
 from infra.store import ObjectStore
 
 
@@ -26,6 +39,9 @@ def write_dataset(
     metadata: dict[str, Any] | None = None,
 ) -> DatasetManifest:
     """Write ``df`` as Parquet to a staging folder, count it, then publish it at ``prefix``."""
+    if needs_executor_io(df.sparkSession, store):
+        return write_on_executors(df, store, prefix, partition_by=partition_by, metadata=metadata)
+    check_cluster_sees(df.sparkSession, "the store", store.uri)
     staging = store.staging_dir()
     out = staging / "data"
     try:
@@ -42,6 +58,15 @@ def write_dataset(
 
 def read_dataset(spark: SparkSession, store: ObjectStore, prefix: str) -> DataFrame:
     """The published dataset at ``prefix`` as a DataFrame (downloaded first for S3)."""
+    if needs_executor_io(spark, store):
+        return read_on_executors(spark, store, prefix)
+    check_cluster_sees(spark, "the store", store.uri)
     manifest = read_dataset_manifest(store, prefix)
     local: Path = local_dataset_dir(store, manifest)
     return spark.read.option("basePath", str(local)).parquet(str(local))
+
+
+def check_cluster_sees(spark: SparkSession, what: str, folder: str) -> None:
+    """On a cluster, refuse a local ``folder`` its executors cannot see (says what to set)."""
+    if runs_on_cluster(spark):
+        check_shared_filesystem(get_settings(), what, folder)

@@ -23,7 +23,7 @@ from tasks.data.validation import conform_events, split_valid_events
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, files_fingerprint, stage_fingerprint
 from tasks.stages.records import StageReport, ValidateResult
-from tasks.stages.spark_io import read_dataset, write_dataset
+from tasks.stages.spark_io import check_cluster_sees, read_dataset, write_dataset
 
 log = logging.getLogger(__name__)
 VALIDATE_CODE = (
@@ -56,6 +56,7 @@ def validate_stage(
     options = options or InputOptions()
     path = Path(events_path).expanduser().resolve()
     files = list_event_files(path)
+    check_cluster_sees(spark, "events", str(path))
     fingerprint = stage_fingerprint(
         "validate",
         path=str(path),

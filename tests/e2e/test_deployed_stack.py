@@ -1,13 +1,17 @@
-"""The deployed mode end to end: `hybridflow up --s3`, a pipeline run dispatched over both pools,
-a GPU worker killed mid-training, the resumed re-run, the UI in a real browser, `hybridflow down`.
+"""The deployed mode end to end on the production-shaped stack: `hybridflow up --s3` (Prefect on
+PostgreSQL, a two-worker Spark cluster with a Spark Connect server, an S3 server, both workers),
+a pipeline run dispatched over both pools, a GPU worker killed mid-training, the resumed re-run
+whose CPU stages ran on the cluster's executors, the UI in a real browser, `hybridflow down`.
 
-One test on purpose: the stack costs a minute to start, and every check below needs it.
+One test on purpose: the stack costs a minute or two to start, and every check below needs it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -26,12 +30,21 @@ TRAINING = {  # long enough (200 small-batch epochs) to be killed after its firs
 
 
 @pytest.fixture
-def stack_env(tmp_path) -> dict[str, str]:
+def stack_dir():
+    """The stack's folder, where PostgreSQL's own user may pass (pytest's tmp is 0700)."""
+    base = Path(tempfile.mkdtemp(prefix="hf-stack-"))
+    os.chmod(base, 0o711)
+    yield base / "stack"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def stack_env(tmp_path, stack_dir) -> dict[str, str]:
     from infra.stack.services import free_port
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "AWS_"))}
     env.update(
-        HYBRIDFLOW_STACK_DIR=str(tmp_path / "stack"),
+        HYBRIDFLOW_STACK_DIR=str(stack_dir),
         HYBRIDFLOW_WORK_DIR=str(tmp_path / "work"),
         HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS="50",
         HYBRIDFLOW_SPARK_DRIVER_MEMORY="2g",
@@ -80,14 +93,23 @@ def test_deployed_pipeline_over_pools_survives_a_killed_gpu_worker(stack_env, tm
     try:
         out = cli(up, stack_env)
         assert "started Prefect server" in out and "started S3 server" in out, out
+        assert "started PostgreSQL" in out and "started Spark cluster" in out, out
         state = stack_state(stack_dir)
         recorded = [ProcessRecord.model_validate(p) for p in state["processes"].values()]
         assert state["store"].startswith("s3://")
+        assert state["database"]["kind"] == "postgres"
+        assert {"spark-master", "spark-worker-1", "spark-worker-2", "spark-connect"} <= set(
+            state["processes"]
+        )
         assert "AWS_SECRET_ACCESS_KEY" not in out and "hybridflow-local" not in out
         run_id, run_name = _drive_pipeline(stack_env, stack_dir, up, tmp_path)
+        _ran_on_the_clusters_executors(state["spark"])
         _check_ui(stack_env, run_id, run_name, tmp_path, output_dir)
         status = cli(["status"], stack_env)
         assert "NOT RUNNING" not in status and "worker-gpu-pool" in status, status
+        assert "2 of 2 workers alive" in status and state["spark"]["master_ui"] in status
+        assert "database PostgreSQL" in status, status
+        _password_stays_secret(stack_dir, [out, status])
     finally:
         if (stack_dir / "stack.json").exists():
             recorded += [
@@ -98,7 +120,31 @@ def test_deployed_pipeline_over_pools_survives_a_killed_gpu_worker(stack_env, tm
         leftovers = [r for r in recorded if is_alive(r)]
         for record in leftovers:
             kill_tree(record)
-    assert "server" in down and not leftovers, f"still running after down: {leftovers}"
+    assert "server" in down and "postgres" in down and "spark-connect" in down, down
+    assert not leftovers, f"still running after down: {leftovers}"
+
+
+def _ran_on_the_clusters_executors(spark: dict) -> None:
+    """The CPU stages' Spark work ran in executors the two workers launched (the Connect
+    application's executor list), not in a JVM inside a flow run."""
+    from infra.stack.spark_cluster import application_executors, master_status
+
+    executors = application_executors(spark["app_ui"])
+    assert len(executors) == 2, executors
+    assert all(e["completedTasks"] > 0 for e in executors), executors
+    apps = master_status(spark["master_ui"])["activeapps"]
+    assert [a["name"] for a in apps] == ["hybridflow-connect"], apps
+
+
+def _password_stays_secret(stack_dir: Path, outputs: list[str]) -> None:
+    """The generated PostgreSQL password: in its 0600 file and the server's environment only."""
+    secret = (stack_dir / "postgres" / "password").read_text().strip()
+    assert oct((stack_dir / "postgres" / "password").stat().st_mode & 0o777) == "0o600"
+    texts = [*outputs, (stack_dir / "stack.json").read_text()]
+    texts += [f.read_text(errors="replace") for f in (stack_dir / "logs").glob("*.log")]
+    commands = [p["command"] for p in stack_state(stack_dir)["processes"].values()]
+    assert not any(secret in t for t in texts), "the password leaked into output, state or logs"
+    assert not any(secret in part for command in commands for part in command)
 
 
 def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
@@ -153,6 +199,7 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
         again = cli([*up, "--no-deploy"], stack_env)
         assert "Prefect server already running" in again and "started gpu-pool worker" in again
         assert "cpu-pool worker already running" in again
+        assert "PostgreSQL already running" in again and "Spark cluster already running" in again
 
         crashed = _final(client, train_run.id, timeout=240)
         assert crashed.state_type.value == "CRASHED", crashed.state

@@ -16,6 +16,7 @@ import pytest
 from infra.settings import HybridflowSettings
 from infra.stack import lifecycle, services
 from infra.stack.processes import ProcessRecord, is_alive, kill_tree, launch
+from infra.stack.spark_cluster import SparkClusterSpec
 
 NEVER_READY = [sys.executable, "-c", "import time; time.sleep(600)"]
 
@@ -75,7 +76,9 @@ def test_a_moto_server_that_never_comes_up_is_stopped_and_nothing_is_forgotten(
     monkeypatch.setattr(services, "s3_command", lambda port: NEVER_READY)
     monkeypatch.setattr(lifecycle, "S3_READY_TIMEOUT_S", 1.0)
 
-    options = lifecycle.UpOptions(events=tmp_path, s3=True, deploy=False)
+    options = lifecycle.UpOptions(  # the light stack: no PostgreSQL, no Spark cluster
+        events=tmp_path, s3=True, deploy=False, db="sqlite", spark=SparkClusterSpec(workers=0)
+    )
     with pytest.raises(RuntimeError, match="S3 server \\(moto\\) did not become ready"):
         lifecycle.up(settings, options)
 

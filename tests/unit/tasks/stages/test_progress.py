@@ -1,4 +1,5 @@
-"""ProgressReporter outside a Prefect run: throttled log lines with rows done, total, rate."""
+"""ProgressReporter outside a Prefect run: throttled log lines with rows done, total, rate; Spark
+Connect's task progress turned into rows."""
 
 from __future__ import annotations
 
@@ -28,3 +29,17 @@ def test_reporter_without_total_and_other_units(caplog):
     progress.update(3, force=True)
     assert progress.percent == 0.0
     assert "3 epochs done," in caplog.records[-1].getMessage()
+
+
+def test_connect_progress_is_the_finished_share_of_the_jobs_tasks():
+    from pyspark.sql.connect.shell.progress import StageInfo
+
+    from tasks.stages.progress import rows_from_tasks
+
+    stages = [
+        StageInfo(stage_id=0, num_tasks=8, num_completed_tasks=6, num_bytes_read=0, done=False),
+        StageInfo(stage_id=1, num_tasks=2, num_completed_tasks=0, num_bytes_read=0, done=False),
+    ]
+    assert rows_from_tasks(1000, stages) == 600
+    assert rows_from_tasks(None, stages) == 0, "no total: nothing to scale"
+    assert rows_from_tasks(1000, []) == 0, "no stages reported yet"
