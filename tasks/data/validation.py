@@ -1,0 +1,141 @@
+"""The events contract's rules in Spark: cast, default, and flag every row that breaks them.
+
+Plain functions (DataFrame in, DataFrames out); the stage runner that reads the input and
+publishes the results is :mod:`tasks.stages.validate`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from infra.errors import HybridflowInputError
+from tasks.data.contract import (
+    CONTRACT_COLUMNS,
+    OPTIONAL_DEFAULTS,
+    REASON_DUPLICATE,
+    REASON_INVALID_AMOUNT,
+    REASON_INVALID_EVENT_TIME,
+    REASON_INVALID_QUANTITY,
+    REASON_MISSING_CUSTOMER_ID,
+    REQUIRED_COLUMNS,
+)
+from tasks.data.input_formats import EPOCH_MILLIS, EPOCH_SECONDS
+
+log = logging.getLogger(__name__)
+
+
+def conform_events(df: DataFrame, timestamp_format: str | None = None) -> DataFrame:
+    """Check required columns, add defaults for missing optional ones, keep raw values as
+    strings (``raw_*``) for the quarantine and typed values for everything downstream."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise HybridflowInputError(
+            f"events are missing required column(s) {', '.join(missing)}; "
+            f"found: {', '.join(df.columns) or '(none)'} (rename with --map column=yours)"
+        )
+    extra = [c for c in df.columns if c not in CONTRACT_COLUMNS]
+    if extra:
+        log.warning("ignoring extra event columns: %s", ", ".join(extra))
+    raw = [F.col(c).cast("string").alias(f"raw_{c}") for c in CONTRACT_COLUMNS if c in df.columns]
+    typed: list[Column] = [
+        F.trim(F.col("customer_id").cast("string")).alias("customer_id"),
+        parse_event_time(df, timestamp_format).alias("event_time"),
+        F.col("amount").try_cast("double").alias("amount"),
+    ]
+    for name, default in OPTIONAL_DEFAULTS.items():
+        if name not in df.columns:
+            typed.append(F.lit(default).cast("int" if name == "quantity" else "string").alias(name))
+        elif name == "quantity":
+            q = F.col("quantity").try_cast("double")
+            whole = ~F.isnan(q) & (q == F.floor(q))
+            typed.append(F.when(whole, q.try_cast("int")).alias("quantity"))
+        else:
+            col = F.trim(F.col(name).cast("string"))
+            fallback = F.lit(default).cast("string")
+            typed.append(F.when((col.isNull()) | (col == ""), fallback).otherwise(col).alias(name))
+    return df.select(*typed, *raw)
+
+
+def parse_event_time(df: DataFrame, timestamp_format: str | None) -> Column:
+    """``event_time`` as a timestamp (naive = UTC): native types cast, strings parsed with the
+    given/detected format (ISO-8601 when None); unparsable values become null."""
+    dtype = dict(df.dtypes)["event_time"]
+    if dtype.startswith("timestamp") or dtype == "date":
+        return F.col("event_time").cast("timestamp")
+    text = F.trim(F.col("event_time").cast("string"))
+    if timestamp_format == EPOCH_SECONDS:
+        return F.timestamp_seconds(text.try_cast("bigint"))
+    if timestamp_format == EPOCH_MILLIS:
+        return F.timestamp_millis(text.try_cast("bigint"))
+    if timestamp_format:
+        return F.try_to_timestamp(text, F.lit(timestamp_format))
+    return text.try_cast("timestamp")
+
+
+def quarantine_reason(df: DataFrame) -> Column:
+    """The first contract rule a conformed row breaks, or null for a good row."""
+    amount = F.col("amount")
+    bad_amount = amount.isNull() | F.isnan(amount) | (F.abs(amount) == float("inf")) | (amount < 0)
+    quantity_given = (
+        F.col("raw_quantity").isNotNull() if "raw_quantity" in df.columns else F.lit(False)
+    )
+    bad_quantity = quantity_given & (F.col("quantity").isNull() | (F.col("quantity") < 1))
+    return (
+        F.when(
+            F.col("customer_id").isNull() | (F.col("customer_id") == ""), REASON_MISSING_CUSTOMER_ID
+        )
+        .when(F.col("event_time").isNull(), REASON_INVALID_EVENT_TIME)
+        .when(bad_amount, REASON_INVALID_AMOUNT)
+        .when(bad_quantity, REASON_INVALID_QUANTITY)
+    )
+
+
+@dataclass
+class ValidatedEvents:
+    """Good events (contract columns, typed) and quarantined rows (raw values + ``reason``).
+
+    ``deduplicated`` is the persisted group-by behind both; unpersist it after writing them.
+    """
+
+    good: DataFrame
+    quarantine: DataFrame
+    deduplicated: DataFrame
+
+
+def split_valid_events(conformed: DataFrame) -> ValidatedEvents:
+    """Separate rows that break the contract, then exact duplicates among the rest (kept once).
+
+    Only the typed contract columns are shuffled and cached (one group-by, computed once for
+    both outputs); invalid rows keep their raw input strings, extra copies of an exact
+    duplicate are recorded with the values of the row that was kept.
+    """
+    flagged = conformed.withColumn("reason", quarantine_reason(conformed))
+    raw_cols = [c for c in flagged.columns if c.startswith("raw_")]
+    invalid = flagged.filter(F.col("reason").isNotNull()).select(*raw_cols, "reason")
+
+    valid = flagged.filter(F.col("reason").isNull()).withColumn(
+        "quantity", F.coalesce(F.col("quantity"), F.lit(1))
+    )
+    grouped = (
+        valid.groupBy(*CONTRACT_COLUMNS)
+        .agg(F.count(F.lit(1)).alias("_copies"))
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    good = grouped.select(*CONTRACT_COLUMNS)
+    duplicates = (
+        grouped.filter(F.col("_copies") > 1)
+        .withColumn("_extra", F.explode(F.sequence(F.lit(2), F.col("_copies"))))
+        .select(
+            *[F.col(c.removeprefix("raw_")).cast("string").alias(c) for c in raw_cols],
+            F.lit(REASON_DUPLICATE).alias("reason"),
+        )
+    )
+    quarantine = invalid.unionByName(duplicates).select(
+        *[F.col(c).alias(c.removeprefix("raw_")) for c in raw_cols], "reason"
+    )
+    return ValidatedEvents(good=good, quarantine=quarantine, deduplicated=grouped)
