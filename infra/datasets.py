@@ -49,17 +49,37 @@ def publish_dataset(
     metadata: dict[str, Any] | None = None,
 ) -> DatasetManifest:
     """Publish the Parquet files in ``local_dir`` as the dataset at ``prefix`` (replacing it)."""
-    prefix = prefix.strip("/")
     for junk in list(local_dir.rglob("*")):
         if junk.is_file() and junk.name.startswith((".", "_")):
             junk.unlink()  # Spark's _SUCCESS and .crc files are not data
-    data_prefix = dataset_data_prefix(prefix, uuid.uuid4().hex[:12])
+    data_prefix = new_data_prefix(prefix)
     keys = store.publish_dir(local_dir, data_prefix)
+    return publish_written(store, prefix, data_prefix, keys, rows=rows, metadata=metadata)
+
+
+def new_data_prefix(prefix: str) -> str:
+    """A fresh data folder for the dataset at ``prefix``, for writers that put the files there
+    themselves (e.g. one per Spark task) before :func:`publish_written`."""
+    return dataset_data_prefix(prefix.strip("/"), uuid.uuid4().hex[:12])
+
+
+def publish_written(
+    store: ObjectStore,
+    prefix: str,
+    data_prefix: str,
+    keys: list[str],
+    *,
+    rows: int,
+    metadata: dict[str, Any] | None = None,
+) -> DatasetManifest:
+    """Publish the files already written at ``keys`` under ``data_prefix`` as the dataset at
+    ``prefix`` (the manifest last), replacing the previous generation."""
+    prefix = prefix.strip("/")
     previous = find_dataset(store, prefix)
     manifest = DatasetManifest(
         prefix=prefix,
         data_prefix=data_prefix,
-        files=[k for k in keys if k.endswith(".parquet")],
+        files=sorted(k for k in keys if k.endswith(".parquet")),
         rows=rows,
         metadata=metadata or {},
     )

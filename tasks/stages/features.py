@@ -6,18 +6,26 @@ import datetime as dt
 import logging
 import time
 
-from pyspark.sql import SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra.datasets import read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix, scoring_features_prefix
 from infra.store import ObjectStore
-from tasks.data.features import customer_features, end_of_day, feature_names, training_examples
+from tasks.data.features import (
+    Cutoff,
+    customer_features_at,
+    cutoff_features,
+    end_of_day,
+    feature_names,
+    pipeline_cutoffs,
+)
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
-from tasks.stages.spark_io import read_dataset, write_dataset
+from tasks.stages.spark_io import read_dataset, write_dataset, write_observed
 
 log = logging.getLogger(__name__)
 FEATURES_CODE = (
@@ -90,35 +98,40 @@ def build_features(
     as_of: dt.date,
     horizon_days: int,
 ) -> FeaturesResult:
-    """Compute and publish both feature sets for a resolved ``as_of``."""
+    """Compute and publish both feature sets for a resolved ``as_of``.
+
+    One pass over the events (clustered by customer by the validate stage: no shuffle) gives
+    the features at every cutoff and the labels in one customer-level frame, kept in memory
+    while each output is written from it; counts and the label rate are observed by the writes.
+    """
     started = time.perf_counter()
-    cutoff = end_of_day(as_of)
-    training_cutoff = cutoff - dt.timedelta(days=horizon_days)
+    train, score = pipeline_cutoffs(as_of, horizon_days)
     available = set(validated.available_columns)
     events = read_dataset(spark, store, validated.events_prefix)
-    after = events.filter(
-        F.col("event_time") > F.lit(cutoff.isoformat(sep=" ")).cast("timestamp")
-    ).count()
+    wide = customer_features_at(events, [train, score], available).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    try:
+        examples, observed = write_observed(
+            cutoff_features(wide, train, available),
+            store,
+            run_dataset_prefix(run_id, "training_examples"),
+            [F.sum("label").alias("positives")],
+        )
+        if examples.rows == 0:
+            raise HybridflowInputError(
+                f"no customer has an event on or before {train.at.date()} (as_of - horizon)"
+            )
+        positive_rate = float(observed["positives"]) / examples.rows
+        check_labels(positive_rate, examples.rows, as_of, horizon_days)
+        scoring = write_dataset(
+            cutoff_features(wide, score, available), store, scoring_features_prefix(as_of)
+        )
+        after = _events_after(wide, validated, score)
+    finally:
+        wide.unpersist()
     if after:
         log.warning("ignoring %d event(s) after as_of %s (point-in-time features)", after, as_of)
-
-    examples = write_dataset(
-        training_examples(events, cutoff, horizon_days, available),
-        store,
-        run_dataset_prefix(run_id, "training_examples"),
-    )
-    if examples.rows == 0:
-        raise HybridflowInputError(
-            f"no customer has an event on or before {training_cutoff.date()} (as_of - horizon)"
-        )
-    label_stats = (
-        read_dataset(spark, store, examples.prefix).agg(F.avg("label").alias("rate")).first()
-    )
-    positive_rate = float(label_stats["rate"]) if label_stats else 0.0
-    check_labels(positive_rate, examples.rows, as_of, horizon_days)
-    scoring = write_dataset(
-        customer_features(events, cutoff, available), store, scoring_features_prefix(as_of)
-    )
     return FeaturesResult(
         report=StageReport(
             name="features",
@@ -136,6 +149,16 @@ def build_features(
         positive_rate=positive_rate,
         events_after_as_of=after,
     )
+
+
+def _events_after(wide: DataFrame, validated: ValidateResult, score: Cutoff) -> int:
+    """Events after T: none when the last valid event is not after it (no job), else summed
+    over the customers already in memory."""
+    last = validated.last_event
+    if last is None or last.astimezone(dt.UTC).replace(tzinfo=None) <= score.at:
+        return 0
+    row = wide.agg(F.sum("events_after").alias("n")).first()
+    return int(row["n"] or 0) if row else 0
 
 
 def check_labels(positive_rate: float, n: int, as_of: dt.date, horizon_days: int) -> None:

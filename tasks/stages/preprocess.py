@@ -5,20 +5,27 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from infra.datasets import read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import snapshot_prefix
 from infra.store import ObjectStore, sha256_bytes
-from tasks.data.split import SPLITS, SplitFractions, assign_split, normalizer_statistics
+from tasks.data.split import (
+    SPLITS,
+    SplitFractions,
+    assign_split,
+    normalizer_aggregates,
+    normalizer_from,
+    split_count_columns,
+)
 from tasks.ml.model import Normalizer
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
-from tasks.stages.spark_io import read_dataset, write_dataset
+from tasks.stages.spark_io import read_dataset, write_observed
 
 PREPROCESS_CODE = (
     "tasks.stages.preprocess",
@@ -60,22 +67,27 @@ def preprocess_stage(
 def build_snapshot(
     spark: SparkSession, store: ObjectStore, features: FeaturesResult, seed: int
 ) -> PreprocessResult:
-    """Split, fit and publish the snapshot for ``features`` (no cache)."""
+    """Split, fit and publish the snapshot for ``features`` (no cache): one job, which writes
+    the snapshot and observes the split counts and the normaliser's statistics on the way."""
     started = time.perf_counter()
     examples = assign_split(read_dataset(spark, store, features.training_prefix), seed)
-    mean, std = normalizer_statistics(examples.filter(F.col("split") == "train"), features.features)
-    normalizer = Normalizer(features=features.features, mean=mean, std=std)
-    snapshot = write_dataset(
+
+    def metadata(values: dict[str, Any]) -> dict[str, Any]:
+        mean, std = normalizer_from(values, features.features)
+        normalizer = Normalizer(features=features.features, mean=mean, std=std)
+        return {"normalizer": normalizer.model_dump(), "features": features.features}
+
+    snapshot, values = write_observed(
         examples.select("customer_id", "label", *features.features, "split"),
         store,
         snapshot_prefix(features.as_of, features.horizon_days),
+        [*split_count_columns(), *normalizer_aggregates(features.features)],
         partition_by=["split"],
-        metadata={"normalizer": normalizer.model_dump(), "features": features.features},
+        metadata=metadata,
     )
-    written = read_dataset(spark, store, snapshot.prefix)
-    counts = {r["split"]: int(r["count"]) for r in written.groupBy("split").count().collect()}
+    counts = {split: int(values[f"n_{split}"]) for split in SPLITS}
     for split in SPLITS:
-        if counts.get(split, 0) == 0:
+        if counts[split] == 0:
             raise HybridflowInputError(
                 f"split {split!r} is empty ({features.n_training} training customers): "
                 "use more data or an earlier as_of"

@@ -1,12 +1,24 @@
-"""Moving Spark DataFrames in and out of the store as published datasets."""
+"""Moving Spark DataFrames in and out of the store as published datasets.
+
+A write counts its rows (and any other figure the caller asks for) with an ``Observation`` in
+the same job that writes the files, never by reading the output again. A dataset written with
+a :class:`ClusteredLayout` (hash-bucketed by a key, each bucket one file sorted by the given
+columns) says so in its manifest, and :func:`read_dataset` hands it back as a bucketed table:
+Spark then groups and windows by that key without shuffling the data again.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 
 from infra.datasets import (
     DatasetManifest,
@@ -15,6 +27,81 @@ from infra.datasets import (
     read_dataset_manifest,
 )
 from infra.store import ObjectStore
+
+ROWS = "rows"
+ROWS_PER_BUCKET = 4_000_000
+SMALL_INPUT_ROWS = 100_000
+LAYOUT_KEY = "layout"
+Metadata = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ClusteredLayout:
+    """Rows hash-bucketed by ``key`` into ``buckets`` files, each sorted by ``sort``.
+
+    The DataFrame written must already be partitioned by ``key`` into ``buckets`` partitions
+    (``repartition(buckets, key)`` upstream), so that every task writes exactly one bucket.
+    """
+
+    key: str
+    buckets: int
+    sort: tuple[str, ...]
+
+    def to_metadata(self) -> dict[str, Any]:
+        """The manifest entry."""
+        return {"key": self.key, "buckets": self.buckets, "sort": list(self.sort)}
+
+    @classmethod
+    def from_metadata(cls, entry: dict[str, Any] | None) -> ClusteredLayout | None:
+        """The layout a manifest records, None for a plain dataset."""
+        if not entry:
+            return None
+        return cls(key=entry["key"], buckets=int(entry["buckets"]), sort=tuple(entry["sort"]))
+
+
+def bucket_count(spark: SparkSession, rows: int) -> int:
+    """Buckets (= tasks of every later pass) for about ``rows`` rows: one for a small input,
+    else a multiple of the cores with at most about ``ROWS_PER_BUCKET`` rows each."""
+    if rows <= SMALL_INPUT_ROWS:
+        return 1
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    rounds = -(-rows // (ROWS_PER_BUCKET * cores))
+    return cores * rounds
+
+
+def write_observed(
+    df: DataFrame,
+    store: ObjectStore,
+    prefix: str,
+    metrics: Sequence[Column] = (),
+    *,
+    partition_by: list[str] | None = None,
+    metadata: Metadata | None = None,
+    layout: ClusteredLayout | None = None,
+) -> tuple[DatasetManifest, dict[str, Any]]:
+    """Write ``df`` as Parquet and publish it at ``prefix``; returns the manifest and the
+    observed ``metrics`` (aggregate columns over the rows written, plus ``rows``), all from the
+    one job that writes. ``metadata`` may be a function of those metrics."""
+    observation = Observation()
+    observed = df.observe(observation, F.count(F.lit(1)).alias(ROWS), *metrics)
+    staging = store.staging_dir()
+    out = staging / "data"
+    try:
+        if layout is None:
+            writer = observed.write.mode("overwrite")
+            if partition_by:
+                writer = writer.partitionBy(*partition_by)
+            writer.parquet(str(out))
+        else:
+            _write_bucketed(observed, out, layout)
+        values = dict(observation.get)
+        extra = metadata(values) if callable(metadata) else dict(metadata or {})
+        if layout is not None:
+            extra[LAYOUT_KEY] = layout.to_metadata()
+        manifest = publish_dataset(store, out, prefix, rows=int(values[ROWS]), metadata=extra)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return manifest, values
 
 
 def write_dataset(
@@ -25,23 +112,47 @@ def write_dataset(
     partition_by: list[str] | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> DatasetManifest:
-    """Write ``df`` as Parquet to a staging folder, count it, then publish it at ``prefix``."""
-    staging = store.staging_dir()
-    out = staging / "data"
-    try:
-        writer = df.write.mode("overwrite")
-        if partition_by:
-            writer = writer.partitionBy(*partition_by)
-        writer.parquet(str(out))
-        rows = df.sparkSession.read.parquet(str(out)).count()
-        manifest = publish_dataset(store, out, prefix, rows=rows, metadata=metadata)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    """Write ``df`` as Parquet, counting its rows in the same job, and publish it."""
+    manifest, _ = write_observed(df, store, prefix, partition_by=partition_by, metadata=metadata)
     return manifest
 
 
+def _write_bucketed(df: DataFrame, out: Path, layout: ClusteredLayout) -> None:
+    """``bucketBy`` needs a catalog table: a throwaway external one over ``out``."""
+    spark = df.sparkSession
+    table = f"hf_write_{uuid.uuid4().hex}"
+    (
+        df.write.bucketBy(layout.buckets, layout.key)
+        .sortBy(*layout.sort)
+        .format("parquet")
+        .option("path", str(out))
+        .saveAsTable(table)
+    )
+    spark.sql(f"DROP TABLE IF EXISTS {table}")  # external: the files stay
+
+
 def read_dataset(spark: SparkSession, store: ObjectStore, prefix: str) -> DataFrame:
-    """The published dataset at ``prefix`` as a DataFrame (downloaded first for S3)."""
+    """The published dataset at ``prefix`` as a DataFrame (downloaded first for S3); a clustered
+    one as a bucketed table, so that Spark knows its layout."""
     manifest = read_dataset_manifest(store, prefix)
     local: Path = local_dataset_dir(store, manifest)
-    return spark.read.option("basePath", str(local)).parquet(str(local))
+    layout = ClusteredLayout.from_metadata(manifest.metadata.get(LAYOUT_KEY))
+    if layout is None:
+        return spark.read.option("basePath", str(local)).parquet(str(local))
+    return _bucketed_table(spark, local, layout)
+
+
+def _bucketed_table(spark: SparkSession, local: Path, layout: ClusteredLayout) -> DataFrame:
+    """A catalog table over ``local`` that declares its buckets (registered once per folder)."""
+    table = f"hf_read_{hashlib.sha256(str(local).encode()).hexdigest()[:16]}"
+    if not spark.catalog.tableExists(table):
+        schema = spark.read.parquet(str(local)).schema
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
+        sort = ", ".join(f"`{c}`" for c in layout.sort)
+        location = str(local).replace("\\", "\\\\").replace("'", "\\'")
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING parquet "
+            f"CLUSTERED BY (`{layout.key}`) SORTED BY ({sort}) INTO {layout.buckets} BUCKETS "
+            f"LOCATION '{location}'"
+        )
+    return spark.table(table)
