@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from tasks.data.contract import CONTRACT_COLUMNS
-from tasks.data.features import (
+from tasks.data.feature_specs import (
     DAY_MICROS,
     EVENT_TYPE_MIX,
     MIX_COLUMNS,

@@ -1,10 +1,10 @@
 """Per-customer features and labels, point-in-time correct (built-in Spark functions only).
 
-Features at cutoff ``c`` use only events with ``event_time <= c``. Training uses features at
-``T - H`` with the label "purchased in (T - H, T]"; scoring uses features at ``T``.
-Each feature is listed once in :data:`FEATURE_SPECS` (name, the optional column it needs, its
-meaning) and computed once in :func:`customer_features`; :func:`feature_names` gives the ones an
-input with a given set of columns gets.
+Features at cutoff ``c`` use only events with ``event_time <= c``. The pipeline trains on
+features at ``T - H`` with the label "purchased in (T - H, T]" and scores features at ``T``
+(:func:`pipeline_cutoffs`); :func:`customer_features_at` computes the features at any list of
+cutoffs, and their labels, in one pass over the events. Which features exist is declared in
+:mod:`tasks.data.feature_specs`.
 """
 
 from __future__ import annotations
@@ -16,86 +16,18 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-WINDOWS_DAYS: tuple[int, ...] = (7, 30, 90, 180, 365)
-NO_PURCHASE_DAYS = 3650.0  # recency/gap stand-in for "never purchased"
-EVENT_TYPE_MIX: tuple[str, ...] = ("view", "add_to_cart", "return")
-MIX_COLUMNS: dict[str, str] = {"category": "categories", "channel": "channels"}
-SECONDS_PER_DAY = 86_400.0
-DAY_MICROS = SECONDS_PER_DAY * 1e6
+from tasks.data.feature_specs import (
+    DAY_MICROS,
+    EVENT_TYPE_MIX,
+    MIX_COLUMNS,
+    NO_PURCHASE_DAYS,
+    WINDOWS_DAYS,
+    feature_names,
+)
+
 EPOCH = dt.datetime(1970, 1, 1)
-
-
-@dataclass(frozen=True)
-class FeatureSpec:
-    """One feature: its column name, the optional input column it needs, what it means."""
-
-    name: str
-    meaning: str
-    needs: str | None = None
-
-
-def _specs() -> tuple[FeatureSpec, ...]:
-    s = [
-        FeatureSpec("recency_days", "days from the last event of any type to the cutoff"),
-        FeatureSpec("tenure_days", "days from the first event to the cutoff"),
-        FeatureSpec("n_purchases", "purchases ever"),
-        FeatureSpec(
-            "purchase_recency_days", f"days since the last purchase ({NO_PURCHASE_DAYS:g} if none)"
-        ),
-        FeatureSpec("purchase_amount_total", "sum of purchase amounts ever"),
-        FeatureSpec("purchase_amount_mean", "mean purchase amount (0 if none)"),
-    ]
-    for w in WINDOWS_DAYS:
-        s += [
-            FeatureSpec(f"purchases_{w}d", f"purchases in the last {w} days"),
-            FeatureSpec(f"amount_{w}d", f"purchase amount in the last {w} days"),
-            FeatureSpec(
-                f"amount_mean_{w}d", f"mean purchase amount in the last {w} days (0 if none)"
-            ),
-        ]
-    s += [
-        FeatureSpec(
-            "mean_interpurchase_days",
-            f"mean days between consecutive purchases ({NO_PURCHASE_DAYS:g} if < 2 purchases)",
-        ),
-        FeatureSpec("std_interpurchase_days", "population std of those gaps (0 if < 2 purchases)"),
-        FeatureSpec(
-            "max_interpurchase_days", f"longest gap between purchases ({NO_PURCHASE_DAYS:g} if < 2)"
-        ),
-        FeatureSpec(
-            "purchase_recency_over_gap",
-            "purchase_recency_days / max(mean_interpurchase_days, 1): > 1 means overdue",
-        ),
-        FeatureSpec("trend_30d_vs_365d", "purchases_30d scaled to a year / (purchases_365d + 1)"),
-        FeatureSpec("trend_90d_vs_365d", "purchases_90d scaled to a year / (purchases_365d + 1)"),
-        FeatureSpec("trend_amount_90d_vs_365d", "amount_90d scaled to a year / (amount_365d + 1)"),
-        FeatureSpec("basket_size_mean", "mean quantity per purchase (0 if none)", "quantity"),
-        FeatureSpec("basket_size_max", "largest quantity in one purchase (0 if none)", "quantity"),
-        FeatureSpec("n_events", "events of any type ever", "event_type"),
-    ]
-    s += [
-        FeatureSpec(f"events_{w}d", f"events of any type in the last {w} days", "event_type")
-        for w in WINDOWS_DAYS
-    ]
-    s += [
-        FeatureSpec(f"share_{t}", f"share of events that are '{t}'", "event_type")
-        for t in ("purchase", *EVENT_TYPE_MIX)
-    ]
-    for col, plural in MIX_COLUMNS.items():
-        s += [
-            FeatureSpec(f"n_{plural}", f"distinct {col} values among events", col),
-            FeatureSpec(f"top_{col}_share", f"share of events in the customer's top {col}", col),
-            FeatureSpec(f"{col}_entropy", f"Shannon entropy (nats) of the {col} mix", col),
-        ]
-    return tuple(s)
-
-
-FEATURE_SPECS: tuple[FeatureSpec, ...] = _specs()
-
-
-def feature_names(available_columns: set[str]) -> list[str]:
-    """The features computed for an input that has ``available_columns`` (contract names)."""
-    return [s.name for s in FEATURE_SPECS if s.needs is None or s.needs in available_columns]
+TRAIN_CUTOFF = "train"
+SCORE_CUTOFF = "score"
 
 
 @dataclass(frozen=True)
@@ -110,10 +42,6 @@ class Cutoff:
     def micros(self) -> int:
         """``at`` as microseconds since the epoch (naive = UTC)."""
         return _micros(self.at)
-
-
-TRAIN_CUTOFF = "train"
-SCORE_CUTOFF = "score"
 
 
 def pipeline_cutoffs(as_of: dt.date, horizon_days: int) -> tuple[Cutoff, Cutoff]:
@@ -132,9 +60,8 @@ def customer_features(
     ``cutoff`` is a naive UTC datetime (or aware; converted). Nothing after it is read.
     """
     at = Cutoff("at", _as_naive_utc(cutoff))
-    return cutoff_features(
-        customer_features_at(events, [at], available_columns), at, available_columns
-    )
+    wide = customer_features_at(events, [at], available_columns)
+    return cutoff_features(wide, at, available_columns)
 
 
 def training_examples(
@@ -152,26 +79,41 @@ def customer_features_at(
 ) -> DataFrame:
     """Features (and labels) at every cutoff from one pass over the events: a wide frame.
 
-    One row per customer with any event: ``customer_id``, then per cutoff ``<name>__<feature>``
-    (``<name>__label`` for a labelled one, ``<name>__seen`` true when the customer has an event
-    at or before it), and ``events_after`` (events after the latest cutoff, ignored).
-    Everything that depends on the order of a customer's events (gaps between purchases, running
-    counts per category/channel) is computed once for all cutoffs with windows over the
-    customer's events; the rest is conditional aggregates in one group-by. Events that
-    arrive already clustered by customer (a bucketed read) need no shuffle at all.
+    One row per customer with any event: ``customer_id``, ``events_after`` (events after the
+    latest cutoff, ignored), then per cutoff ``<name>__seen`` (an event at or before it),
+    ``<name>__<feature>`` and, for a labelled one, ``<name>__label``.
+
+    Every cutoff comes from the same group-bys: conditional aggregates over the customer's
+    events; the gaps between purchases (a window over the purchases only); and, per mix
+    column, counts per (customer, value) aggregated again per customer. The branches are
+    grouped by customer and joined on it, so events clustered by customer (a bucketed read) are
+    never shuffled.
     """
     if not cutoffs or len({c.name for c in cutoffs}) != len(cutoffs):
         raise ValueError(f"cutoffs need distinct names, got {[c.name for c in cutoffs]}")
-    per_event = _per_event_columns(events, available_columns)
+    mixes = [c for c in MIX_COLUMNS if c in available_columns]
+    kinds = "event_type" in available_columns
+    prepared = events.select(
+        "customer_id",
+        F.unix_micros("event_time").alias("_t"),
+        (F.col("event_type") == "purchase").alias("_p"),
+        "amount",
+        F.col("quantity").cast("double").alias("_q"),
+        "event_type",
+        *mixes,
+    )
     latest = max(c.micros() for c in cutoffs)
     aggs = [F.count(F.when(F.col("_t") > F.lit(latest), 1)).alias("events_after")]
     for cutoff in cutoffs:
-        aggs += _cutoff_aggregates(cutoff, available_columns)
-    grouped = per_event.groupBy("customer_id").agg(*aggs)
-    derived = [F.col("customer_id"), F.col("events_after")]
+        aggs += _event_aggregates(cutoff, kinds)
+    wide = prepared.groupBy("customer_id").agg(*aggs)
+    wide = wide.join(_gap_aggregates(prepared, cutoffs), "customer_id", "left")
+    for col in mixes:
+        wide = wide.join(_mix_aggregates(prepared, col, cutoffs), "customer_id", "left")
+    columns = [F.col("customer_id"), F.col("events_after")]
     for cutoff in cutoffs:
-        derived += _cutoff_columns(cutoff, available_columns)
-    return grouped.select(*derived)
+        columns += _cutoff_columns(cutoff, available_columns)
+    return wide.select(*columns)
 
 
 def cutoff_features(wide: DataFrame, cutoff: Cutoff, available_columns: set[str]) -> DataFrame:
@@ -184,86 +126,90 @@ def cutoff_features(wide: DataFrame, cutoff: Cutoff, available_columns: set[str]
     return wide.filter(F.col(_name(cutoff, "seen"))).select(*columns)
 
 
-def _per_event_columns(events: DataFrame, available_columns: set[str]) -> DataFrame:
-    """The columns the aggregates read, with the order-dependent ones computed once:
-    ``_gap`` (days since the customer's previous purchase, on purchases) and, per mix column,
-    ``_k_<col>`` (the running count of the event's value) and ``_inc_<col>``
-    (``k ln k - (k-1) ln(k-1)``: summed up to a cutoff it is sum(c ln c) over the values)."""
-    t = F.unix_micros("event_time")
-    p = F.col("event_type") == "purchase"
-    by_time = Window.partitionBy("customer_id").orderBy("event_time")
-    before = by_time.rowsBetween(Window.unboundedPreceding, -1)
-    previous_purchase = F.last(F.when(p, t), ignorenulls=True).over(before)
-    columns = [
-        F.col("customer_id"),
-        t.alias("_t"),
-        p.alias("_p"),
-        F.col("amount"),
-        F.col("quantity").cast("double").alias("_q"),
-        F.col("event_type"),
-        F.when(p, (t - previous_purchase) / DAY_MICROS).alias("_gap"),
-    ]
-    for col in MIX_COLUMNS:
-        if col in available_columns:
-            k = F.row_number().over(Window.partitionBy("customer_id", col).orderBy("event_time"))
-            columns += [
-                F.col(col).isNotNull().alias(f"_has_{col}"),
-                k.alias(f"_k_{col}"),
-                (k * F.log(k) - F.when(k > 1, (k - 1) * F.log(k - 1)).otherwise(0.0)).alias(
-                    f"_inc_{col}"
-                ),
-            ]
-    return events.select(*columns)
+def _agg(fn, cutoff: Cutoff, condition: Column, value: Column, name: str) -> Column:
+    """``fn`` over ``value`` where ``condition`` holds, named for the cutoff."""
+    return fn(F.when(condition, value)).alias(_name(cutoff, name))
 
 
-def _cutoff_aggregates(cutoff: Cutoff, available_columns: set[str]) -> list[Column]:
+def _event_aggregates(cutoff: Cutoff, kinds: bool) -> list[Column]:
     """Conditional aggregates over the events at or before ``cutoff`` (and its label)."""
     c = cutoff.micros()
-    t, p, amount = F.col("_t"), F.col("_p"), F.col("amount")
+    t, p, amount, one = F.col("_t"), F.col("_p"), F.col("amount"), F.lit(1)
     past = t <= F.lit(c)
     bought = past & p
-
-    def agg(fn, condition: Column, value: Column, name: str) -> Column:
-        return fn(F.when(condition, value)).alias(_name(cutoff, name))
-
     aggs = [
-        agg(F.max, past, t, "_last_t"),
-        agg(F.min, past, t, "_first_t"),
-        agg(F.count, bought, F.lit(1), "_n_p"),
-        agg(F.max, bought, t, "_last_p_t"),
-        agg(F.sum, bought, amount, "_amount"),
-        agg(F.avg, bought, F.col("_q"), "_basket_mean"),
-        agg(F.max, bought, F.col("_q"), "_basket_max"),
-        agg(F.avg, bought, F.col("_gap"), "_gap_mean"),
-        agg(F.stddev_pop, bought, F.col("_gap"), "_gap_std"),
-        agg(F.max, bought, F.col("_gap"), "_gap_max"),
+        _agg(F.max, cutoff, past, t, "_last_t"),
+        _agg(F.min, cutoff, past, t, "_first_t"),
+        _agg(F.count, cutoff, bought, one, "_n_p"),
+        _agg(F.max, cutoff, bought, t, "_last_p_t"),
+        _agg(F.sum, cutoff, bought, amount, "_amount"),
+        _agg(F.avg, cutoff, bought, F.col("_q"), "_basket_mean"),
+        _agg(F.max, cutoff, bought, F.col("_q"), "_basket_max"),
     ]
     for w in WINDOWS_DAYS:
         recent = past & (t > F.lit(c - int(w * DAY_MICROS)))
         aggs += [
-            agg(F.count, recent & p, F.lit(1), f"_n_p_{w}"),
-            agg(F.sum, recent & p, amount, f"_amount_{w}"),
+            _agg(F.count, cutoff, recent & p, one, f"_n_p_{w}"),
+            _agg(F.sum, cutoff, recent & p, amount, f"_amount_{w}"),
         ]
-        if "event_type" in available_columns:
-            aggs.append(agg(F.count, recent, F.lit(1), f"_n_{w}"))
-    if "event_type" in available_columns:
-        aggs.append(agg(F.count, past, F.lit(1), "_n"))
+        if kinds:
+            aggs.append(_agg(F.count, cutoff, recent, one, f"_n_{w}"))
+    if kinds:
+        aggs.append(_agg(F.count, cutoff, past, one, "_n"))
         for kind in EVENT_TYPE_MIX:
-            aggs.append(agg(F.count, past & (F.col("event_type") == kind), F.lit(1), f"_n_{kind}"))
-    for col in MIX_COLUMNS:
-        if col in available_columns:
-            has = past & F.col(f"_has_{col}")
-            k = F.col(f"_k_{col}")
-            aggs += [
-                agg(F.count, has & (k == 1), F.lit(1), f"_{col}_values"),
-                agg(F.max, has, k, f"_{col}_top"),
-                agg(F.count, has, F.lit(1), f"_{col}_total"),
-                agg(F.sum, has, F.col(f"_inc_{col}"), f"_{col}_clogc"),
-            ]
+            aggs.append(
+                _agg(F.count, cutoff, past & (F.col("event_type") == kind), one, f"_n_{kind}")
+            )
     if cutoff.label_until is not None:
         future = (t > F.lit(c)) & (t <= F.lit(_micros(cutoff.label_until)))
-        aggs.append(agg(F.max, future & p, F.lit(1.0), "_label"))
+        aggs.append(_agg(F.max, cutoff, future & p, F.lit(1.0), "_label"))
     return aggs
+
+
+def _gap_aggregates(prepared: DataFrame, cutoffs: Sequence[Cutoff]) -> DataFrame:
+    """Mean, population std and max of the days between consecutive purchases, per cutoff.
+
+    The gap before each purchase does not depend on the cutoff (the previous purchase is
+    earlier), so one window over the purchases serves every cutoff."""
+    by_time = Window.partitionBy("customer_id").orderBy("_t")
+    gaps = prepared.filter(F.col("_p")).select(
+        "customer_id", "_t", ((F.col("_t") - F.lag("_t").over(by_time)) / DAY_MICROS).alias("_gap")
+    )
+    aggs = []
+    for cutoff in cutoffs:
+        past = F.col("_t") <= F.lit(cutoff.micros())
+        gap = F.col("_gap")
+        aggs += [
+            _agg(F.avg, cutoff, past, gap, "_gap_mean"),
+            _agg(F.stddev_pop, cutoff, past, gap, "_gap_std"),
+            _agg(F.max, cutoff, past, gap, "_gap_max"),
+        ]
+    return gaps.groupBy("customer_id").agg(*aggs)
+
+
+def _mix_aggregates(prepared: DataFrame, col: str, cutoffs: Sequence[Cutoff]) -> DataFrame:
+    """Per cutoff: distinct values of ``col``, the count of the top value, all values, and
+    sum(c ln c) over the values' counts c (for the entropy) among the customer's events."""
+    counts = (
+        prepared.filter(F.col(col).isNotNull())
+        .groupBy("customer_id", col)
+        .agg(
+            *[
+                F.count(F.when(F.col("_t") <= F.lit(cutoff.micros()), 1)).alias(cutoff.name)
+                for cutoff in cutoffs
+            ]
+        )
+    )
+    aggs = []
+    for cutoff in cutoffs:
+        n = F.col(cutoff.name)
+        aggs += [
+            _agg(F.count, cutoff, n > 0, F.lit(1), f"_{col}_values"),
+            F.max(n).alias(_name(cutoff, f"_{col}_top")),
+            F.sum(n).alias(_name(cutoff, f"_{col}_total")),
+            _agg(F.sum, cutoff, n > 0, n * F.log(n), f"_{col}_clogc"),
+        ]
+    return counts.groupBy("customer_id").agg(*aggs)
 
 
 def _cutoff_columns(cutoff: Cutoff, available_columns: set[str]) -> list[Column]:
@@ -276,8 +222,9 @@ def _cutoff_columns(cutoff: Cutoff, available_columns: set[str]) -> list[Column]
     def days(micros: Column) -> Column:
         return (c - micros) / DAY_MICROS
 
+    zero, none = F.lit(0.0), F.lit(NO_PURCHASE_DAYS)
     n_p = a("_n_p").cast("double")
-    none = F.lit(NO_PURCHASE_DAYS)
+    amount = F.coalesce(a("_amount"), zero)
     last_purchase = F.coalesce(days(a("_last_p_t")), none)
     mean_gap = F.coalesce(a("_gap_mean"), none)
     values = {
@@ -285,22 +232,21 @@ def _cutoff_columns(cutoff: Cutoff, available_columns: set[str]) -> list[Column]
         "tenure_days": days(a("_first_t")),
         "n_purchases": n_p,
         "purchase_recency_days": last_purchase,
-        "purchase_amount_total": F.coalesce(a("_amount"), F.lit(0.0)),
-        "purchase_amount_mean": _safe_div(F.coalesce(a("_amount"), F.lit(0.0)), n_p),
+        "purchase_amount_total": amount,
+        "purchase_amount_mean": _safe_div(amount, n_p),
         "mean_interpurchase_days": mean_gap,
-        "std_interpurchase_days": F.coalesce(a("_gap_std"), F.lit(0.0)),
+        "std_interpurchase_days": F.coalesce(a("_gap_std"), zero),
         "max_interpurchase_days": F.coalesce(a("_gap_max"), none),
         "purchase_recency_over_gap": last_purchase / F.greatest(mean_gap, F.lit(1.0)),
-        "basket_size_mean": F.coalesce(a("_basket_mean"), F.lit(0.0)),
-        "basket_size_max": F.coalesce(a("_basket_max"), F.lit(0.0)),
+        "basket_size_mean": F.coalesce(a("_basket_mean"), zero),
+        "basket_size_max": F.coalesce(a("_basket_max"), zero),
     }
     for w in WINDOWS_DAYS:
-        amount_w = F.coalesce(a(f"_amount_{w}"), F.lit(0.0))
+        amount_w = F.coalesce(a(f"_amount_{w}"), zero)
         values[f"purchases_{w}d"] = a(f"_n_p_{w}").cast("double")
         values[f"amount_{w}d"] = amount_w
         values[f"amount_mean_{w}d"] = _safe_div(amount_w, a(f"_n_p_{w}"))
-        if "event_type" in available_columns:
-            values[f"events_{w}d"] = a(f"_n_{w}").cast("double")
+        values[f"events_{w}d"] = a(f"_n_{w}").cast("double")
     values["trend_30d_vs_365d"] = (values["purchases_30d"] * (365 / 30)) / (
         values["purchases_365d"] + 1
     )
@@ -310,26 +256,24 @@ def _cutoff_columns(cutoff: Cutoff, available_columns: set[str]) -> list[Column]
     values["trend_amount_90d_vs_365d"] = (values["amount_90d"] * (365 / 90)) / (
         values["amount_365d"] + 1.0
     )
-    if "event_type" in available_columns:
-        n = a("_n").cast("double")
-        values["n_events"] = n
-        values["share_purchase"] = _safe_div(n_p, n)  # n is 0 only where the customer is unseen
-        for kind in EVENT_TYPE_MIX:
-            values[f"share_{kind}"] = _safe_div(a(f"_n_{kind}"), n)
+    n = a("_n").cast("double")
+    values["n_events"] = n
+    values["share_purchase"] = _safe_div(n_p, n)  # n is 0 only where the customer is unseen
+    for kind in EVENT_TYPE_MIX:
+        values[f"share_{kind}"] = _safe_div(a(f"_n_{kind}"), n)
     for col, plural in MIX_COLUMNS.items():
-        if col in available_columns:
-            total = a(f"_{col}_total").cast("double")
-            values[f"n_{plural}"] = a(f"_{col}_values").cast("double")
-            values[f"top_{col}_share"] = _safe_div(a(f"_{col}_top").cast("double"), total)
-            values[f"{col}_entropy"] = F.when(
-                total > 0, F.log(total) - a(f"_{col}_clogc") / total
-            ).otherwise(0.0)
+        total = F.coalesce(a(f"_{col}_total"), F.lit(0)).cast("double")
+        values[f"n_{plural}"] = F.coalesce(a(f"_{col}_values"), F.lit(0)).cast("double")
+        values[f"top_{col}_share"] = _safe_div(a(f"_{col}_top"), total)
+        values[f"{col}_entropy"] = F.when(
+            total > 0, F.log(total) - a(f"_{col}_clogc") / total
+        ).otherwise(0.0)
     columns = [a("_last_t").isNotNull().alias(_name(cutoff, "seen"))]
     columns += [
         values[n].cast("double").alias(_name(cutoff, n)) for n in feature_names(available_columns)
     ]
     if cutoff.label_until is not None:
-        columns.append(F.coalesce(a("_label"), F.lit(0.0)).alias(_name(cutoff, "label")))
+        columns.append(F.coalesce(a("_label"), zero).alias(_name(cutoff, "label")))
     return columns
 
 

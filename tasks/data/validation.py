@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -99,15 +98,26 @@ def quarantine_reason(df: DataFrame) -> Column:
 class ValidatedEvents:
     """Good events (contract columns, typed) and quarantined rows (raw values + ``reason``).
 
-    Both come from ``deduplicated``: every input row once, shuffled by ``customer_id`` into
-    ``partitions`` partitions (so ``good`` is already clustered by customer) and persisted;
-    unpersist it after writing both.
+    Both come from ``deduplicated``: every distinct input row once with its number of copies,
+    shuffled by ``customer_id`` into ``partitions`` partitions (so ``good`` is already clustered
+    by customer). It is a lazy local checkpoint: the first write computes it and keeps its rows
+    (memory, then disk), the second reads them back instead of reading and shuffling the input
+    again; :meth:`release` it after writing both. (A lost executor fails the stage instead of
+    recomputing: the price of not encoding the rows into Spark's columnar cache, which cost
+    more than the whole group-by.)
     """
 
     good: DataFrame
     quarantine: DataFrame
     deduplicated: DataFrame
     partitions: int
+
+    def release(self) -> None:
+        """Drop the rows the checkpoint keeps now (else they stay until the JVM collects the
+        plan, holding memory the next stage could use)."""
+        plan = self.deduplicated._jdf.queryExecution().analyzed()
+        if plan.getClass().getSimpleName() == "LogicalRDD":
+            plan.rdd().unpersist(False)
 
 
 def split_valid_events(conformed: DataFrame, partitions: int) -> ValidatedEvents:
@@ -131,7 +141,7 @@ def split_valid_events(conformed: DataFrame, partitions: int) -> ValidatedEvents
         rows.repartition(partitions, "customer_id")
         .groupBy(*rows.columns)
         .agg(F.count(F.lit(1)).alias("_copies"))
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .localCheckpoint(eager=False)
     )
     good = deduplicated.filter(~bad).select(*CONTRACT_COLUMNS)
     first_quarantined = F.when(bad, F.lit(1)).otherwise(F.lit(2))

@@ -14,12 +14,12 @@ from infra.datasets import read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix, scoring_features_prefix
 from infra.store import ObjectStore
+from tasks.data.feature_specs import feature_names
 from tasks.data.features import (
     Cutoff,
     customer_features_at,
     cutoff_features,
     end_of_day,
-    feature_names,
     pipeline_cutoffs,
 )
 from tasks.stages.cache import load_cached, save_cached
@@ -30,6 +30,7 @@ from tasks.stages.spark_io import read_dataset, write_dataset, write_observed
 log = logging.getLogger(__name__)
 FEATURES_CODE = (
     "tasks.data.features",
+    "tasks.data.feature_specs",
     "tasks.stages.features",
     "tasks.stages.spark_io",
     "infra.datasets",

@@ -2,8 +2,7 @@
 
 A write counts its rows (and any other figure the caller asks for) with an ``Observation`` in
 the same job that writes the files, never by reading the output again. A dataset written with
-a :class:`ClusteredLayout` (hash-bucketed by a key, each bucket one file sorted by the given
-columns) says so in its manifest, and :func:`read_dataset` hands it back as a bucketed table:
+a :class:`ClusteredLayout` (hash-bucketed by a key, each bucket one file) says so in its manifest, and :func:`read_dataset` hands it back as a bucketed table:
 Spark then groups and windows by that key without shuffling the data again.
 """
 
@@ -37,7 +36,7 @@ Metadata = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 
 @dataclass(frozen=True)
 class ClusteredLayout:
-    """Rows hash-bucketed by ``key`` into ``buckets`` files, each sorted by ``sort``.
+    """Rows hash-bucketed by ``key`` into ``buckets`` files, each sorted by ``sort`` (if any).
 
     The DataFrame written must already be partitioned by ``key`` into ``buckets`` partitions
     (``repartition(buckets, key)`` upstream), so that every task writes exactly one bucket.
@@ -45,7 +44,7 @@ class ClusteredLayout:
 
     key: str
     buckets: int
-    sort: tuple[str, ...]
+    sort: tuple[str, ...] = ()
 
     def to_metadata(self) -> dict[str, Any]:
         """The manifest entry."""
@@ -121,13 +120,10 @@ def _write_bucketed(df: DataFrame, out: Path, layout: ClusteredLayout) -> None:
     """``bucketBy`` needs a catalog table: a throwaway external one over ``out``."""
     spark = df.sparkSession
     table = f"hf_write_{uuid.uuid4().hex}"
-    (
-        df.write.bucketBy(layout.buckets, layout.key)
-        .sortBy(*layout.sort)
-        .format("parquet")
-        .option("path", str(out))
-        .saveAsTable(table)
-    )
+    writer = df.write.bucketBy(layout.buckets, layout.key)
+    if layout.sort:
+        writer = writer.sortBy(*layout.sort)
+    writer.format("parquet").option("path", str(out)).saveAsTable(table)
     spark.sql(f"DROP TABLE IF EXISTS {table}")  # external: the files stay
 
 
@@ -149,10 +145,11 @@ def _bucketed_table(spark: SparkSession, local: Path, layout: ClusteredLayout) -
         schema = spark.read.parquet(str(local)).schema
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
         sort = ", ".join(f"`{c}`" for c in layout.sort)
+        sorted_by = f"SORTED BY ({sort}) " if sort else ""
         location = str(local).replace("\\", "\\\\").replace("'", "\\'")
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING parquet "
-            f"CLUSTERED BY (`{layout.key}`) SORTED BY ({sort}) INTO {layout.buckets} BUCKETS "
+            f"CLUSTERED BY (`{layout.key}`) {sorted_by}INTO {layout.buckets} BUCKETS "
             f"LOCATION '{location}'"
         )
     return spark.table(table)

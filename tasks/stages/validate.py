@@ -27,7 +27,6 @@ from tasks.stages.spark_io import ClusteredLayout, bucket_count, write_observed
 
 log = logging.getLogger(__name__)
 EVENTS_KEY = "customer_id"
-EVENTS_SORT = ("customer_id", "event_time")
 VALIDATE_CODE = (
     "tasks.stages.validate",
     "tasks.data.validation",
@@ -87,8 +86,8 @@ def validate_events(
 ) -> ValidateResult:
     """Read ``path``, split good rows from bad, publish both; figures for the summary.
 
-    The good events are published clustered by customer (hash buckets, each sorted by customer
-    and time): the layout the features stage reads without shuffling them again. Every figure
+    The good events are published clustered by customer (hash buckets): the layout the features
+    stage reads without shuffling them again. Every figure
     (rows, per-reason counts, first and last event) is observed while the two outputs are
     written: two jobs over one shuffle of the input.
     """
@@ -105,7 +104,7 @@ def validate_events(
             store,
             run_dataset_prefix(run_id, "events"),
             [F.min(event_micros).alias("first"), F.max(event_micros).alias("last")],
-            layout=ClusteredLayout(EVENTS_KEY, buckets, EVENTS_SORT),
+            layout=ClusteredLayout(EVENTS_KEY, buckets),
         )
         quarantine, counted = write_observed(
             parts.quarantine, store, run_dataset_prefix(run_id, "quarantine"), reason_counts
@@ -113,7 +112,7 @@ def validate_events(
     except (PySparkException, Py4JJavaError) as exc:
         raise HybridflowInputError(f"cannot read events at {path}: {_first_line(exc)}") from None
     finally:
-        parts.deduplicated.unpersist()
+        parts.release()
     # every input row is either kept, or quarantined (invalid, or an extra duplicate copy)
     rows_read = events.rows + quarantine.rows
     if rows_read == 0:

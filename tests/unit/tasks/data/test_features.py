@@ -6,13 +6,12 @@ import datetime as dt
 
 import pytest
 
+from tasks.data.feature_specs import NO_PURCHASE_DAYS, feature_names
 from tasks.data.features import (
-    NO_PURCHASE_DAYS,
     Cutoff,
     customer_features,
     customer_features_at,
     cutoff_features,
-    feature_names,
     training_examples,
 )
 
