@@ -10,7 +10,7 @@ cutoffs, and their labels, in one pass over the events. Which features exist is 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
@@ -107,9 +107,12 @@ def customer_features_at(
     for cutoff in cutoffs:
         aggs += _event_aggregates(cutoff, kinds)
     wide = prepared.groupBy("customer_id").agg(*aggs)
-    wide = wide.join(_gap_aggregates(prepared, cutoffs), "customer_id", "left")
-    for col in mixes:
-        wide = wide.join(_mix_aggregates(prepared, col, cutoffs), "customer_id", "left")
+    # Every side is grouped by customer from the same clustered read: a hash join per bucket
+    # needs no shuffle, no sort and no broadcast job.
+    branches = [_gap_aggregates(prepared, cutoffs)]
+    branches += [_mix_aggregates(prepared, col, cutoffs) for col in mixes]
+    for branch in branches:
+        wide = wide.join(branch.hint("shuffle_hash"), "customer_id", "left")
     columns = [F.col("customer_id"), F.col("events_after")]
     for cutoff in cutoffs:
         columns += _cutoff_columns(cutoff, available_columns)
@@ -256,9 +259,21 @@ def _cutoff_columns(cutoff: Cutoff, available_columns: set[str]) -> list[Column]
     values["trend_amount_90d_vs_365d"] = (values["amount_90d"] * (365 / 90)) / (
         values["amount_365d"] + 1.0
     )
+    values.update(_mix_values(a, n_p))
+    columns = [a("_last_t").isNotNull().alias(_name(cutoff, "seen"))]
+    columns += [
+        values[n].cast("double").alias(_name(cutoff, n)) for n in feature_names(available_columns)
+    ]
+    if cutoff.label_until is not None:
+        columns.append(F.coalesce(a("_label"), zero).alias(_name(cutoff, "label")))
+    return columns
+
+
+def _mix_values(a: Callable[[str], Column], n_p: Column) -> dict[str, Column]:
+    """The event-type shares and the category/channel mix features from their aggregates
+    (missing optional columns: never selected, see :func:`feature_names`)."""
     n = a("_n").cast("double")
-    values["n_events"] = n
-    values["share_purchase"] = _safe_div(n_p, n)  # n is 0 only where the customer is unseen
+    values = {"n_events": n, "share_purchase": _safe_div(n_p, n)}  # n = 0: unseen customer
     for kind in EVENT_TYPE_MIX:
         values[f"share_{kind}"] = _safe_div(a(f"_n_{kind}"), n)
     for col, plural in MIX_COLUMNS.items():
@@ -268,13 +283,7 @@ def _cutoff_columns(cutoff: Cutoff, available_columns: set[str]) -> list[Column]
         values[f"{col}_entropy"] = F.when(
             total > 0, F.log(total) - a(f"_{col}_clogc") / total
         ).otherwise(0.0)
-    columns = [a("_last_t").isNotNull().alias(_name(cutoff, "seen"))]
-    columns += [
-        values[n].cast("double").alias(_name(cutoff, n)) for n in feature_names(available_columns)
-    ]
-    if cutoff.label_until is not None:
-        columns.append(F.coalesce(a("_label"), zero).alias(_name(cutoff, "label")))
-    return columns
+    return values
 
 
 def _name(cutoff: Cutoff, column: str) -> str:

@@ -31,6 +31,7 @@ from tasks.ml.scoring_worker import (
 )
 from tasks.stages.progress import ProgressReporter, ProgressSink, SparkRowProgress
 from tasks.stages.records import InferenceResult, StageReport
+from tasks.stages.spark_io import SparkJobs
 
 log = logging.getLogger(__name__)
 # What a scoring task hands back to the driver: the unit it scored and the rows in it.
@@ -112,6 +113,19 @@ def score_dataset(
     return data_prefix, keys, sum(int(r["rows"]) for r in done)
 
 
+def _log_scored(rows: int, version: str, seconds: float, loads: int, threads: int) -> None:
+    log.info(
+        "scored %s customers with %s in %.1fs (%s rows/s, %d model load(s), %d torch thread(s) "
+        "per task)",
+        f"{rows:,}",
+        version,
+        seconds,
+        f"{rows / seconds:,.0f}",
+        loads,
+        threads,
+    )
+
+
 def batch_inference_stage(
     spark: SparkSession,
     store: ObjectStore,
@@ -143,7 +157,7 @@ def batch_inference_stage(
         sink=progress_sink,
     )
     target = predictions_prefix(as_of)
-    with SparkRowProgress(spark, reporter) as progress:
+    with SparkRowProgress(spark, reporter) as progress, SparkJobs(spark) as jobs:
         data_prefix, keys, rows = score_dataset(
             spark,
             store,
@@ -159,19 +173,14 @@ def batch_inference_stage(
         store, target, data_prefix, keys, rows=rows, metadata={"model_version": model.version}
     )
     seconds = time.perf_counter() - started
-    log.info(
-        "scored %s customers with %s in %.1fs (%s rows/s, %d model load(s), %d torch thread(s) "
-        "per task)",
-        f"{out.rows:,}",
-        model.version,
-        seconds,
-        f"{out.rows / seconds:,.0f}",
-        loads.value,
-        threads,
-    )
+    _log_scored(out.rows, model.version, seconds, loads.value, threads)
     return InferenceResult(
         report=StageReport(
-            name="batch_inference", seconds=seconds, rows_in=published.rows, rows_out=out.rows
+            name="batch_inference",
+            seconds=seconds,
+            rows_in=published.rows,
+            rows_out=out.rows,
+            spark_jobs=jobs.count,
         ),
         model_version=model.version,
         predictions_prefix=out.prefix,

@@ -10,7 +10,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from infra.datasets import read_dataset_manifest
+from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix, scoring_features_prefix
 from infra.store import ObjectStore
@@ -25,7 +25,7 @@ from tasks.data.features import (
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
-from tasks.stages.spark_io import read_dataset, write_dataset, write_observed
+from tasks.stages.spark_io import SparkJobs, read_dataset, write_dataset, write_observed
 
 log = logging.getLogger(__name__)
 FEATURES_CODE = (
@@ -108,29 +108,20 @@ def build_features(
     started = time.perf_counter()
     train, score = pipeline_cutoffs(as_of, horizon_days)
     available = set(validated.available_columns)
-    events = read_dataset(spark, store, validated.events_prefix)
-    wide = customer_features_at(events, [train, score], available).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
-    try:
-        examples, observed = write_observed(
-            cutoff_features(wide, train, available),
-            store,
-            run_dataset_prefix(run_id, "training_examples"),
-            [F.sum("label").alias("positives")],
+    with SparkJobs(spark) as jobs:
+        events = read_dataset(spark, store, validated.events_prefix)
+        wide = customer_features_at(events, [train, score], available).persist(
+            StorageLevel.MEMORY_AND_DISK
         )
-        if examples.rows == 0:
-            raise HybridflowInputError(
-                f"no customer has an event on or before {train.at.date()} (as_of - horizon)"
+        try:
+            examples, positive_rate = _publish_training(wide, train, store, run_id, available)
+            check_labels(positive_rate, examples.rows, as_of, horizon_days)
+            scoring = write_dataset(
+                cutoff_features(wide, score, available), store, scoring_features_prefix(as_of)
             )
-        positive_rate = float(observed["positives"]) / examples.rows
-        check_labels(positive_rate, examples.rows, as_of, horizon_days)
-        scoring = write_dataset(
-            cutoff_features(wide, score, available), store, scoring_features_prefix(as_of)
-        )
-        after = _events_after(wide, validated, score)
-    finally:
-        wide.unpersist()
+            after = _events_after(wide, validated, score)
+        finally:
+            wide.unpersist()
     if after:
         log.warning("ignoring %d event(s) after as_of %s (point-in-time features)", after, as_of)
     return FeaturesResult(
@@ -139,6 +130,7 @@ def build_features(
             seconds=time.perf_counter() - started,
             rows_in=validated.rows_valid,
             rows_out=scoring.rows,
+            spark_jobs=jobs.count,
         ),
         as_of=as_of,
         horizon_days=horizon_days,
@@ -150,6 +142,23 @@ def build_features(
         positive_rate=positive_rate,
         events_after_as_of=after,
     )
+
+
+def _publish_training(
+    wide: DataFrame, train: Cutoff, store: ObjectStore, run_id: str, available: set[str]
+) -> tuple[DatasetManifest, float]:
+    """Write the training examples; their label rate is observed by the write."""
+    examples, observed = write_observed(
+        cutoff_features(wide, train, available),
+        store,
+        run_dataset_prefix(run_id, "training_examples"),
+        [F.sum("label").alias("positives")],
+    )
+    if examples.rows == 0:
+        raise HybridflowInputError(
+            f"no customer has an event on or before {train.at.date()} (as_of - horizon)"
+        )
+    return examples, float(observed["positives"]) / examples.rows
 
 
 def _events_after(wide: DataFrame, validated: ValidateResult, score: Cutoff) -> int:

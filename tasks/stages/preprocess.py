@@ -25,7 +25,7 @@ from tasks.ml.model import Normalizer
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
-from tasks.stages.spark_io import read_dataset, write_observed
+from tasks.stages.spark_io import SparkJobs, read_dataset, write_observed
 
 PREPROCESS_CODE = (
     "tasks.stages.preprocess",
@@ -70,21 +70,22 @@ def build_snapshot(
     """Split, fit and publish the snapshot for ``features`` (no cache): one job, which writes
     the snapshot and observes the split counts and the normaliser's statistics on the way."""
     started = time.perf_counter()
-    examples = assign_split(read_dataset(spark, store, features.training_prefix), seed)
 
     def metadata(values: dict[str, Any]) -> dict[str, Any]:
         mean, std = normalizer_from(values, features.features)
         normalizer = Normalizer(features=features.features, mean=mean, std=std)
         return {"normalizer": normalizer.model_dump(), "features": features.features}
 
-    snapshot, values = write_observed(
-        examples.select("customer_id", "label", *features.features, "split"),
-        store,
-        snapshot_prefix(features.as_of, features.horizon_days),
-        [*split_count_columns(), *normalizer_aggregates(features.features)],
-        partition_by=["split"],
-        metadata=metadata,
-    )
+    with SparkJobs(spark) as jobs:
+        examples = assign_split(read_dataset(spark, store, features.training_prefix), seed)
+        snapshot, values = write_observed(
+            examples.select("customer_id", "label", *features.features, "split"),
+            store,
+            snapshot_prefix(features.as_of, features.horizon_days),
+            [*split_count_columns(), *normalizer_aggregates(features.features)],
+            partition_by=["split"],
+            metadata=metadata,
+        )
     counts = {split: int(values[f"n_{split}"]) for split in SPLITS}
     for split in SPLITS:
         if counts[split] == 0:
@@ -101,6 +102,7 @@ def build_snapshot(
             seconds=time.perf_counter() - started,
             rows_in=features.n_training,
             rows_out=snapshot.rows,
+            spark_jobs=jobs.count,
         ),
         snapshot_prefix=snapshot.prefix,
         split_counts=counts,

@@ -1,7 +1,8 @@
 """Moving Spark DataFrames in and out of the store as published datasets.
 
 A write counts its rows (and any other figure the caller asks for) with an ``Observation`` in
-the same job that writes the files, never by reading the output again. A dataset written with
+the same job that writes the files, never by reading the output again, and records its Spark
+schema in the manifest, so that reading it back needs no job to infer the schema. A dataset written with
 a :class:`ClusteredLayout` (hash-bucketed by a key, each bucket one file) says so in its manifest, and :func:`read_dataset` hands it back as a bucketed table:
 Spark then groups and windows by that key without shuffling the data again.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from infra.datasets import (
     DatasetManifest,
@@ -28,6 +30,7 @@ from infra.datasets import (
 from infra.store import ObjectStore
 
 ROWS = "rows"
+SCHEMA_KEY = "spark_schema"
 ROWS_PER_BUCKET = 4_000_000
 SMALL_INPUT_ROWS = 100_000
 LAYOUT_KEY = "layout"
@@ -56,6 +59,24 @@ class ClusteredLayout:
         if not entry:
             return None
         return cls(key=entry["key"], buckets=int(entry["buckets"]), sort=tuple(entry["sort"]))
+
+
+class SparkJobs:
+    """Counts the Spark jobs this thread starts inside a ``with`` block (by a job tag)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._sc = spark.sparkContext
+        self._tag = f"hybridflow-{uuid.uuid4().hex}"
+        self.count = 0
+
+    def __enter__(self) -> SparkJobs:
+        self._sc.addJobTag(self._tag)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._sc.removeJobTag(self._tag)
+        tracker = self._sc._jsc.sc().statusTracker()
+        self.count = len(tracker.getJobIdsForTag(self._tag))
 
 
 def bucket_count(spark: SparkSession, rows: int) -> int:
@@ -95,6 +116,7 @@ def write_observed(
             _write_bucketed(observed, out, layout)
         values = dict(observation.get)
         extra = metadata(values) if callable(metadata) else dict(metadata or {})
+        extra[SCHEMA_KEY] = df.schema.jsonValue()
         if layout is not None:
             extra[LAYOUT_KEY] = layout.to_metadata()
         manifest = publish_dataset(store, out, prefix, rows=int(values[ROWS]), metadata=extra)
@@ -132,17 +154,23 @@ def read_dataset(spark: SparkSession, store: ObjectStore, prefix: str) -> DataFr
     one as a bucketed table, so that Spark knows its layout."""
     manifest = read_dataset_manifest(store, prefix)
     local: Path = local_dataset_dir(store, manifest)
+    recorded = manifest.metadata.get(SCHEMA_KEY)
+    schema = StructType.fromJson(recorded) if recorded else None
     layout = ClusteredLayout.from_metadata(manifest.metadata.get(LAYOUT_KEY))
-    if layout is None:
-        return spark.read.option("basePath", str(local)).parquet(str(local))
-    return _bucketed_table(spark, local, layout)
+    if layout is not None and schema is not None:
+        return _bucketed_table(spark, local, layout, schema)
+    reader = spark.read.option("basePath", str(local))
+    if schema is not None:
+        reader = reader.schema(schema)  # no job to infer it from the files' footers
+    return reader.parquet(str(local))
 
 
-def _bucketed_table(spark: SparkSession, local: Path, layout: ClusteredLayout) -> DataFrame:
+def _bucketed_table(
+    spark: SparkSession, local: Path, layout: ClusteredLayout, schema: StructType
+) -> DataFrame:
     """A catalog table over ``local`` that declares its buckets (registered once per folder)."""
     table = f"hf_read_{hashlib.sha256(str(local).encode()).hexdigest()[:16]}"
     if not spark.catalog.tableExists(table):
-        schema = spark.read.parquet(str(local)).schema
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
         sort = ", ".join(f"`{c}`" for c in layout.sort)
         sorted_by = f"SORTED BY ({sort}) " if sort else ""

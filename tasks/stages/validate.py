@@ -8,22 +8,24 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from infra.datasets import DatasetManifest
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
 from infra.store import ObjectStore
 from tasks.data.contract import CONTRACT_COLUMNS, QUARANTINE_REASONS
 from tasks.data.input_formats import InputOptions, list_event_files, read_events
-from tasks.data.validation import conform_events, split_valid_events
+from tasks.data.validation import ValidatedEvents, conform_events, split_valid_events
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, files_fingerprint, stage_fingerprint
 from tasks.stages.records import StageReport, ValidateResult
-from tasks.stages.spark_io import ClusteredLayout, bucket_count, write_observed
+from tasks.stages.spark_io import ClusteredLayout, SparkJobs, bucket_count, write_observed
 
 log = logging.getLogger(__name__)
 EVENTS_KEY = "customer_id"
@@ -87,32 +89,23 @@ def validate_events(
     """Read ``path``, split good rows from bad, publish both; figures for the summary.
 
     The good events are published clustered by customer (hash buckets): the layout the features
-    stage reads without shuffling them again. Every figure
-    (rows, per-reason counts, first and last event) is observed while the two outputs are
-    written: two jobs over one shuffle of the input.
+    stage reads without shuffling them again. Every figure (rows, per-reason counts, first and
+    last event) is observed while the two outputs are written: two writes over one shuffle.
     """
     started = time.perf_counter()
-    raw = read_events(spark, path, options)
-    present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
-    buckets = bucket_count(spark, raw.rows_estimate)
-    parts = split_valid_events(conform_events(raw.df, raw.timestamp_format), buckets)
-    event_micros = F.unix_micros("event_time")
-    reason_counts = [F.count(F.when(F.col("reason") == r, 1)).alias(r) for r in QUARANTINE_REASONS]
-    try:
-        events, span = write_observed(
-            parts.good,
-            store,
-            run_dataset_prefix(run_id, "events"),
-            [F.min(event_micros).alias("first"), F.max(event_micros).alias("last")],
-            layout=ClusteredLayout(EVENTS_KEY, buckets),
-        )
-        quarantine, counted = write_observed(
-            parts.quarantine, store, run_dataset_prefix(run_id, "quarantine"), reason_counts
-        )
-    except (PySparkException, Py4JJavaError) as exc:
-        raise HybridflowInputError(f"cannot read events at {path}: {_first_line(exc)}") from None
-    finally:
-        parts.release()
+    with SparkJobs(spark) as jobs:
+        raw = read_events(spark, path, options)
+        present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
+        buckets = bucket_count(spark, raw.rows_estimate)
+        parts = split_valid_events(conform_events(raw.df, raw.timestamp_format), buckets)
+        try:
+            events, span, quarantine, counted = _publish(parts, store, run_id)
+        except (PySparkException, Py4JJavaError) as exc:
+            raise HybridflowInputError(
+                f"cannot read events at {path}: {_first_line(exc)}"
+            ) from None
+        finally:
+            parts.release()
     # every input row is either kept, or quarantined (invalid, or an extra duplicate copy)
     rows_read = events.rows + quarantine.rows
     if rows_read == 0:
@@ -126,6 +119,7 @@ def validate_events(
             seconds=time.perf_counter() - started,
             rows_in=rows_read,
             rows_out=events.rows,
+            spark_jobs=jobs.count,
         ),
         events_prefix=events.prefix,
         quarantine_prefix=quarantine.prefix,
@@ -138,6 +132,30 @@ def validate_events(
         first_event=_from_micros(span["first"]),
         last_event=_from_micros(span["last"]),
     )
+
+
+def _publish(
+    parts: ValidatedEvents, store: ObjectStore, run_id: str
+) -> tuple[DatasetManifest, dict[str, Any], DatasetManifest, dict[str, Any]]:
+    """Write the good events (bucketed by customer; first and last event time observed) and the
+    quarantine (rows per reason observed)."""
+    events, span = write_observed(
+        parts.good,
+        store,
+        run_dataset_prefix(run_id, "events"),
+        [
+            F.min(F.unix_micros("event_time")).alias("first"),
+            F.max(F.unix_micros("event_time")).alias("last"),
+        ],
+        layout=ClusteredLayout(EVENTS_KEY, parts.partitions),
+    )
+    quarantine, counted = write_observed(
+        parts.quarantine,
+        store,
+        run_dataset_prefix(run_id, "quarantine"),
+        [F.count(F.when(F.col("reason") == r, 1)).alias(r) for r in QUARANTINE_REASONS],
+    )
+    return events, span, quarantine, counted
 
 
 def check_bad_fraction(result: ValidateResult, max_bad_fraction: float) -> None:
