@@ -49,6 +49,8 @@ def spark_conf_for(settings: HybridflowSettings) -> dict[str, str]:
         # A cluster's executors must reach the driver: bind where Spark picks, not loopback.
         conf.pop("spark.driver.host")
         conf.pop("spark.driver.bindAddress")
+    elif settings.spark_local_java_options:
+        conf["spark.driver.extraJavaOptions"] = settings.spark_local_java_options
     conf.update(settings.spark_conf)
     return conf
 

@@ -43,7 +43,7 @@ PREDICTION_ARROW_SCHEMA = pa.schema(
         pa.field("as_of", pa.date32(), nullable=False),
     ]
 )
-SCORING_BATCH_ROWS = 65_536
+SCORING_BATCH_ROWS = 10_000  # default; the stage passes HYBRIDFLOW_SPARK_ARROW_BATCH_SIZE
 
 
 @dataclass(frozen=True)

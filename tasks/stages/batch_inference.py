@@ -23,6 +23,7 @@ from infra.layout import predictions_prefix, scoring_features_prefix
 from infra.registry import ModelRegistry
 from infra.store import ObjectStore, open_store
 from tasks.ml.scoring_worker import (
+    SCORING_BATCH_ROWS,
     ScoringModel,
     ScoringUnit,
     score_unit,
@@ -34,6 +35,8 @@ from tasks.stages.records import InferenceResult, StageReport
 from tasks.stages.spark_io import SparkJobs
 
 log = logging.getLogger(__name__)
+# HYBRIDFLOW_SPARK_ARROW_BATCH_SIZE: rows a scoring task holds at once (infra/spark.py sets it)
+ARROW_BATCH_KEY = "spark.sql.execution.arrow.maxRecordsPerBatch"
 # What a scoring task hands back to the driver: the unit it scored and the rows in it.
 UNIT_DONE = StructType(
     [StructField("unit", LongType(), False), StructField("rows", LongType(), False)]
@@ -72,6 +75,7 @@ def score_dataset(
     target_prefix: str,
     *,
     torch_threads: int = 1,
+    batch_rows: int = SCORING_BATCH_ROWS,
     rows_done: Accumulator[int] | None = None,
     model_loads: Accumulator[int] | None = None,
 ) -> tuple[str, list[str], int]:
@@ -79,7 +83,8 @@ def score_dataset(
     its predictions file under a fresh data folder of ``target_prefix``.
 
     Returns that folder, the keys written and the rows scored (publish them with
-    :func:`infra.datasets.publish_written`). ``rows_done`` / ``model_loads``: optional
+    :func:`infra.datasets.publish_written`). A task reads, scores and writes ``batch_rows``
+    rows at a time (its memory bound). ``rows_done`` / ``model_loads``: optional
     accumulators the tasks add scored rows and model loads to (progress reporting, and proof
     that each Python worker loads the model once).
     """
@@ -100,7 +105,7 @@ def score_dataset(
             model_loads.add(1)
         for batch in batches:
             for index in batch.column("id").to_pylist():
-                rows = score_unit(worker_store, units[index], model, loaded, as_of)
+                rows = score_unit(worker_store, units[index], model, loaded, as_of, batch_rows)
                 if rows_done is not None:
                     rows_done.add(rows)
                 yield pa.RecordBatch.from_pydict(
@@ -148,6 +153,7 @@ def batch_inference_stage(
             f"no features published for as_of {as_of}: run the features stage for that date first"
         )
     threads = torch_threads_per_task(spark.conf.get("spark.task.cpus", "1"))
+    batch_rows = int(spark.conf.get(ARROW_BATCH_KEY, str(SCORING_BATCH_ROWS)))
     loads = spark.sparkContext.accumulator(0)
     reporter = ProgressReporter(
         "batch_inference",
@@ -166,6 +172,7 @@ def batch_inference_stage(
             as_of,
             target,
             torch_threads=threads,
+            batch_rows=batch_rows,
             rows_done=progress.rows,
             model_loads=loads,
         )
