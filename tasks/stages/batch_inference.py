@@ -37,6 +37,8 @@ from tasks.stages.spark_io import SparkJobs
 log = logging.getLogger(__name__)
 # HYBRIDFLOW_SPARK_ARROW_BATCH_SIZE: rows a scoring task holds at once (infra/spark.py sets it)
 ARROW_BATCH_KEY = "spark.sql.execution.arrow.maxRecordsPerBatch"
+# Enough rows that a task's work outweighs starting its Python worker and importing torch.
+ROWS_PER_SCORING_TASK = 250_000
 # What a scoring task hands back to the driver: the unit it scored and the rows in it.
 UNIT_DONE = StructType(
     [StructField("unit", LongType(), False), StructField("rows", LongType(), False)]
@@ -76,11 +78,14 @@ def score_dataset(
     *,
     torch_threads: int = 1,
     batch_rows: int = SCORING_BATCH_ROWS,
+    rows_per_task: int = ROWS_PER_SCORING_TASK,
     rows_done: Accumulator[int] | None = None,
     model_loads: Accumulator[int] | None = None,
 ) -> tuple[str, list[str], int]:
-    """Score every file of the ``features`` dataset, one Spark task per file; each task writes
-    its predictions file under a fresh data folder of ``target_prefix``.
+    """Score every file of the ``features`` dataset in Spark tasks of about ``rows_per_task``
+    rows (whole files, at least one per task: a small dataset is one task, one Python worker
+    to start); each file's predictions go to a file under a fresh data folder of
+    ``target_prefix``.
 
     Returns that folder, the keys written and the rows scored (publish them with
     :func:`infra.datasets.publish_written`). A task reads, scores and writes ``batch_rows``
@@ -112,7 +117,8 @@ def score_dataset(
                     {"unit": [index], "rows": [rows]}, schema=UNIT_DONE_ARROW
                 )
 
-    tasks = spark.range(0, len(units), 1, numPartitions=max(1, len(units)))
+    n_tasks = min(len(units), -(-features.rows // max(1, rows_per_task)))
+    tasks = spark.range(0, len(units), 1, numPartitions=max(1, n_tasks))
     done = tasks.mapInArrow(score_partition, schema=UNIT_DONE).collect()
     keys = [units[r["unit"]].target_key for r in done]
     return data_prefix, keys, sum(int(r["rows"]) for r in done)

@@ -161,8 +161,8 @@ def test_batch_inference_end_to_end(
         assert main(["infer", "--as-of", feats.as_of.isoformat(), "--model-version", "m-x"]) == 2
         assert "model version not found: m-x" in capsys.readouterr().err
 
-        # 4. One task per features file; the model is loaded once per Python worker, not once
-        # per task (the same file listed 4x per core: as many tasks, each one file).
+        # 4. The model is loaded once per Python worker, not once per task (the same file listed
+        # 4x per core, one file per task).
         tasks = 4 * spark.sparkContext.defaultParallelism
         published = read_dataset_manifest(store, features_prefix)
         many = published.model_copy(update={"files": published.files[:1] * tasks})
@@ -175,6 +175,7 @@ def test_batch_inference_end_to_end(
             load_scoring_model(store, fresh),
             feats.as_of,
             "scratch/many",
+            rows_per_task=1,
             model_loads=loads,
         )
         first_file = pq.read_table(store.local_path(published.files[0]))
