@@ -3,8 +3,8 @@ DuckDB computing the same outputs with SQL in one process (:mod:`bench.duckdb_ba
 
 Both read the same events: the validate stage's output (Parquet bucketed by customer), which the
 stage reads without a shuffle and DuckDB reads as plain Parquet. Both compute the training
-examples (46 features at T-H, label "purchased in (T-H, T]") and the scoring features (at T) and
-write them as Parquet; the outputs must agree (relative tolerance 1e-6: sums may differ in the
+examples (46 features at T-H, label "purchased in (T-H, T]"), the scoring features (at T) and the
+backtest's examples (at T-2H, label "purchased in (T-2H, T-H]") and write them as Parquet; the outputs must agree (relative tolerance 1e-6: sums may differ in the
 last bits from the order of addition). Prints Spark seconds / DuckDB seconds and each engine's
 events per second, for a first and a second run. ``BENCH_FEATURES_CUSTOMERS`` sets the size
 (default 50,000 customers, about 1.08M events).
@@ -44,16 +44,18 @@ def _duckdb_features(events_glob: str, as_of, out: Path) -> float:
 
     from tasks.data.features import pipeline_cutoffs
 
-    train, score = pipeline_cutoffs(as_of, HORIZON_DAYS)
+    cutoffs = pipeline_cutoffs(as_of, HORIZON_DAYS)
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     started = time.perf_counter()
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet('{events_glob}')"
     )
-    sql = training_sql("events", train.at, train.label_until)
-    con.execute(f"COPY ({sql}) TO '{out / 'training.parquet'}' (FORMAT parquet)")
-    con.execute(f"COPY ({feature_sql('events', score.at)}) TO '{out / 'scoring.parquet'}'")
+    for name, cutoff in (("training", cutoffs.train), ("backtest", cutoffs.backtest)):
+        sql = training_sql("events", cutoff.at, cutoff.label_until)
+        con.execute(f"COPY ({sql}) TO '{out / f'{name}.parquet'}' (FORMAT parquet)")
+    sql = feature_sql("events", cutoffs.score.at)
+    con.execute(f"COPY ({sql}) TO '{out / 'scoring.parquet'}' (FORMAT parquet)")
     seconds = time.perf_counter() - started
     con.close()
     return seconds
@@ -111,17 +113,19 @@ def main(results_dir: Path) -> list[dict]:
             out = work / f"duck-{run}"
             out.mkdir()
             duck_s = _duckdb_features(glob, result.as_of, out)
+            if result.backtest_prefix is None:
+                raise AssertionError(f"the features stage skipped the backtest: {result}")
             worst = max(
                 compare(
-                    _published(store, result.training_prefix),
-                    pq.read_table(out / "training.parquet"),
-                    [*names, "label"],
-                ),
-                compare(
-                    _published(store, result.scoring_prefix),
-                    pq.read_table(out / "scoring.parquet"),
-                    names,
-                ),
+                    _published(store, prefix),
+                    pq.read_table(out / f"{name}.parquet"),
+                    [*names, "label"] if labelled else names,
+                )
+                for name, prefix, labelled in (
+                    ("training", result.training_prefix, True),
+                    ("backtest", result.backtest_prefix, True),
+                    ("scoring", result.scoring_prefix, False),
+                )
             )
             timings.append((run, spark_s, duck_s, worst, result.report.spark_jobs))
     finally:
@@ -130,7 +134,7 @@ def main(results_dir: Path) -> list[dict]:
     return [
         {
             "benchmark": f"features ({run} run)",
-            "subject": "spark features stage (T-H + labels, T)",
+            "subject": "spark features stage (T-H + labels, T, T-2H + labels)",
             "baseline": "duckdb SQL, same outputs",
             "ratio": duck_s / spark_s,
             "events": n,

@@ -3,8 +3,9 @@ measured against (``bench_features``, ``bench_prepare``, ``bench_run``).
 
 Same definitions as the project (the feature list from :mod:`tasks.data.feature_specs`, the
 contract's rules from :mod:`tasks.data.contract`), written as SQL: drop bad and duplicate rows,
-features at T-H with labels "purchased in (T-H, T]", features at T, the customer split and the
-normaliser's statistics. ``python -m bench.duckdb_baseline --events PATH`` runs it alone.
+features at T-H with labels "purchased in (T-H, T]", features at T, the backtest's examples
+(features at T-2H, labels in (T-2H, T-H]), the customer split and the normaliser's statistics
+of both snapshots. ``python -m bench.duckdb_baseline --events PATH`` runs it alone.
 """
 
 from __future__ import annotations
@@ -171,8 +172,9 @@ def prepare(
     as_of: dt.date | None = None,
     seed: int = 7,
 ) -> dict[str, Any]:
-    """Clean events, training examples (T-H, labelled), scoring features (T), split and
-    normaliser: the validate + features + preprocess job. Writes Parquet under ``out``;
+    """Clean events, training examples (T-H, labelled), scoring features (T), the backtest's
+    examples (T-2H, labelled), split and normaliser of both snapshots: the validate + features +
+    preprocess job. Writes Parquet under ``out``;
     ``as_of`` defaults to the last valid event's date."""
     out.mkdir(parents=True, exist_ok=True)
     con.execute("SET TimeZone = 'UTC'")
@@ -180,14 +182,21 @@ def prepare(
     if as_of is None:
         as_of = con.execute("SELECT max(event_time) FROM events").fetchone()[0].date()
     at = dt.datetime.combine(as_of, dt.time.max)
-    train_at = at - dt.timedelta(days=horizon_days)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE examples AS {training_sql('events', train_at, at)}")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE snapshot AS {split_sql('examples', seed)}")
-    con.execute(f"COPY snapshot TO '{out / 'snapshot'}' (FORMAT parquet, PARTITION_BY (split))")
+    horizon = dt.timedelta(days=horizon_days)
+    for name, cutoff in (("", at - horizon), ("backtest_", at - 2 * horizon)):
+        examples = training_sql("events", cutoff, cutoff + horizon)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name}examples AS {examples}")
+        snapshot = split_sql(f"{name}examples", seed)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name}snapshot AS {snapshot}")
+        con.execute(
+            f"COPY {name}snapshot TO '{out / f'{name}snapshot'}' "
+            "(FORMAT parquet, PARTITION_BY (split))"
+        )
     con.execute(
         f"COPY ({feature_sql('events', at)}) TO '{out / 'scoring.parquet'}' (FORMAT parquet)"
     )
     normalizer = con.execute(normalizer_sql("snapshot")).fetchone()
+    con.execute(normalizer_sql("backtest_snapshot")).fetchone()
     counts = con.execute(
         "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM examples), "
         "(SELECT avg(label) FROM examples)"

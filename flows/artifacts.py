@@ -42,29 +42,31 @@ def progress_artifact_key(name: str) -> str:
 
 class ProgressArtifact:
     """A :class:`tasks.stages.progress.ProgressSink` that keeps one Prefect progress artifact
-    of the current run up to date. Created on the first update; a failure to reach the API is
-    logged once and never raised (progress must not fail the stage)."""
+    of the current run up to date. The artifact is created here, in the run's context (updates
+    may come from a polling thread); a failure to reach the API is logged once and never raised
+    (progress must not fail the stage)."""
 
     def __init__(self, name: str) -> None:
         self.key = progress_artifact_key(name)
         self.log_extra: dict[str, Any] = _run_ids()
         self._artifact_id: UUID | None = None
-        self._failed = not self.log_extra  # outside a run there is nothing to attach it to
+        if self.log_extra:  # outside a run there is nothing to attach it to
+            try:
+                self._artifact_id = create_progress_artifact(
+                    progress=0.0, key=self.key, description=f"{name}: starting"
+                )
+            except Exception as exc:  # noqa: BLE001 - a side channel
+                log.warning("progress artifact %s not created: %s", self.key, exc)
 
     def __call__(self, percent: float, description: str) -> None:
-        if self._failed:
+        if self._artifact_id is None:
             return
         try:
-            if self._artifact_id is None:
-                self._artifact_id = create_progress_artifact(
-                    progress=percent, key=self.key, description=description
-                )
-            else:
-                update_progress_artifact(
-                    artifact_id=self._artifact_id, progress=percent, description=description
-                )
+            update_progress_artifact(
+                artifact_id=self._artifact_id, progress=percent, description=description
+            )
         except Exception as exc:  # noqa: BLE001 - a side channel
-            self._failed = True
+            self._artifact_id = None
             log.warning("progress artifact %s not updated: %s", self.key, exc)
 
 

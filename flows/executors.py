@@ -5,22 +5,31 @@ Deployed: every dispatch unit runs as its deployment on the pool the router chos
 ``run_deployment`` as a subflow (the UI shows the tree); only store URIs are handed over. A unit
 whose manifests all exist under the run key is not run again (a manifest is the last thing a
 stage writes, so one that exists is complete), and a child that does not complete fails the
-pipeline with its state, its message and a link to it.
+pipeline with its state, its message and a link to it. A child that no worker picks up within
+``dispatch_start_timeout_seconds`` (a pool without a worker, a paused or saturated pool) is
+cancelled and fails the pipeline with what the pool looks like; once started, a child may run
+as long as it needs (a dead worker is caught by the stack's heartbeat automation).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Literal
+from uuid import UUID
 
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import deployment
+from prefect.states import Cancelled
 
 from flows.dag import PIPELINE_UNITS, DispatchUnit, load_flow
 from flows.params import StageParams
 from infra.layout import stage_manifest_key
+from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -61,15 +70,27 @@ def run_on_pools(
     params: StageParams,
     pools: dict[str, str],
     store: ObjectStore,
-    poll_s: float,
+    settings: HybridflowSettings,
     units: tuple[DispatchUnit, ...] = PIPELINE_UNITS,
 ) -> dict[str, UnitOrigin]:
     """Run each unit as its deployment on ``pools[unit.flow_name]`` and wait for it."""
     assert params.run_id, "deployed runs hand over manifests under an explicit run key"
+    timing = DispatchTiming(
+        poll_s=settings.dispatch_poll_seconds,
+        start_timeout_s=settings.dispatch_start_timeout_seconds,
+    )
     return {
-        unit.flow_name: run_or_reuse(unit, pools[unit.flow_name], params, store, poll_s)
+        unit.flow_name: run_or_reuse(unit, pools[unit.flow_name], params, store, timing)
         for unit in units
     }
+
+
+@dataclass(frozen=True)
+class DispatchTiming:
+    """How often a dispatched child is polled, and how long it may wait for a worker."""
+
+    poll_s: float
+    start_timeout_s: float
 
 
 def is_complete(store: ObjectStore, run_id: str, unit: DispatchUnit) -> bool:
@@ -86,7 +107,11 @@ def flow_run_link(flow_run_id: object) -> str:
 
 
 def run_or_reuse(
-    unit: DispatchUnit, pool: str, params: StageParams, store: ObjectStore, poll_s: float
+    unit: DispatchUnit,
+    pool: str,
+    params: StageParams,
+    store: ObjectStore,
+    timing: DispatchTiming,
 ) -> UnitOrigin:
     """Skip the unit when its manifests exist, else run its deployment on ``pool`` and wait."""
     deployment_name = unit.deployment_on(pool)
@@ -95,17 +120,18 @@ def run_or_reuse(
         return UnitOrigin(pool=pool, cached=True)
     log.info("%s: dispatching to %s", deployment_name, pool)
     try:
-        child = run_deployment(
+        created = run_deployment(
             deployment_name,
             parameters={"params": params.model_dump(mode="json")},
-            poll_interval=poll_s,
             as_subflow=True,
+            timeout=0,  # waited for below, with a deadline for a worker to pick it up
         )
     except ObjectNotFound:
         raise StageRunFailed(
             f"deployment {deployment_name!r} not found: deploy prefect.yaml first "
             "(hybridflow up, or prefect --no-prompt deploy --all)"
         ) from None
+    child = wait_for_child(created.id, deployment_name, pool, timing)
     state = child.state
     if state is None or not state.is_completed():
         name = state.name if state else "unknown"
@@ -117,6 +143,50 @@ def run_or_reuse(
     pool = child.work_pool_name or pool
     log.info("%s: completed on %s (flow run %s)", deployment_name, pool, child.name)
     return UnitOrigin(pool=pool, cached=False, flow_run_id=str(child.id))
+
+
+def wait_for_child(
+    flow_run_id: UUID, deployment_name: str, pool: str, timing: DispatchTiming
+) -> FlowRun:
+    """Poll the child until it is final; cancel it and raise StageRunFailed when no worker has
+    picked it up within ``timing.start_timeout_s``."""
+    deadline = time.monotonic() + timing.start_timeout_s
+    with get_client(sync_client=True) as client:
+        while True:
+            child = client.read_flow_run(flow_run_id)
+            state_type = child.state.type if child.state else None
+            if child.state is not None and child.state.is_final():
+                return child
+            if state_type == StateType.SCHEDULED and time.monotonic() > deadline:
+                why = _pool_condition(client, pool)
+                message = (
+                    f"no worker picked it up within {timing.start_timeout_s:g}s: {why}; "
+                    "cancelled by the pipeline"
+                )
+                client.set_flow_run_state(flow_run_id, Cancelled(message=message), force=True)
+                raise StageRunFailed(
+                    f"stage {deployment_name} (flow run {child.name}) {message} "
+                    f"-> {flow_run_link(flow_run_id)}"
+                )
+            time.sleep(timing.poll_s)
+
+
+def _pool_condition(client, pool: str) -> str:
+    """Why a pool may not be picking up runs: no online worker, paused, or full."""
+    try:
+        work_pool = client.read_work_pool(pool)
+    except ObjectNotFound:
+        return f"work pool {pool} does not exist"
+    online = [w for w in client.read_workers_for_work_pool(pool) if w.status == "ONLINE"]
+    if work_pool.is_paused:
+        return f"work pool {pool} is paused"
+    if not online:
+        return (
+            f"work pool {pool} has no online worker (start one: hybridflow up, or "
+            f"prefect worker start --pool {pool})"
+        )
+    limit = work_pool.concurrency_limit
+    return f"work pool {pool} has {len(online)} online worker(s) (concurrency limit {limit})"
 
 
 def schedule_profiling_runs(pools: list[str], parameters: dict[str, object]) -> list[str]:

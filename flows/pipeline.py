@@ -98,9 +98,7 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     stage_params = params.stage_params(run_id, run.store.uri, routed_device(params.device, plan))
     if deployed:
         _profile_missing_pools(params, plan, run.store.uri)
-        units = run_on_pools(
-            stage_params, unit_pools(plan), run.store, run.settings.dispatch_poll_seconds
-        )
+        units = run_on_pools(stage_params, unit_pools(plan), run.store, run.settings)
     else:
         units = run_in_process(stage_params)
     summary = run_summary(

@@ -1,5 +1,8 @@
 """Flow ``model-refresh`` (gpu-pool, on a schedule): train on the newest window, gate, promote.
 
+Without a production model there is nothing to refresh: the flow refuses at once (one clear
+error, nothing written) instead of training a first model behind the pipeline's back.
+
 Reuses the stage flows: prepare-data (validate -> features -> preprocess at ``as_of``, i.e.
 labels from the most recent horizon window) and train (warm start from production when the
 features match, production evaluated on the same test split, promotion gate). ``promote=always``
@@ -32,6 +35,7 @@ from tasks.stages.refresh import (
     apply_promotion_mode,
     production_manifest,
     refresh_horizon,
+    require_production,
 )
 
 
@@ -48,7 +52,7 @@ def refresh_flow(params: RefreshParams) -> RefreshResult:
     started = time.perf_counter()
     run = resolve(params)
     registry = ModelRegistry(run.store)
-    production = production_manifest(registry)
+    production = require_production(production_manifest(registry))
     run_id = resolve_run_id(None)
     horizon = refresh_horizon(params.horizon_days, production, run.settings.horizon_days)
     stage_params = StageParams.model_validate(
@@ -65,7 +69,7 @@ def refresh_flow(params: RefreshParams) -> RefreshResult:
         as_of=features.as_of,
         horizon_days=features.horizon_days,
         candidate_version=trained.model_version,
-        production_before=production.version if production else None,
+        production_before=production.version,
         production_after=after.version if after else None,
         warm_start=trained.warm_start,
         promoted=promoted,

@@ -1,17 +1,27 @@
 """Datasets in the store: immutable data folders published behind a small manifest.
 
-A dataset at ``prefix`` is ``prefix/_manifest.json`` naming one ``prefix/data-<id>/`` folder.
-Writers publish the data folder first and the manifest last, so readers see the previous
-complete dataset or the new complete one, never a mix; a crash before the manifest leaves only
-an unreferenced folder that the next publish sweeps away.
+A dataset at ``prefix`` is ``prefix/_manifest.json`` naming one ``prefix/data-<generation>/``
+folder and the generation it replaced. Writers publish the data folder first and then move the
+manifest with a compare-and-swap, so readers see the previous complete dataset or the new
+complete one, never a mix, and two writers of the same dataset line up one after the other
+(the last one wins) instead of overwriting each other's manifest.
+
+Deleting is safe for concurrent writers because a generation is deleted only by the writer that
+pushed it out of the two newest (the current one and the one before it stay for readers that
+resolved the manifest a moment ago): a generation still being written by another writer is in no
+manifest yet and is never touched. Generations a crashed writer never published are swept once
+they are older than ``STALE_STAGING_S`` (their id starts with their UTC creation time; ids
+without a time were written by an earlier release and are swept when no manifest names them).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import re
+import secrets
 import shutil
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +34,12 @@ from infra.layout import (
     dataset_generation_folder,
     dataset_manifest_key,
 )
-from infra.store import ObjectStore
+from infra.store import ObjectStore, PreconditionFailed
 
-STALE_STAGING_S = 6 * 3600  # a staging folder this old belongs to a run that died
+log = logging.getLogger(__name__)
+STALE_STAGING_S = 6 * 3600  # a staging folder or unpublished generation this old was abandoned
+MANIFEST_SWAP_ATTEMPTS = 50
+_GENERATION_TIME = re.compile(r"/data-(\d{8}T\d{6}Z)-[0-9a-f]+$")
 
 
 class DatasetManifest(BaseModel):
@@ -38,6 +51,23 @@ class DatasetManifest(BaseModel):
     rows: int
     created_at: dt.datetime = Field(default_factory=lambda: dt.datetime.now(dt.UTC))
     metadata: dict[str, Any] = Field(default_factory=dict)
+    previous_data_prefix: str | None = Field(
+        default=None, description="the generation this one replaced (kept for its readers)"
+    )
+
+
+def new_generation(now: dt.datetime | None = None) -> str:
+    """A unique generation id that starts with its UTC creation time."""
+    now = now or dt.datetime.now(dt.UTC)
+    return f"{now.astimezone(dt.UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(6)}"
+
+
+def generation_time(data_prefix: str) -> dt.datetime | None:
+    """When a generation was created (None for ids written before they carried a time)."""
+    match = _GENERATION_TIME.search(data_prefix)
+    if match is None:
+        return None
+    return dt.datetime.strptime(match.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
 
 
 def publish_dataset(
@@ -47,20 +77,21 @@ def publish_dataset(
     *,
     rows: int,
     metadata: dict[str, Any] | None = None,
+    now: dt.datetime | None = None,
 ) -> DatasetManifest:
     """Publish the Parquet files in ``local_dir`` as the dataset at ``prefix`` (replacing it)."""
     for junk in list(local_dir.rglob("*")):
         if junk.is_file() and junk.name.startswith((".", "_")):
             junk.unlink()  # Spark's _SUCCESS and .crc files are not data
-    data_prefix = new_data_prefix(prefix)
+    data_prefix = new_data_prefix(prefix, now)
     keys = store.publish_dir(local_dir, data_prefix)
-    return publish_written(store, prefix, data_prefix, keys, rows=rows, metadata=metadata)
+    return publish_written(store, prefix, data_prefix, keys, rows=rows, metadata=metadata, now=now)
 
 
-def new_data_prefix(prefix: str) -> str:
-    """A fresh data folder for the dataset at ``prefix``, for writers that put the files there
-    themselves (e.g. one per Spark task) before :func:`publish_written`."""
-    return dataset_data_prefix(prefix.strip("/"), uuid.uuid4().hex[:12])
+def new_data_prefix(prefix: str, now: dt.datetime | None = None) -> str:
+    """A fresh generation folder for the dataset at ``prefix``, for writers that put the files
+    there themselves (e.g. one per Spark task) before :func:`publish_written`."""
+    return dataset_data_prefix(prefix.strip("/"), new_generation(now))
 
 
 def publish_written(
@@ -71,22 +102,84 @@ def publish_written(
     *,
     rows: int,
     metadata: dict[str, Any] | None = None,
+    now: dt.datetime | None = None,
 ) -> DatasetManifest:
     """Publish the files already written at ``keys`` under ``data_prefix`` as the dataset at
-    ``prefix`` (the manifest last), replacing the previous generation."""
+    ``prefix`` (the manifest last, by compare-and-swap), replacing the previous generation."""
     prefix = prefix.strip("/")
-    previous = find_dataset(store, prefix)
-    manifest = DatasetManifest(
-        prefix=prefix,
-        data_prefix=data_prefix,
-        files=sorted(k for k in keys if k.endswith(".parquet")),
-        rows=rows,
-        metadata=metadata or {},
-    )
-    store.put_json(dataset_manifest_key(prefix), manifest.model_dump(mode="json"))
-    _sweep_unreferenced(store, prefix, keep={data_prefix, previous.data_prefix if previous else ""})
+    files = sorted(k for k in keys if k.endswith(".parquet"))
+    manifest, replaced = _swap_manifest(store, prefix, data_prefix, files, rows, metadata or {})
+    if replaced is not None and replaced.previous_data_prefix not in (None, data_prefix):
+        store.delete_prefix(replaced.previous_data_prefix)  # now two generations back
+    sweep_abandoned_generations(store, prefix, now)
     sweep_stale_staging(store)
     return manifest
+
+
+def _swap_manifest(
+    store: ObjectStore,
+    prefix: str,
+    data_prefix: str,
+    files: list[str],
+    rows: int,
+    metadata: dict[str, Any],
+) -> tuple[DatasetManifest, DatasetManifest | None]:
+    """Point the manifest at ``data_prefix`` by compare-and-swap, re-reading after a lost race.
+    Returns the new manifest and the one it replaced."""
+    key = dataset_manifest_key(prefix)
+    for _ in range(MANIFEST_SWAP_ATTEMPTS):
+        current, token = _manifest_with_token(store, prefix)
+        manifest = DatasetManifest(
+            prefix=prefix,
+            data_prefix=data_prefix,
+            files=files,
+            rows=rows,
+            metadata=metadata,
+            previous_data_prefix=current.data_prefix if current else None,
+        )
+        body = manifest.model_dump_json(indent=2).encode()
+        try:
+            if token is None:
+                store.put_bytes_if(key, body, if_none_match=True)
+            else:
+                store.put_bytes_if(key, body, if_match=token)
+        except PreconditionFailed:
+            continue  # another writer published in between: line up behind it
+        return manifest, current
+    raise StoreError(
+        f"dataset {store.key_uri(prefix)}: the manifest kept changing under "
+        f"{MANIFEST_SWAP_ATTEMPTS} attempts to publish {data_prefix}"
+    )
+
+
+def _manifest_with_token(
+    store: ObjectStore, prefix: str
+) -> tuple[DatasetManifest | None, str | None]:
+    try:
+        data, token = store.get_with_token(dataset_manifest_key(prefix))
+    except FileNotFoundError:
+        return None, None
+    return DatasetManifest.model_validate_json(data), token
+
+
+def sweep_abandoned_generations(
+    store: ObjectStore, prefix: str, now: dt.datetime | None = None
+) -> list[str]:
+    """Remove generations no manifest names that are older than ``STALE_STAGING_S`` (their
+    writer died before publishing); younger ones may still be on their way. Returns them."""
+    current = find_dataset(store, prefix)
+    keep = {current.data_prefix, current.previous_data_prefix} if current else set()
+    cutoff = (now or dt.datetime.now(dt.UTC)) - dt.timedelta(seconds=STALE_STAGING_S)
+    seen = {
+        folder for key in store.list(prefix) if (folder := dataset_generation_folder(prefix, key))
+    }
+    removed = []
+    for data_prefix in sorted(seen - keep):
+        created = generation_time(data_prefix)  # None: written by a release before this one
+        if created is None or created < cutoff:
+            store.delete_prefix(data_prefix)
+            removed.append(data_prefix)
+    return removed
 
 
 def sweep_stale_staging(store: ObjectStore, max_age_s: float = STALE_STAGING_S) -> list[Path]:
@@ -105,16 +198,6 @@ def sweep_stale_staging(store: ObjectStore, max_age_s: float = STALE_STAGING_S) 
         except FileNotFoundError:
             continue  # another process swept it
     return removed
-
-
-def _sweep_unreferenced(store: ObjectStore, prefix: str, keep: set[str]) -> None:
-    """Remove data folders of older generations; the one before the current stays for readers
-    that resolved the previous manifest a moment ago."""
-    seen = {
-        folder for key in store.list(prefix) if (folder := dataset_generation_folder(prefix, key))
-    }
-    for data_prefix in seen - keep:
-        store.delete_prefix(data_prefix)
 
 
 def find_dataset(store: ObjectStore, prefix: str) -> DatasetManifest | None:

@@ -4,8 +4,10 @@
 
     runs/<run_id>/<stage>.json                      a stage's manifest (written last)
     runs/<run_id>/{events,quarantine,training_examples}/   the run's datasets
+    runs/<run_id>/backtest_examples/                features at T-2H, labels in (T-2H, T-H]
     features/as_of=YYYY-MM-DD/                      scoring features at T (served, scored)
     snapshots/as_of=YYYY-MM-DD_h<H>/                the training snapshot (split=train|val|test)
+    snapshots/backtest/as_of=YYYY-MM-DD_h<H>/       the backtest's training snapshot (same splits)
     predictions/as_of=YYYY-MM-DD/                   batch predictions
     models/versions/<version>/{model.json,model.pt,manifest.json}
     models/aliases/<alias>.json                     production and its history
@@ -34,6 +36,8 @@ PROFILES = "profiles"
 COSTS = "costs"
 CACHE = "cache"
 STAGING = ".staging"
+BACKTEST = "backtest"
+BACKTEST_EXAMPLES = "backtest_examples"
 DATASET_MANIFEST = "_manifest.json"
 MODEL_MANIFEST = "manifest.json"
 CHECKPOINT_STATE = "state.pt"
@@ -52,8 +56,14 @@ def stage_manifest_key(run_id: str, stage: str) -> str:
 
 
 def run_dataset_prefix(run_id: str, name: str) -> str:
-    """A dataset that belongs to one run: ``events``, ``quarantine``, ``training_examples``."""
+    """A dataset that belongs to one run: ``events``, ``quarantine``, ``training_examples``,
+    ``backtest_examples`` (:data:`BACKTEST_EXAMPLES`)."""
     return f"{RUNS}/{run_id}/{name}"
+
+
+def backtest_examples_prefix(run_id: str) -> str:
+    """The run's backtest training examples: features at T-2H, labels in (T-2H, T-H]."""
+    return run_dataset_prefix(run_id, BACKTEST_EXAMPLES)
 
 
 def scoring_features_prefix(as_of: dt.date) -> str:
@@ -70,6 +80,11 @@ def scoring_features_date(manifest_key: str) -> dt.date | None:
 def snapshot_prefix(as_of: dt.date, horizon_days: int) -> str:
     """The training snapshot for an as-of date and horizon."""
     return f"{SNAPSHOTS}/as_of={as_of.isoformat()}_h{horizon_days}"
+
+
+def backtest_snapshot_prefix(as_of: dt.date, horizon_days: int) -> str:
+    """The snapshot the out-of-time backtest trains on (the run at T-H, H days earlier)."""
+    return f"{SNAPSHOTS}/{BACKTEST}/as_of={as_of.isoformat()}_h{horizon_days}"
 
 
 def synthetic_snapshot_prefix(name: str) -> str:

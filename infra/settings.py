@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime as dt
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from infra.routing.pools import PoolSpec, default_pools
+
+CalibrationMethod = Literal["none", "temperature", "platt", "isotonic"]
 
 
 class TrainingSettings(BaseSettings):
@@ -45,6 +47,11 @@ class TrainingSettings(BaseSettings):
     ddp_processes: int = Field(
         default=1, ge=1, description="GPUs on the worker: >1 launches torchrun DDP training"
     )
+    calibration: CalibrationMethod = Field(
+        default="temperature",
+        description="post-hoc calibration fitted on the val split and stored in the bundle "
+        "(temperature: best out-of-time log loss measured; platt also moves the base rate)",
+    )
 
 
 class CheckpointSettings(BaseSettings):
@@ -72,6 +79,15 @@ class ServingSettings(BaseSettings):
     )
     max_batch_items: int = Field(default=256, ge=1, description="most items in one batch request")
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="largest request body")
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, description="a request's headers must arrive within this (else 408)"
+    )
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, description="a request's body must arrive within this (else 408)"
+    )
+    max_connections: int = Field(
+        default=512, ge=2, description="open connections before new requests get 503"
+    )
     torch_threads: int = Field(default=1, ge=1, description="torch intra-op threads")
 
 
@@ -166,6 +182,11 @@ class HybridflowSettings(BaseSettings):
     )
     dispatch_poll_seconds: float = Field(
         default=1.0, gt=0, description="deployed mode: how often the pipeline polls a stage run"
+    )
+    dispatch_start_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="deployed mode: a stage run no worker picks up within this is cancelled",
     )
 
     @field_validator("spark_conf")

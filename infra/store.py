@@ -1,33 +1,28 @@
 """One artifact store addressed by URI: a local folder or ``s3://bucket/prefix`` (boto3).
 
 Every write is atomic: a reader sees the previous complete object or the new complete one.
-Folder backend: write a temporary file beside the target, fsync, ``os.replace``.
-S3 backend: a PUT is atomic per object; directories are published as data objects first and a
-small manifest written last (see :mod:`infra.datasets`).
+Folder backend (:class:`LocalFolderStore`): a temporary file beside the target, fsync, rename,
+fsync of the folder (:mod:`infra.fs`); files follow the umask; conditional writes hold an
+``flock`` that dies with its holder. S3 backend (:mod:`infra.store_s3`): a PUT is atomic per
+object; directories are published as data objects first and a small manifest written last
+(see :mod:`infra.datasets`).
 """
 
 from __future__ import annotations
 
 import abc
 import hashlib
-import io
 import json
-import logging
 import os
-import random
 import shutil
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from infra import fs
 from infra.errors import StoreError
 from infra.layout import STAGING
-
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class PreconditionFailed(StoreError):
@@ -78,7 +73,8 @@ class ObjectStore(abc.ABC):
 
     @abc.abstractmethod
     def list(self, prefix: str) -> list[str]:
-        """All keys under ``prefix`` (recursive), sorted."""
+        """All keys under ``prefix`` (recursive), sorted; StoreError for a prefix that would
+        leave the store (``..``)."""
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:
@@ -133,11 +129,17 @@ class ObjectStore(abc.ABC):
         return target
 
 
-def _clean_key(key: str) -> str:
+def clean_key(key: str) -> str:
+    """``key`` without surrounding slashes; StoreError for keys that would leave the store."""
     key = key.strip("/")
     if not key or any(part in ("", ".", "..") for part in key.split("/")):
         raise StoreError(f"invalid store key: {key!r}")
     return key
+
+
+def clean_prefix(prefix: str) -> str:
+    """Like :func:`clean_key`, but the empty prefix (the whole store) is allowed."""
+    return clean_key(prefix) if prefix.strip("/") else ""
 
 
 class LocalFolderStore(ObjectStore):
@@ -149,33 +151,20 @@ class LocalFolderStore(ObjectStore):
         self.uri = str(self.root)
 
     def _path(self, key: str) -> Path:
-        return self.root / _clean_key(key)
+        return self.root / clean_key(key)
 
     def local_path(self, key: str) -> Path | None:
         return self._path(key)
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        fs.write_bytes_durably(self._path(key), data, self.key_uri(key))
 
     def put_bytes_if(
         self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None
     ) -> str:
         target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
         lock = target.with_name(f".{target.name}.lock")
-        fd = _acquire_lock_file(lock)
-        try:
+        with fs.held_lock(lock, f"conditional write of {self.key_uri(key)}"):
             if if_none_match and target.exists():
                 raise PreconditionFailed(f"{key} exists already")
             if if_match is not None:
@@ -184,9 +173,6 @@ class LocalFolderStore(ObjectStore):
                     raise PreconditionFailed(f"{key} changed since it was read")
             self.put_bytes(key, data)
             return sha256_bytes(data)
-        finally:
-            os.close(fd)
-            lock.unlink(missing_ok=True)
 
     def get_bytes(self, key: str) -> bytes:
         path = self._path(key)
@@ -202,9 +188,10 @@ class LocalFolderStore(ObjectStore):
         return self._path(key).is_file()
 
     def list(self, prefix: str) -> list[str]:
-        base = self.root / prefix.strip("/") if prefix.strip("/") else self.root
+        clean = clean_prefix(prefix)
+        base = self.root / clean if clean else self.root
         if base.is_file():
-            return [prefix.strip("/")]
+            return [clean]
         if not base.is_dir():
             return []
         return sorted(
@@ -220,11 +207,7 @@ class LocalFolderStore(ObjectStore):
         shutil.rmtree(self._path(prefix), ignore_errors=True)
 
     def put_file(self, key: str, path: Path) -> None:
-        target = self._path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, target)
+        fs.copy_file_durably(path, self._path(key), self.key_uri(key))
 
     def get_file(self, key: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -241,197 +224,39 @@ class LocalFolderStore(ObjectStore):
             raise StoreError(f"refusing to overwrite published folder {self.key_uri(prefix)}")
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.replace(local_dir, target)
-        except OSError:
-            shutil.copytree(local_dir, target)
-            shutil.rmtree(local_dir, ignore_errors=True)
-        return self.list(prefix)
-
-
-def _acquire_lock_file(lock: Path, timeout_s: float = 30.0) -> int:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            if time.monotonic() > deadline:
-                raise StoreError(f"timed out waiting for lock {lock}") from None
-            time.sleep(0.01)
-
-
-class S3Store(ObjectStore):
-    """Objects in ``s3://bucket/prefix`` through boto3 (``AWS_ENDPOINT_URL`` and the normal
-    credential chain are honoured; nothing here ever logs credentials)."""
-
-    def __init__(self, uri: str, *, retries: int = 5, backoff_s: float = 0.2) -> None:
-        import boto3
-        from boto3.s3.transfer import TransferConfig
-        from botocore.config import Config
-
-        rest = uri[len("s3://") :]
-        self.bucket, _, prefix = rest.partition("/")
-        if len(self.bucket) < 3:
-            raise StoreError(f"invalid S3 URI {uri!r}: bucket name must have 3+ characters")
-        self.prefix = prefix.strip("/")
-        self.uri = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.client = boto3.client(
-            "s3",
-            config=Config(
-                retries={"max_attempts": 2, "mode": "standard"},
-                connect_timeout=5,
-                read_timeout=60,
-            ),
-        )
-        self.transfer = TransferConfig(multipart_threshold=16 << 20, multipart_chunksize=16 << 20)
-
-    def _key(self, key: str) -> str:
-        key = _clean_key(key)
-        return f"{self.prefix}/{key}" if self.prefix else key
-
-    def _retry(self, what: str, fn: Callable[[], T]) -> T:
-        """Run ``fn`` with exponential backoff on transient failures (5xx, throttling,
-        connection errors); client errors fail at once; exhausted retries raise StoreError."""
-        from boto3.exceptions import S3UploadFailedError
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        for attempt in range(self.retries + 1):
+            fs.fsync_tree(local_dir)
             try:
-                return fn()
-            except ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code", "")
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                if code in ("NoSuchKey", "404", "NotFound"):
-                    raise FileNotFoundError(f"{what}: not found") from None
-                if code in ("PreconditionFailed", "412") or status == 412:
-                    raise PreconditionFailed(f"{what}: precondition failed") from None
-                if status and status < 500 and code not in ("SlowDown", "RequestTimeout"):
-                    raise StoreError(f"{what}: {code or status}") from exc
-                err: Exception = exc
-            except (BotoCoreError, S3UploadFailedError) as exc:
-                err = exc
-            if attempt == self.retries:
-                raise StoreError(
-                    f"{what} failed after {self.retries + 1} attempts: {type(err).__name__}: {err}"
-                ) from err
-            delay = self.backoff_s * (2**attempt) * (1.0 + 0.25 * random.random())
-            log.warning("store: %s failed (%s); retry %d in %.2fs", what, err, attempt + 1, delay)
-            time.sleep(delay)
-        raise AssertionError("unreachable")
-
-    def local_path(self, key: str) -> Path | None:
-        return None
-
-    def put_bytes(self, key: str, data: bytes) -> None:
-        if len(data) >= self.transfer.multipart_threshold:
-            self._retry(
-                f"multipart put {self.key_uri(key)}",
-                lambda: self.client.upload_fileobj(
-                    io.BytesIO(data), self.bucket, self._key(key), Config=self.transfer
-                ),
-            )
-            return
-        self._retry(
-            f"put {self.key_uri(key)}",
-            lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data),
-        )
-
-    def put_bytes_if(
-        self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None
-    ) -> str:
-        extra: dict[str, str] = {}
-        if if_none_match:
-            extra["IfNoneMatch"] = "*"
-        if if_match is not None:
-            extra["IfMatch"] = if_match
-        resp = self._retry(
-            f"conditional put {self.key_uri(key)}",
-            lambda: self.client.put_object(
-                Bucket=self.bucket, Key=self._key(key), Body=data, **extra
-            ),
-        )
-        return str(resp["ETag"])
-
-    def get_bytes(self, key: str) -> bytes:
-        return self.get_with_token(key)[0]
-
-    def get_with_token(self, key: str) -> tuple[bytes, str]:
-        resp = self._retry(
-            f"get {self.key_uri(key)}",
-            lambda: self.client.get_object(Bucket=self.bucket, Key=self._key(key)),
-        )
-        return resp["Body"].read(), str(resp["ETag"])
-
-    def exists(self, key: str) -> bool:
-        try:
-            self._retry(
-                f"head {self.key_uri(key)}",
-                lambda: self.client.head_object(Bucket=self.bucket, Key=self._key(key)),
-            )
-            return True
-        except FileNotFoundError:
-            return False
-
-    def _iter_keys(self, prefix: str) -> Iterator[str]:
-        full = self._key(prefix) if prefix.strip("/") else self.prefix
-        full = full + "/" if full else ""
-        strip = len(self.prefix) + 1 if self.prefix else 0
-        paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
-            for obj in page.get("Contents", []):
-                yield obj["Key"][strip:]
-
-    def list(self, prefix: str) -> list[str]:
-        return self._retry(f"list {self.key_uri(prefix)}", lambda: sorted(self._iter_keys(prefix)))
-
-    def delete(self, key: str) -> None:
-        self._retry(
-            f"delete {self.key_uri(key)}",
-            lambda: self.client.delete_object(Bucket=self.bucket, Key=self._key(key)),
-        )
-
-    def put_file(self, key: str, path: Path) -> None:
-        self._retry(
-            f"upload {self.key_uri(key)}",
-            lambda: self.client.upload_file(
-                str(path), self.bucket, self._key(key), Config=self.transfer
-            ),
-        )
-
-    def get_file(self, key: str, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        self._retry(
-            f"download {self.key_uri(key)}",
-            lambda: self.client.download_file(
-                self.bucket, self._key(key), str(tmp), Config=self.transfer
-            ),
-        )
-        os.replace(tmp, path)
-
-    def staging_dir(self) -> Path:
-        return Path(tempfile.mkdtemp(prefix="hf-stage-"))
-
-    def publish_dir(self, local_dir: Path, prefix: str) -> list[str]:
-        keys = []
-        for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
-            if path.name.startswith((".", "_")):
-                continue  # Spark's _SUCCESS and .crc files
-            key = f"{prefix.strip('/')}/{path.relative_to(local_dir).as_posix()}"
-            self.put_file(key, path)
-            keys.append(key)
-        shutil.rmtree(local_dir, ignore_errors=True)
-        return keys
+                os.replace(local_dir, target)
+            except OSError:  # another filesystem: copy, then make the copy durable
+                shutil.copytree(local_dir, target)
+                fs.fsync_tree(target)
+                shutil.rmtree(local_dir, ignore_errors=True)
+            fs.fsync_dir(target.parent)
+        except OSError as exc:
+            shutil.rmtree(target, ignore_errors=True)
+            raise StoreError(
+                f"could not publish {self.key_uri(prefix)}: {fs.describe_os_error(exc)}"
+            ) from exc
+        return self.list(prefix)
 
 
 def open_store(uri: str) -> ObjectStore:
     """The store for ``uri``: ``s3://bucket/prefix`` or a folder path."""
     if uri.startswith("s3://"):
         from infra.settings import get_settings
+        from infra.store_s3 import S3Store
 
         settings = get_settings()
         return S3Store(uri, retries=settings.store_retries, backoff_s=settings.store_backoff_s)
     if "://" in uri and not uri.startswith("file://"):
         raise StoreError(f"unsupported store URI {uri!r}: use a folder path or s3://bucket/prefix")
     return LocalFolderStore(uri.removeprefix("file://"))
+
+
+def __getattr__(name: str) -> Any:
+    """``from infra.store import S3Store`` keeps working; boto3 loads only when it is used."""
+    if name == "S3Store":
+        from infra.store_s3 import S3Store
+
+        return S3Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -202,7 +202,7 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
         report = await asyncio.to_thread(holder.refresh, True)
         return JSONResponse(report.model_dump(mode="json"))
 
-    return LimitsAndMetrics(app, metrics, settings.max_body_bytes)
+    return LimitsAndMetrics(app, metrics, settings.max_body_bytes, settings.body_timeout_s)
 
 
 async def _poll(holder: ModelHolder, interval_s: float) -> None:

@@ -5,7 +5,9 @@ A reload builds a complete new state off to the side — download, sha256 check,
 ``torch.load(weights_only=True)``, warm-up batch — and then swaps it in with a single reference
 assignment. A request reads the reference once and finishes on the state it read, so requests in
 flight never see a half-loaded model. A version that fails any check is refused: the old state
-keeps serving, and the refusal is logged and counted in ``/metrics``.
+keeps serving, and the refusal is logged and counted in ``/metrics`` once per alias state
+(a damaged alias file included), and shown by ``/ready`` until the store is consistent again
+(a fixed alias, a rollback to the served version, a newer snapshot).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from infra.errors import ChecksumMismatchError, HybridflowInputError
 from infra.layout import alias_key
-from infra.registry import PRODUCTION, AliasRecord, ModelRegistry
+from infra.registry import PRODUCTION, AliasDamaged, ModelRegistry, parse_alias
 from infra.store import ObjectStore
 from serving.metrics import ServingMetrics
 from serving.scorer import Scorer, canonical_scorer, fast_scorer
@@ -31,6 +33,7 @@ from tasks.ml.model import CustomerMLP, load_bundle, predict_proba
 
 log = logging.getLogger(__name__)
 WARMUP_ROWS = 256
+STILL_REFUSED = "still refused"  # a check skipped because it was refused in this same state
 
 
 class ReloadRefused(Exception):
@@ -80,11 +83,16 @@ class ModelHolder:
         self.metrics = metrics
         self.alias = alias
         self.state = ServingState()
-        self.last_error: str | None = None
+        self._errors: dict[str, str] = {}  # kind -> why its newest version was refused
         self._lock = threading.Lock()
         self._alias_token: str | None = None
         self._refused: set[tuple[str, str | None]] = set()  # (alias token, snapshot data prefix)
         self._refused_snapshots: set[str] = set()
+
+    @property
+    def last_error(self) -> str | None:
+        """Why what the store holds now is not being served (None when it is)."""
+        return "; ".join(self._errors.values()) or None
 
     def refresh(self, force: bool = False) -> ReloadReport:
         """Check the newest snapshot and the alias; swap in whatever changed and verifies.
@@ -105,6 +113,9 @@ class ModelHolder:
                 except Exception as exc:  # store down, unreadable object: keep serving
                     self._refuse(kind, "error", f"{type(exc).__name__}: {exc}", report)
                 else:
+                    if change == STILL_REFUSED:
+                        continue
+                    self._errors.pop(kind, None)  # the store and what is served agree again
                     if change:
                         report.changed.append(change)
             state = self.state
@@ -115,9 +126,9 @@ class ModelHolder:
     def _refuse(self, kind: str, reason: str, message: str, report: ReloadReport) -> None:
         self.metrics.reload_failures.labels(kind, reason).inc()
         current = self.state.model.version if self.state.model else "nothing"
-        self.last_error = f"{kind} refused ({reason}): {message}"
-        log.error("%s; still serving %s", self.last_error, current)
-        report.refused.append(self.last_error)
+        self._errors[kind] = f"{kind} refused ({reason}): {message}"
+        log.error("%s; still serving %s", self._errors[kind], current)
+        report.refused.append(self._errors[kind])
 
     def _refresh_snapshot(self, force: bool) -> str | None:
         manifest = newest_snapshot_manifest(self.store)
@@ -125,7 +136,7 @@ class ModelHolder:
         if manifest is None or (current and current.data_prefix == manifest.data_prefix):
             return None
         if manifest.data_prefix in self._refused_snapshots and not force:
-            return None
+            return STILL_REFUSED
         try:
             snapshot = load_snapshot(self.store, manifest)
             if snapshot.rows == 0:
@@ -137,6 +148,7 @@ class ModelHolder:
             self._refused_snapshots.add(manifest.data_prefix)
             raise
         self.state = dataclasses.replace(self.state, snapshot=snapshot, snapshot_columns=columns)
+        self._refused_snapshots.clear()
         self.metrics.serving_snapshot(snapshot.as_of.isoformat(), snapshot.rows)
         log.info("feature snapshot as_of %s loaded: %d customers", snapshot.as_of, snapshot.rows)
         return f"features as_of {snapshot.as_of} ({snapshot.rows} customers)"
@@ -150,23 +162,23 @@ class ModelHolder:
             return None
         if token == self._alias_token and not force:
             return None
-        version = AliasRecord.model_validate_json(data).version
-        current = self.state.model
-        if current is not None and current.version == version:
-            self._alias_token = token
-            return None
         snapshot = self.state.snapshot
         attempt = (token, snapshot.data_prefix if snapshot else None)
         if attempt in self._refused and not force:
-            return None
+            return STILL_REFUSED
+        current = self.state.model
         try:
+            version = _alias_version(data, self.alias)
+            if current is not None and current.version == version:
+                self._alias_token = token
+                return None
             served, columns = self._load(version, snapshot)
         except Exception:
             self._refused.add(attempt)
             raise
         self.state = dataclasses.replace(self.state, model=served, snapshot_columns=columns)
         self._alias_token = token
-        self.last_error = None
+        self._refused.clear()  # alias tokens never come back: the old ones are dead weight
         self.metrics.reloads.inc()
         self.metrics.serving_model(served.version, served.loaded_at)
         was = current.version if current else "nothing"
@@ -213,6 +225,14 @@ class ModelHolder:
             loaded_at=time.time(),
         )
         return served, columns
+
+
+def _alias_version(data: bytes, alias: str) -> str:
+    """The version an alias file names; ReloadRefused("alias_damaged") when it is unreadable."""
+    try:
+        return parse_alias(data, alias).version
+    except AliasDamaged as exc:
+        raise ReloadRefused("alias_damaged", str(exc)) from None
 
 
 def _checked_fast_scorer(

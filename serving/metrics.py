@@ -73,6 +73,13 @@ class ServingMetrics:
             ["kind", "reason"],
             registry=r,
         )
+        self.dropped = Counter(
+            "hybridflow_serving_dropped_requests",
+            "requests not served: header_timeout, body_timeout (408), client_gone (closed "
+            "mid-body, 499), connection_limit (503)",
+            ["reason"],
+            registry=r,
+        )
         self.model_loaded_at = Gauge(
             "hybridflow_serving_model_loaded_timestamp_seconds",
             "when the served model was swapped in (unix time)",

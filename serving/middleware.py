@@ -1,11 +1,14 @@
-"""Pure-ASGI middleware: a request-body size limit (413) and request metrics for every route.
+"""Pure-ASGI middleware: request-body limits and request metrics for every route.
 
-The body is read here, up to the limit, whether or not a Content-Length was sent (chunked
-uploads are counted as they arrive), and replayed to the app; nothing over the limit is buffered.
+The body is read here, up to the size limit (413), whether or not a Content-Length was sent
+(chunked uploads are counted as they arrive), within a deadline (408), and replayed to the app;
+nothing over the limit is buffered. A client that goes away mid-body is recorded as 499 ("client
+closed request") and the app never sees a half body.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -20,13 +23,28 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-class LimitsAndMetrics:
-    """Refuse bodies over ``max_body_bytes`` with 413; count and time every HTTP request."""
+CLIENT_GONE = 499  # nginx's "client closed request": no response could be sent
 
-    def __init__(self, app: ASGIApp, metrics: ServingMetrics, max_body_bytes: int) -> None:
+
+class BodyTooLarge(Exception):
+    """The body (declared or received) exceeds the limit."""
+
+
+class ClientGone(Exception):
+    """The client disconnected before its body was complete."""
+
+
+class LimitsAndMetrics:
+    """Refuse bodies over ``max_body_bytes`` (413) or slower than ``body_timeout_s`` (408);
+    count and time every HTTP request."""
+
+    def __init__(
+        self, app: ASGIApp, metrics: ServingMetrics, max_body_bytes: int, body_timeout_s: float
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -42,45 +60,48 @@ class LimitsAndMetrics:
             await send(message)
 
         try:
-            body = await self._read_body(scope, receive)
-            if body is None:
-                message = f"larger than {self.max_body_bytes} bytes"
-                await _send_json(
-                    send_and_note,
-                    413,
-                    {
-                        "detail": f"body: {message}",
-                        "errors": [{"field": "body", "message": message}],
-                    },
-                )
+            try:
+                async with asyncio.timeout(self.body_timeout_s):
+                    body = await self._read_body(scope, receive)
+            except BodyTooLarge:
+                await _send_problem(send_and_note, 413, f"larger than {self.max_body_bytes} bytes")
+                return
+            except TimeoutError:
+                self.metrics.dropped.labels("body_timeout").inc()
+                message = f"not received within {self.body_timeout_s:g}s"
+                await _send_problem(send_and_note, 408, message)
+                return
+            except ClientGone:
+                self.metrics.dropped.labels("client_gone").inc()
+                status = CLIENT_GONE
                 return
             await self.app(scope, _replay(body, receive), send_and_note)
         finally:
             self.metrics.observe(scope["path"], status, time.perf_counter() - started)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole body, or None when it exceeds the limit (declared or actual)."""
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        """The whole body; BodyTooLarge over the limit (declared or actual), ClientGone when the
+        client disconnects before its end."""
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
                     if int(value) > self.max_body_bytes:
-                        return None
+                        raise BodyTooLarge
                 except ValueError:
-                    return None
+                    raise BodyTooLarge from None
         chunks: list[bytes] = []
         size = 0
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                break  # the client went away; the app will see the disconnect
+                raise ClientGone
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                return None
+                raise BodyTooLarge
             chunks.append(chunk)
             if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
+                return b"".join(chunks)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -94,6 +115,16 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+async def _send_problem(send: Send, status: int, message: str) -> None:
+    """An error answer about the body that closes the connection (the rest of the body, if
+    any, is not read)."""
+    await _send_json(
+        send,
+        status,
+        {"detail": f"body: {message}", "errors": [{"field": "body", "message": message}]},
+    )
 
 
 async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:

@@ -2,8 +2,10 @@
 
 For one row the cost of :func:`tasks.ml.model.predict_proba` is mostly ``nn.Module`` call overhead
 (about 3x the arithmetic). :func:`fast_scorer` runs the same torch kernels on the same tensors
-without the module calls, so results are identical; the holder still compares it with
-``predict_proba`` on the warm-up batch and uses the canonical path if they ever differ.
+without the module calls and applies the model's calibration (``config.calibration``, the same
+numpy map ``predict_proba`` applies) to the logits, so results are identical; the holder still
+compares it with ``predict_proba`` on the warm-up batch and uses the canonical path if they ever
+differ.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def fast_scorer(model: CustomerMLP) -> Scorer | None:
     if not layers or model.training or model.norm_mean.device.type != "cpu":
         return None
     mean, std = model.norm_mean.detach(), model.norm_std.detach()
+    calibration = model.config.calibration
 
     @torch.inference_mode()
     def score(x: np.ndarray) -> np.ndarray:
@@ -50,7 +53,7 @@ def fast_scorer(model: CustomerMLP) -> Scorer | None:
             h = F.linear(h, weight, bias)
             if relu:
                 h = torch.relu(h)
-        return torch.sigmoid(h.squeeze(-1).float()).numpy().astype(np.float64)
+        return calibration.probabilities(h.squeeze(-1).float().numpy())
 
     return score
 

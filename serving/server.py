@@ -13,6 +13,7 @@ import uvicorn
 from infra.settings import HybridflowSettings
 from infra.store import open_store
 from serving.app import create_app
+from serving.connections import guarded_protocol
 from serving.holder import ModelHolder
 from serving.metrics import ServingMetrics
 
@@ -60,6 +61,8 @@ def serve(
         os.replace(tmp, port_file)
     config = uvicorn.Config(
         app,
+        http=guarded_protocol(metrics, cfg.header_timeout_s),
+        limit_concurrency=cfg.max_connections,
         lifespan="on",
         log_config=None,
         log_level="warning",

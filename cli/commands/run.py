@@ -72,6 +72,7 @@ def format_summary(summary: PipelineSummary) -> str:
         f"  test metrics: ROC AUC {m['test_auc']:.4f} | PR AUC {m['test_pr_auc']:.4f} | "
         f"log loss {m['test_logloss']:.4f} | n_train {int(m['n_train'])} | "
         f"n_test {int(m['n_test'])}",
+        f"  backtest    : {format_backtest(m.get('backtest') or {})}",
         f"  rows        : read {summary.rows_read:,} | quarantined {summary.rows_quarantined:,} "
         f"{reasons} | scored {summary.rows_scored:,}",
         f"  quarantine  : {summary.quarantine_uri}",
@@ -81,3 +82,15 @@ def format_summary(summary: PipelineSummary) -> str:
         cached = "  (cached)" if s.cached else ""
         lines.append(f"    {s.name:<16} {s.seconds:7.1f}s  {s.device:<5} {s.pool}{cached}")
     return "\n".join(lines)
+
+
+def format_backtest(backtest: dict) -> str:
+    """One line: the calibrated model and the baseline out of time, or why there is none."""
+    if backtest.get("status") != "done":
+        return f"skipped ({backtest.get('reason', 'no backtest')})"
+    model, baseline = backtest["model"], backtest["baseline"]
+    return (
+        f"ROC AUC {model['auc']:.4f} | log loss {model['logloss']:.4f} "
+        f"(baseline {baseline['logloss']:.4f}) | ECE {model['ece']:.4f} | "
+        f"mean score {model['mean_score']:.3f} vs rate {model['positive_rate']:.3f}"
+    )

@@ -25,6 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="size of the demo data generated when no --events is given",
     )
     p.add_argument("--no-deploy", action="store_true", help="skip `prefect deploy --all`")
+    p.add_argument(
+        "--schedules",
+        action="store_true",
+        help="deploy the pipeline and model-refresh schedules active (default: paused)",
+    )
     p.set_defaults(handler=run_up)
     p = sub.add_parser("down", help="stop what `hybridflow up` started")
     p.set_defaults(handler=run_down)
@@ -46,7 +51,13 @@ def run_up(args: argparse.Namespace) -> int:
 
             generate_demo_events(DemoDataParams(customers=args.demo_customers), events)
             print(f"generated demo events ({args.demo_customers:,} customers) at {events}")
-    options = UpOptions(events=events, port=args.port, s3=args.s3, deploy=not args.no_deploy)
+    options = UpOptions(
+        events=events,
+        port=args.port,
+        s3=args.s3,
+        deploy=not args.no_deploy,
+        schedules=args.schedules,
+    )
     print("\n".join(up(settings, options)), flush=True)
     return EXIT_OK
 

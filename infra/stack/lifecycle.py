@@ -3,6 +3,10 @@
 State lives in ``settings.stack_dir`` (``stack.json``: URLs, ports and the PIDs this stack started;
 ``logs/``; ``prefect/`` as the server's PREFECT_HOME with its SQLite database). ``up`` is
 idempotent: what runs is kept, what died is restarted, pools and deployments are upserted.
+Every process is written to the state file the moment it is launched (before anything else can
+fail), and a process that does not become ready is stopped and dropped from it, so ``down``
+always finds everything ``up`` left running. Deployment schedules are deployed paused unless
+``--schedules`` is given: a stack (a test stack above all) does not fire on the wall clock.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -23,6 +28,8 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "stack.json"
 S3_BUCKET = "hybridflow"
+SERVER_READY_TIMEOUT_S = 180.0
+S3_READY_TIMEOUT_S = 60.0
 # moto accepts any credentials; these are only used when the environment has none
 LOCAL_S3_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "hybridflow-local",
@@ -49,6 +56,7 @@ class UpOptions(BaseModel):
     port: int = 4200
     s3: bool = False
     deploy: bool = True
+    schedules: bool = False
 
 
 def project_dir() -> Path:
@@ -110,33 +118,50 @@ def _worker_env(base: dict[str, str], state: StackState, pool: str, heartbeat_s:
     return env
 
 
-def _start_server(stack_dir: Path, port: int, env: dict[str, str], cwd: Path) -> ProcessRecord:
-    services.check_port_free(port, "the Prefect server")
-    record = launch(
-        "server", services.server_command(port), env, stack_dir / "logs" / "server.log", cwd
-    )
+def _launch_recorded(
+    settings: HybridflowSettings,
+    state: StackState,
+    key: str,
+    command: list[str],
+    env: dict[str, str],
+    ready: Callable[[ProcessRecord], None] = lambda record: None,
+) -> ProcessRecord:
+    """Launch a process and record it in the state file at once, then wait for ``ready``; one
+    that does not become ready is stopped and its record dropped again."""
+    log_file = settings.stack_dir.expanduser().resolve() / "logs" / f"{key}.log"
+    record = launch(key, command, env, log_file, Path(state.project_dir))
+    state.processes[key] = record
+    _save_state(settings, state)
     try:
-        services.wait_http_ok(
-            f"http://127.0.0.1:{port}/api/health", 180, "Prefect server", Path(record.log_file)
-        )
-    except RuntimeError:
+        ready(record)
+    except BaseException:
         stop(record, grace_s=5)
+        state.processes.pop(key, None)
+        _save_state(settings, state)
         raise
     return record
 
 
-def _start_s3(stack_dir: Path, env: dict[str, str], cwd: Path) -> tuple[ProcessRecord, str]:
-    import boto3
+def _server_ready(port: int) -> Callable[[ProcessRecord], None]:
+    def ready(record: ProcessRecord) -> None:
+        url = f"http://127.0.0.1:{port}/api/health"
+        log_file = Path(record.log_file)
+        services.wait_http_ok(url, SERVER_READY_TIMEOUT_S, "Prefect server", log_file)
 
-    port = services.free_port()
-    record = launch("s3", services.s3_command(port), env, stack_dir / "logs" / "s3.log", cwd)
-    endpoint = f"http://127.0.0.1:{port}"
-    services.wait_http_ok(endpoint + "/", 60, "S3 server (moto)", Path(record.log_file))
-    creds = {k.lower(): os.environ.get(k, v) for k, v in LOCAL_S3_CREDENTIALS.items()}
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **creds).create_bucket(
-        Bucket=S3_BUCKET
-    )
-    return record, endpoint
+    return ready
+
+
+def _s3_ready(endpoint: str) -> Callable[[ProcessRecord], None]:
+    def ready(record: ProcessRecord) -> None:
+        import boto3
+
+        log_file = Path(record.log_file)
+        services.wait_http_ok(endpoint + "/", S3_READY_TIMEOUT_S, "S3 server (moto)", log_file)
+        creds = {k.lower(): os.environ.get(k, v) for k, v in LOCAL_S3_CREDENTIALS.items()}
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **creds)
+        client.create_bucket(Bucket=S3_BUCKET)
+
+    return ready
 
 
 def recorded_events(settings: HybridflowSettings) -> Path | None:
@@ -169,36 +194,44 @@ def _wait_workers_online(api_url: str, timeout_s: float = 90) -> None:
 
 
 def _ensure_server(
-    stack_dir: Path, previous: StackState | None, port: int, cwd: Path, lines: list[str]
-) -> tuple[str, ProcessRecord]:
-    server = previous.processes.get("server") if previous else None
-    if previous and server and is_alive(server):
+    settings: HybridflowSettings, state: StackState, port: int, lines: list[str]
+) -> None:
+    server = state.processes.get("server")
+    if server and is_alive(server):
         lines.append(f"Prefect server already running (pid {server.pid})")
-        return previous.api_url, server
-    api_url = f"http://127.0.0.1:{port}/api"
-    server = _start_server(stack_dir, port, _prefect_env(stack_dir, api_url), cwd)
+        return
+    services.check_port_free(port, "the Prefect server")
+    state.api_url = f"http://127.0.0.1:{port}/api"
+    state.ui_url = state.api_url.removesuffix("/api")
+    env = _prefect_env(settings.stack_dir.expanduser().resolve(), state.api_url)
+    command = services.server_command(port)
+    server = _launch_recorded(settings, state, "server", command, env, _server_ready(port))
     lines.append(f"started Prefect server (pid {server.pid})")
-    return api_url, server
 
 
 def _ensure_s3(
-    stack_dir: Path, previous: StackState | None, wanted: bool, env: dict, cwd: Path, lines: list
-) -> tuple[str | None, ProcessRecord | None]:
-    s3 = previous.processes.get("s3") if previous else None
-    if previous and previous.s3_endpoint and s3 and is_alive(s3):
-        lines.append(f"S3 server already running (pid {s3.pid}) at {previous.s3_endpoint}")
-        return previous.s3_endpoint, s3
+    settings: HybridflowSettings, state: StackState, wanted: bool, env: dict, lines: list
+) -> None:
+    s3 = state.processes.get("s3")
+    if state.s3_endpoint and s3 and is_alive(s3):
+        lines.append(f"S3 server already running (pid {s3.pid}) at {state.s3_endpoint}")
+        return
+    state.processes.pop("s3", None)
+    state.s3_endpoint = None
     if not wanted:
-        return None, None
-    s3, endpoint = _start_s3(stack_dir, env, cwd)
+        return
+    port = services.free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    command = services.s3_command(port)
+    s3 = _launch_recorded(settings, state, "s3", command, env, _s3_ready(endpoint))
+    state.s3_endpoint = endpoint
+    _save_state(settings, state)
     lines.append(f"started S3 server (moto, pid {s3.pid}) at {endpoint}")
-    return endpoint, s3
 
 
 def _ensure_workers(
     settings: HybridflowSettings, state: StackState, base: dict, lines: list[str]
 ) -> None:
-    stack_dir = settings.stack_dir.expanduser().resolve()
     for pool in services.POOLS:
         key = f"worker-{pool}"
         worker = state.processes.get(key)
@@ -206,12 +239,24 @@ def _ensure_workers(
             lines.append(f"{pool} worker already running (pid {worker.pid})")
             continue
         env = _worker_env(base, state, pool, settings.stack_heartbeat_seconds)
-        log_file = stack_dir / "logs" / f"{key}.log"
-        state.processes[key] = launch(
-            key, services.worker_command(pool), env, log_file, Path(state.project_dir)
-        )
+        worker = _launch_recorded(settings, state, key, services.worker_command(pool), env)
+        lines.append(f"started {pool} worker (pid {worker.pid})")
+
+
+def _retire_workers_of_another_store(
+    settings: HybridflowSettings, state: StackState, store: str, lines: list[str]
+) -> None:
+    """Workers started for a different store are stopped (they would write to the old one)."""
+    if state.store == store:
+        return
+    for key in [k for k in state.processes if k.startswith("worker-")]:
+        record = state.processes[key]
+        if is_alive(record):
+            outcome = stop(record, grace_s=10, terms=2)
+            lines.append(f"{key} (pid {record.pid}): {outcome} (store changed)")
+        del state.processes[key]
         _save_state(settings, state)
-        lines.append(f"started {pool} worker (pid {state.processes[key].pid})")
+    state.store = store
 
 
 def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
@@ -221,52 +266,31 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
     events = options.events.expanduser().resolve()
     if not events.exists():
         raise HybridflowInputError(f"events {events}: no such file or folder")
-    previous = load_state(settings)
     lines: list[str] = []
-
-    api_url, server = _ensure_server(stack_dir, previous, options.port, project, lines)
-    base = _prefect_env(stack_dir, api_url)
-    state = StackState(
-        api_url=api_url,
-        ui_url=api_url.removesuffix("/api"),
-        project_dir=str(project),
-        events=str(events),
-        store="",
-        processes={"server": server},
+    state = load_state(settings) or StackState(
+        api_url="", ui_url="", project_dir=str(project), events=str(events), store=""
     )
-    _save_state(settings, state)
-    state.s3_endpoint, s3 = _ensure_s3(stack_dir, previous, options.s3, base, project, lines)
-    if s3:
-        state.processes["s3"] = s3
-        state.store = f"s3://{S3_BUCKET}/store"
+    state.project_dir, state.events = str(project), str(events)
+    _ensure_server(settings, state, options.port, lines)
+    base = _prefect_env(stack_dir, state.api_url)
+    _ensure_s3(settings, state, options.s3, base, lines)
+    if state.s3_endpoint:
+        store = f"s3://{S3_BUCKET}/store"
     else:
         from infra.store import open_store
 
-        state.store = open_store(settings.store).uri
-    for key, record in (previous.processes if previous else {}).items():
-        if not key.startswith("worker-"):
-            continue
-        if previous and previous.store != state.store and is_alive(record):
-            lines.append(
-                f"{key} (pid {record.pid}): {stop(record, grace_s=10, terms=2)} (store changed)"
-            )
-            continue
-        state.processes[key] = record
+        store = open_store(settings.store).uri
+    _retire_workers_of_another_store(settings, state, store, lines)
     _save_state(settings, state)
 
+    api_url = state.api_url
     lines += prefect_admin.ensure_work_pools(api_url, settings.stack_gpu_slots)
     _ensure_workers(settings, state, base, lines)
     lines.append(
         prefect_admin.ensure_zombie_automation(api_url, settings.stack_crash_after_seconds)
     )
     if options.deploy:
-        deploy_env = base | {
-            "HYBRIDFLOW_PROJECT_DIR": str(project),
-            "HYBRIDFLOW_DEPLOY_EVENTS": str(events),
-        }
-        prefect_admin.deploy_all(project, deploy_env, stack_dir / "logs" / "deploy.log")
-        names = prefect_admin.deployment_names(api_url)
-        lines.append(f"deployed {len(names)}: {', '.join(names)}")
+        lines += _deploy(stack_dir, project, events, base, options.schedules)
     _wait_workers_online(api_url)
     return lines + [
         "",
@@ -277,6 +301,21 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
         f"  PREFECT_API_URL={api_url} prefect deployment run pipeline/pipeline",
         "stop everything with: hybridflow down",
     ]
+
+
+def _deploy(
+    stack_dir: Path, project: Path, events: Path, base: dict[str, str], schedules: bool
+) -> list[str]:
+    deploy_env = base | {
+        "HYBRIDFLOW_PROJECT_DIR": str(project),
+        "HYBRIDFLOW_DEPLOY_EVENTS": str(events),
+    }
+    prefect_admin.deploy_all(
+        project, deploy_env, stack_dir / "logs" / "deploy.log", schedules_active=schedules
+    )
+    names = prefect_admin.deployment_names(base["PREFECT_API_URL"])
+    when = "active" if schedules else "paused (hybridflow up --schedules to run them)"
+    return [f"deployed {len(names)}: {', '.join(names)}", f"schedules {when}"]
 
 
 def down(settings: HybridflowSettings) -> list[str]:

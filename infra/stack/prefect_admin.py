@@ -7,6 +7,8 @@ import logging
 import subprocess
 from pathlib import Path
 
+import yaml
+
 from infra.stack.services import POOLS, bin_path
 
 log = logging.getLogger(__name__)
@@ -90,12 +92,22 @@ def ensure_zombie_automation(api_url: str, crash_after_s: int) -> str:
     return f"crash-detection automation set (no heartbeat for {crash_after_s}s -> Crashed)"
 
 
-def deploy_all(project_dir: Path, env: dict[str, str], log_file: Path) -> None:
-    """``prefect --no-prompt deploy --all`` from the project's prefect.yaml (an upsert)."""
+def deploy_all(
+    project_dir: Path, env: dict[str, str], log_file: Path, *, schedules_active: bool
+) -> None:
+    """``prefect --no-prompt deploy --all`` from the project's prefect.yaml (an upsert).
+
+    Without ``schedules_active`` the deployments are created from a copy of prefect.yaml (beside
+    the log) whose every schedule says ``active: false``, so none is ever live on the server."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
+    command = [bin_path("prefect"), "--no-prompt", "deploy", "--all"]
+    if not schedules_active:
+        paused = log_file.parent / "prefect-schedules-paused.yaml"
+        write_paused_copy(project_dir / "prefect.yaml", paused)
+        command += ["--prefect-file", str(paused)]
     with open(log_file, "ab") as out:
         proc = subprocess.run(
-            [bin_path("prefect"), "--no-prompt", "deploy", "--all"],
+            command,
             cwd=project_dir,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -106,6 +118,19 @@ def deploy_all(project_dir: Path, env: dict[str, str], log_file: Path) -> None:
     if proc.returncode != 0:
         tail = " | ".join(log_file.read_text(errors="replace").strip().splitlines()[-8:])
         raise RuntimeError(f"prefect deploy --all failed (exit {proc.returncode}): {tail}")
+
+
+def write_paused_copy(prefect_yaml: Path, target: Path) -> int:
+    """Copy ``prefect_yaml`` to ``target`` with every deployment schedule inactive; returns how
+    many schedules it paused."""
+    spec = yaml.safe_load(prefect_yaml.read_text())
+    paused = 0
+    for deployment in spec.get("deployments") or []:
+        for schedule in deployment.get("schedules") or []:
+            schedule["active"] = False
+            paused += 1
+    target.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return paused
 
 
 def deployment_names(api_url: str) -> list[str]:

@@ -1,10 +1,11 @@
 """Per-customer features and labels, point-in-time correct (built-in Spark functions only).
 
 Features at cutoff ``c`` use only events with ``event_time <= c``. The pipeline trains on
-features at ``T - H`` with the label "purchased in (T - H, T]" and scores features at ``T``
-(:func:`pipeline_cutoffs`); :func:`customer_features_at` computes the features at any list of
-cutoffs, and their labels, in one pass over the events. Which features exist is declared in
-:mod:`tasks.data.feature_specs`.
+features at ``T - H`` with the label "purchased in (T - H, T]" and scores features at ``T``; the
+out-of-time backtest trains the same way one horizon earlier: features at ``T - 2H``, labels in
+``(T - 2H, T - H]`` (:func:`pipeline_cutoffs`, :func:`backtest_examples`).
+:func:`customer_features_at` computes the features at any list of cutoffs, and their labels, in
+one pass over the events. Which features exist is declared in :mod:`tasks.data.feature_specs`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -28,6 +30,7 @@ from tasks.data.feature_specs import (
 EPOCH = dt.datetime(1970, 1, 1)
 TRAIN_CUTOFF = "train"
 SCORE_CUTOFF = "score"
+BACKTEST_CUTOFF = "backtest"
 
 
 @dataclass(frozen=True)
@@ -44,12 +47,25 @@ class Cutoff:
         return _micros(self.at)
 
 
-def pipeline_cutoffs(as_of: dt.date, horizon_days: int) -> tuple[Cutoff, Cutoff]:
+class PipelineCutoffs(NamedTuple):
+    """The cutoffs of a run (see :func:`pipeline_cutoffs`)."""
+
+    train: Cutoff
+    score: Cutoff
+    backtest: Cutoff
+
+
+def pipeline_cutoffs(as_of: dt.date, horizon_days: int) -> PipelineCutoffs:
     """The pipeline's cutoffs for T = the end of ``as_of`` and H: training features at T-H
-    labelled with "purchased in (T-H, T]", and scoring features at T."""
+    labelled with "purchased in (T-H, T]", scoring features at T, and the backtest's training
+    features at T-2H labelled with "purchased in (T-2H, T-H]"."""
     at = end_of_day(as_of)
-    train = Cutoff(TRAIN_CUTOFF, at - dt.timedelta(days=horizon_days), label_until=at)
-    return train, Cutoff(SCORE_CUTOFF, at)
+    horizon = dt.timedelta(days=horizon_days)
+    return PipelineCutoffs(
+        train=Cutoff(TRAIN_CUTOFF, at - horizon, label_until=at),
+        score=Cutoff(SCORE_CUTOFF, at),
+        backtest=Cutoff(BACKTEST_CUTOFF, at - 2 * horizon, label_until=at - horizon),
+    )
 
 
 def customer_features(
@@ -72,6 +88,20 @@ def training_examples(
     train = Cutoff("train", as_of - dt.timedelta(days=horizon_days), label_until=as_of)
     wide = customer_features_at(events, [train], available_columns)
     return cutoff_features(wide, train, available_columns)
+
+
+def backtest_cutoff(as_of: dt.datetime, horizon_days: int) -> dt.datetime:
+    """``T - 2H``: the feature cutoff of the backtest's training examples."""
+    return _as_naive_utc(as_of) - dt.timedelta(days=2 * horizon_days)
+
+
+def backtest_examples(
+    events: DataFrame, as_of: dt.datetime, horizon_days: int, available_columns: set[str]
+) -> DataFrame:
+    """The training examples a run at ``T - H`` would have had: features at ``T - 2H``, labels
+    from ``(T - 2H, T - H]``. Nothing after ``T - H`` is read."""
+    earlier = _as_naive_utc(as_of) - dt.timedelta(days=horizon_days)
+    return training_examples(events, earlier, horizon_days, available_columns)
 
 
 def customer_features_at(

@@ -1,8 +1,10 @@
-"""Binary classification metrics in plain numpy (ROC AUC, PR AUC, log loss)."""
+"""Binary classification metrics in plain numpy: ranking (ROC AUC, PR AUC, lift) and whether the
+probabilities mean what they say (log loss, Brier score, reliability table, calibration error)."""
 
 from __future__ import annotations
 
 import numpy as np
+from pydantic import BaseModel, Field
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -56,3 +58,143 @@ def classification_metrics(labels: np.ndarray, probabilities: np.ndarray) -> dic
         "logloss": log_loss(labels, probabilities),
         "positive_rate": float(np.mean(labels)),
     }
+
+
+RELIABILITY_BINS = 10
+LIFT_GROUPS = 10
+
+
+class ReliabilityBin(BaseModel):
+    """One bin of a reliability table: scores in ``[lower, upper)`` (the last bin includes 1)."""
+
+    lower: float
+    upper: float
+    n: int
+    mean_score: float | None = Field(description="None for an empty bin")
+    observed_rate: float | None = Field(description="share of positives; None for an empty bin")
+
+
+class LiftGroup(BaseModel):
+    """One score decile, highest scores first: its positive rate and lift over the base rate."""
+
+    decile: int
+    n: int
+    mean_score: float
+    observed_rate: float
+    lift: float
+    cumulative_gain: float = Field(description="share of all positives in deciles 1..decile")
+
+
+class QualityMetrics(BaseModel):
+    """How well probabilities rank and how well they mean what they say, on one labelled set."""
+
+    n: int
+    positive_rate: float
+    mean_score: float
+    auc: float
+    pr_auc: float
+    logloss: float
+    brier: float
+    ece: float = Field(description="expected calibration error over the reliability bins")
+    top_decile_lift: float
+    reliability: list[ReliabilityBin]
+    lift: list[LiftGroup]
+
+    def headline(self) -> dict[str, float]:
+        """The scalar figures (no tables)."""
+        return self.model_dump(exclude={"reliability", "lift", "n"})
+
+
+def brier_score(labels: np.ndarray, probabilities: np.ndarray) -> float:
+    """Mean squared difference between probabilities and 0/1 outcomes."""
+    y = np.asarray(labels, dtype=float)
+    return float(np.mean((np.asarray(probabilities, dtype=float) - y) ** 2))
+
+
+def reliability_table(
+    labels: np.ndarray, probabilities: np.ndarray, bins: int = RELIABILITY_BINS
+) -> list[ReliabilityBin]:
+    """Mean score against observed rate in ``bins`` equal-width score bins over [0, 1]."""
+    y = np.asarray(labels, dtype=float)
+    p = np.clip(np.asarray(probabilities, dtype=float), 0.0, 1.0)
+    index = np.minimum((p * bins).astype(int), bins - 1)
+    n = np.bincount(index, minlength=bins)
+    score_sum = np.bincount(index, weights=p, minlength=bins)
+    positive_sum = np.bincount(index, weights=y, minlength=bins)
+    table = []
+    for b in range(bins):
+        filled = n[b] > 0
+        table.append(
+            ReliabilityBin(
+                lower=b / bins,
+                upper=(b + 1) / bins,
+                n=int(n[b]),
+                mean_score=float(score_sum[b] / n[b]) if filled else None,
+                observed_rate=float(positive_sum[b] / n[b]) if filled else None,
+            )
+        )
+    return table
+
+
+def expected_calibration_error(table: list[ReliabilityBin]) -> float:
+    """Share-weighted mean of ``|mean score - observed rate|`` over a reliability table."""
+    total = sum(b.n for b in table)
+    if total == 0:
+        raise ValueError("expected calibration error of an empty set")
+    gaps = [
+        b.n * abs(b.mean_score - b.observed_rate)
+        for b in table
+        if b.mean_score is not None and b.observed_rate is not None
+    ]
+    return float(sum(gaps) / total)
+
+
+def lift_table(
+    labels: np.ndarray, probabilities: np.ndarray, groups: int = LIFT_GROUPS
+) -> list[LiftGroup]:
+    """Customers sorted by score (highest first, ties in input order) and cut into ``groups``
+    near-equal groups: each group's positive rate, lift over the overall rate, cumulative gain."""
+    y = np.asarray(labels, dtype=float)
+    p = np.asarray(probabilities, dtype=float)
+    if y.sum() == 0:
+        raise ValueError("lift needs at least one positive")
+    order = np.argsort(-p, kind="stable")
+    base_rate, positives = float(y.mean()), float(y.sum())
+    out, gained = [], 0.0
+    for decile, part in enumerate(np.array_split(order, groups), start=1):
+        if len(part) == 0:
+            continue
+        rate = float(y[part].mean())
+        gained += float(y[part].sum())
+        out.append(
+            LiftGroup(
+                decile=decile,
+                n=len(part),
+                mean_score=float(p[part].mean()),
+                observed_rate=rate,
+                lift=rate / base_rate,
+                cumulative_gain=gained / positives,
+            )
+        )
+    return out
+
+
+def quality_metrics(labels: np.ndarray, probabilities: np.ndarray) -> QualityMetrics:
+    """Every figure of :class:`QualityMetrics` for ``probabilities`` against 0/1 ``labels``."""
+    y = np.asarray(labels, dtype=float)
+    p = np.asarray(probabilities, dtype=float)
+    reliability = reliability_table(y, p)
+    lift = lift_table(y, p)
+    return QualityMetrics(
+        n=len(y),
+        positive_rate=float(y.mean()),
+        mean_score=float(p.mean()),
+        auc=roc_auc(y, p),
+        pr_auc=pr_auc(y, p),
+        logloss=log_loss(y, p),
+        brier=brier_score(y, p),
+        ece=expected_calibration_error(reliability),
+        top_decile_lift=lift[0].lift,
+        reliability=reliability,
+        lift=lift,
+    )

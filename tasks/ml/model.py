@@ -1,7 +1,7 @@
 """The model and its on-disk format, shared by training, batch inference and serving.
 
-A model bundle is two files: ``model.json`` (architecture, feature names, normaliser) and
-``model.pt`` (a ``state_dict`` saved with ``torch.save``). Loading verifies both files' sha256
+A model bundle is two files: ``model.json`` (architecture, feature names, normaliser and the
+calibration fitted on held-out rows) and ``model.pt`` (a ``state_dict`` saved with ``torch.save``). Loading verifies both files' sha256
 against the registry manifest first and then uses ``torch.load(weights_only=True)``: no pickle
 of arbitrary objects is ever executed.
 """
@@ -13,11 +13,12 @@ import json
 
 import numpy as np
 import torch
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from torch import nn
 
 from infra.errors import ChecksumMismatchError
 from infra.store import sha256_bytes
+from tasks.ml.calibration import Calibration
 
 WEIGHTS_FILE = "model.pt"
 CONFIG_FILE = "model.json"
@@ -39,10 +40,14 @@ class ModelConfig(BaseModel):
     dropout: float
     norm_mean: list[float]
     norm_std: list[float]
+    calibration: Calibration = Field(
+        default_factory=Calibration, description="logit -> probability (identity if absent)"
+    )
 
 
 class CustomerMLP(nn.Module):
-    """Raw features in, purchase logit out; the train-fitted normaliser is part of the model."""
+    """Raw features in, purchase logit out; the train-fitted normaliser is part of the model, and
+    the calibration (``config.calibration``) turns the logit into the probability it serves."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -94,9 +99,17 @@ def load_bundle(files: dict[str, bytes], sha256: dict[str, str]) -> CustomerMLP:
     return model
 
 
+def with_calibration(model: CustomerMLP, calibration: Calibration) -> CustomerMLP:
+    """Set ``calibration`` in ``model``'s config (in place) and return the model."""
+    model.config = model.config.model_copy(update={"calibration": calibration})
+    return model
+
+
 @torch.inference_mode()
-def predict_proba(model: CustomerMLP, features: np.ndarray, batch_size: int = 65_536) -> np.ndarray:
-    """Purchase probabilities (float64) for a 2-D array of raw features in ``config.features`` order."""
+def predict_logits(
+    model: CustomerMLP, features: np.ndarray, batch_size: int = 65_536
+) -> np.ndarray:
+    """Raw logits (float64) for a 2-D array of raw features in ``config.features`` order."""
     device = next(model.parameters()).device
     out = np.empty(len(features), dtype=np.float64)
     for start in range(0, len(features), batch_size):
@@ -104,5 +117,15 @@ def predict_proba(model: CustomerMLP, features: np.ndarray, batch_size: int = 65
             np.ascontiguousarray(features[start : start + batch_size], dtype=np.float32),
             device=device,
         )
-        out[start : start + len(chunk)] = torch.sigmoid(model(chunk).float()).cpu().numpy()
+        out[start : start + len(chunk)] = model(chunk).float().cpu().numpy()
     return out
+
+
+def predict_proba(
+    model: CustomerMLP, features: np.ndarray, batch_size: int = 65_536, *, calibrated: bool = True
+) -> np.ndarray:
+    """Purchase probabilities (float64) for raw features in ``config.features`` order: the
+    model's calibration applied to its logits (``calibrated=False``: the raw sigmoid)."""
+    logits = predict_logits(model, features, batch_size)
+    calibration = model.config.calibration if calibrated else Calibration()
+    return calibration.probabilities(logits)

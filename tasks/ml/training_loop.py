@@ -119,14 +119,17 @@ def model_from_state(state: dict[str, Any]) -> CustomerMLP:
     return model
 
 
-def evaluate(model: CustomerMLP, data: SnapshotStream, split: str) -> dict[str, float]:
-    """Metrics of ``model`` on ``split``, streamed chunk by chunk."""
+def evaluate(
+    model: CustomerMLP, data: SnapshotStream, split: str, *, calibrated: bool = True
+) -> dict[str, float]:
+    """Metrics of ``model`` on ``split``, streamed chunk by chunk (``calibrated=False``: of the
+    raw sigmoid, as during training, before a calibration is fitted)."""
     ys, ps = [], []
     was_training = model.training
     model.eval()
     for x, y in data.chunks(split):
         ys.append(y)
-        ps.append(predict_proba(model, x))
+        ps.append(predict_proba(model, x, calibrated=calibrated))
     model.train(was_training)
     return classification_metrics(np.concatenate(ys), np.concatenate(ps))
 
@@ -298,7 +301,7 @@ class _TrainingLoop:
         """Validate, schedule the learning rate, keep the best weights, decide to stop."""
         progress, ctx, epoch = self.progress, self.ctx, self.progress.epoch
         self.model.eval()
-        val = evaluate(self.model, self.data, "val")
+        val = evaluate(self.model, self.data, "val", calibrated=False)
         val["logloss"], val["auc"] = ctx.broadcast_from_main(
             [val["logloss"], val["auc"]], self.device
         )

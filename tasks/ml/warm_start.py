@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from infra.registry import AliasRecord, ModelRegistry
 from infra.settings import TrainingSettings
 from infra.store import sha256_bytes
-from tasks.ml.model import CustomerMLP, Normalizer, load_bundle
+from tasks.ml.calibration import Calibration
+from tasks.ml.model import CustomerMLP, Normalizer, load_bundle, with_calibration
 from tasks.ml.training_loop import build_model
 
 log = logging.getLogger(__name__)
-CODE_VERSION = "hybridflow-0.1.0"
+CODE_VERSION = "hybridflow-0.2.0"  # 0.2: calibration in the bundle, backtest in the manifest
 ID_FIELDS = (
     "hidden_sizes",
     "dropout",
@@ -23,6 +24,7 @@ ID_FIELDS = (
     "max_epochs",
     "patience",
     "seed",
+    "calibration",
 )
 
 
@@ -62,6 +64,7 @@ def choose_start(
     model = load_bundle(files, manifest.files)
     if model.config.hidden_sizes != settings.hidden_sizes:
         return scratch(f"scratch: production {production.version} has another architecture")
+    with_calibration(model, Calibration())  # refitted for the new weights after training
     model.train()
     return StartPoint(
         model=model,

@@ -1,4 +1,5 @@
-"""The features stage: training examples at T-H and scoring features at T, published."""
+"""The features stage: training examples at T-H, the backtest's examples at T-2H (when the history
+reaches back that far) and scoring features at T, published from one pass over the events."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import datetime as dt
 import logging
 import time
 
+from pydantic import BaseModel
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
-from infra.layout import run_dataset_prefix, scoring_features_prefix
+from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
 from infra.store import ObjectStore
 from tasks.data.feature_specs import feature_names
 from tasks.data.features import (
@@ -86,7 +88,8 @@ def features_stage(
             fingerprint,
             run_id,
             result,
-            [result.training_prefix, result.scoring_prefix],
+            [result.training_prefix, result.scoring_prefix]
+            + ([result.backtest_prefix] if result.backtest_prefix else []),
         )
     return result
 
@@ -99,27 +102,35 @@ def build_features(
     as_of: dt.date,
     horizon_days: int,
 ) -> FeaturesResult:
-    """Compute and publish both feature sets for a resolved ``as_of``.
+    """Compute and publish the feature sets for a resolved ``as_of``.
 
     One pass over the events (clustered by customer by the validate stage: no shuffle) gives
     the features at every cutoff and the labels in one customer-level frame, kept in memory
-    while each output is written from it; counts and the label rate are observed by the writes.
+    while each output is written from it; counts and the label rates are observed by the writes.
     """
     started = time.perf_counter()
-    train, score = pipeline_cutoffs(as_of, horizon_days)
+    cutoffs = pipeline_cutoffs(as_of, horizon_days)
+    too_short = _history_too_short(validated, cutoffs.backtest)
+    wanted = [cutoffs.train, cutoffs.score] + ([] if too_short else [cutoffs.backtest])
     available = set(validated.available_columns)
     with SparkJobs(spark) as jobs:
         events = read_dataset(spark, store, validated.events_prefix)
-        wide = customer_features_at(events, [train, score], available).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+        wide = customer_features_at(events, wanted, available).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            examples, positive_rate = _publish_training(wide, train, store, run_id, available)
-            check_labels(positive_rate, examples.rows, as_of, horizon_days)
-            scoring = write_dataset(
-                cutoff_features(wide, score, available), store, scoring_features_prefix(as_of)
+            examples, positive_rate = _publish_training(
+                wide, cutoffs.train, store, run_id, available, (as_of, horizon_days)
             )
-            after = _events_after(wide, validated, score)
+            scoring = write_dataset(
+                cutoff_features(wide, cutoffs.score, available),
+                store,
+                scoring_features_prefix(as_of),
+            )
+            backtest = (
+                BacktestExamples(skipped=too_short)
+                if too_short
+                else _publish_backtest(wide, cutoffs.backtest, store, run_id, available)
+            )
+            after = _events_after(wide, validated, cutoffs.score)
         finally:
             wide.unpersist()
     if after:
@@ -141,24 +152,82 @@ def build_features(
         n_scoring=scoring.rows,
         positive_rate=positive_rate,
         events_after_as_of=after,
+        backtest_prefix=backtest.prefix,
+        n_backtest=backtest.rows,
+        backtest_positive_rate=backtest.positive_rate,
+        backtest_skipped=backtest.skipped,
     )
+
+
+def _publish_labelled(
+    wide: DataFrame, cutoff: Cutoff, store: ObjectStore, prefix: str, available: set[str]
+) -> tuple[DatasetManifest, float]:
+    """Write the examples of a labelled cutoff; their label rate is observed by the write."""
+    examples, observed = write_observed(
+        cutoff_features(wide, cutoff, available), store, prefix, [F.sum("label").alias("positives")]
+    )
+    rate = float(observed["positives"]) / examples.rows if examples.rows else 0.0
+    return examples, rate
 
 
 def _publish_training(
-    wide: DataFrame, train: Cutoff, store: ObjectStore, run_id: str, available: set[str]
+    wide: DataFrame,
+    train: Cutoff,
+    store: ObjectStore,
+    run_id: str,
+    available: set[str],
+    run: tuple[dt.date, int],
 ) -> tuple[DatasetManifest, float]:
-    """Write the training examples; their label rate is observed by the write."""
-    examples, observed = write_observed(
-        cutoff_features(wide, train, available),
-        store,
-        run_dataset_prefix(run_id, "training_examples"),
-        [F.sum("label").alias("positives")],
-    )
+    """Write the training examples and check they can train a model (rows, both classes);
+    ``run`` is the as-of date and horizon the errors name."""
+    prefix = run_dataset_prefix(run_id, "training_examples")
+    examples, positive_rate = _publish_labelled(wide, train, store, prefix, available)
     if examples.rows == 0:
         raise HybridflowInputError(
             f"no customer has an event on or before {train.at.date()} (as_of - horizon)"
         )
-    return examples, float(observed["positives"]) / examples.rows
+    check_labels(positive_rate, examples.rows, *run)
+    return examples, positive_rate
+
+
+class BacktestExamples(BaseModel):
+    """The backtest's training examples, or why there are none."""
+
+    prefix: str | None = None
+    rows: int = 0
+    positive_rate: float = 0.0
+    skipped: str | None = None
+
+
+def _history_too_short(validated: ValidateResult, backtest: Cutoff) -> str | None:
+    """Why there is no backtest when its cutoff T-2H is before the first event (else None)."""
+    first = validated.first_event
+    if first is not None and backtest.at.date() >= first.date():
+        return None
+    reason = (
+        f"history too short for the backtest: it would train at as_of - 2 x horizon = "
+        f"{backtest.at.date()}, before the first event ({first.date() if first else '-'})"
+    )
+    log.warning("%s", reason)
+    return reason
+
+
+def _publish_backtest(
+    wide: DataFrame, backtest: Cutoff, store: ObjectStore, run_id: str, available: set[str]
+) -> BacktestExamples:
+    """Publish the examples a run H days earlier would have trained on (features at T-2H,
+    labels in (T-2H, T-H]); skipped, with the reason, when those labels have a single class."""
+    examples, rate = _publish_labelled(
+        wide, backtest, store, backtest_examples_prefix(run_id), available
+    )
+    if examples.rows == 0 or rate in (0.0, 1.0):
+        reason = (
+            f"no backtest: the {examples.rows} customers seen by {backtest.at.date()} (as_of - 2 x "
+            "horizon) have a single label class in the horizon after it"
+        )
+        log.warning("%s", reason)
+        return BacktestExamples(skipped=reason)
+    return BacktestExamples(prefix=examples.prefix, rows=examples.rows, positive_rate=rate)
 
 
 def _events_after(wide: DataFrame, validated: ValidateResult, score: Cutoff) -> int:

@@ -1,13 +1,15 @@
-"""The promotion gate applied to a registered version: evaluate production on the candidate's
-test split, decide, and move the ``production`` alias with a compare-and-swap."""
+"""The promotion gate applied to a registered version: check the candidate against the baseline
+(its manifest's evaluation), evaluate production on the candidate's test split (calibrated
+scores), decide, and move the ``production`` alias with a compare-and-swap."""
 
 from __future__ import annotations
 
 import logging
 
 from infra.registry import ModelManifest, ModelRegistry, PromotionConflict
+from tasks.ml.evaluation import ModelEvaluation
 from tasks.ml.model import load_bundle
-from tasks.ml.promotion import PromotionDecision, decide_promotion
+from tasks.ml.promotion import FORCE_HINT, PromotionDecision, decide_promotion
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.ml.training_loop import evaluate
 
@@ -40,6 +42,12 @@ def gate_and_promote(
         except PromotionConflict as exc:
             decision = decision.model_copy(update={"promote": False, "reason": str(exc)})
     log.info("model %s: %s", candidate.version, decision.reason)
+    if not promoted and production_version is None:
+        log.warning(
+            "no production model: batch inference and the endpoint have nothing to score with "
+            "until a version is promoted (%s)",
+            FORCE_HINT,
+        )
     return decision, promoted, production_version
 
 
@@ -52,8 +60,13 @@ def _decide(
 ) -> PromotionDecision:
     """Evaluate production on the candidate's test split (when features match) and decide."""
     candidate_auc = candidate.metrics["test_auc"]
+    baseline = (
+        ModelEvaluation.model_validate(candidate.evaluation).baseline_check()
+        if candidate.evaluation
+        else None
+    )
     if production_version is None:
-        return decide_promotion(candidate_auc, None, margin)
+        return decide_promotion(candidate_auc, None, margin, baseline=baseline)
     prod_manifest, files = registry.read_files(production_version)
     comparable = prod_manifest.features == candidate.features
     production_auc = None
@@ -65,4 +78,5 @@ def _decide(
         margin,
         production_version=production_version,
         comparable=comparable,
+        baseline=baseline,
     )

@@ -1,10 +1,20 @@
-"""The model card: a markdown page about a trained version (shown as a Prefect artifact)."""
+"""The model card: a markdown page about a trained version (shown as a Prefect artifact).
+
+It puts the calibrated model, the raw model and the baseline side by side — out of time (the
+backtest) first, then on the test split — with the reliability table and two embedded charts.
+"""
 
 from __future__ import annotations
 
 from infra.registry import ModelManifest
+from tasks.ml.baseline import BASELINE_NAME
+from tasks.ml.evaluation import BacktestReport, ModelComparison, ModelEvaluation
+from tasks.ml.metrics import QualityMetrics
 from tasks.ml.promotion import PromotionDecision
+from tasks.stages.card_charts import lift_png, png_data_uri, reliability_png
 from tasks.stages.records import FeaturesResult, TrainResult
+
+COMPARED = ("model", "model (raw)", "baseline")
 
 
 def _auc(value: float | None) -> str:
@@ -36,16 +46,9 @@ def model_card_markdown(
         f"| production test AUC (same test set) | {_auc(decision.production_auc)} |",
         f"| production before | {result.production_version or 'none'} |",
         f"| required margin | {decision.margin:.4f} |",
+        f"| against the baseline | {decision.baseline.describe() if decision.baseline else '-'} |",
         "",
-        "## Test metrics",
-        "",
-        "| metric | value |",
-        "|---|---|",
-        f"| ROC AUC | {m['auc']:.4f} |",
-        f"| PR AUC | {m['pr_auc']:.4f} |",
-        f"| log loss | {m['logloss']:.4f} |",
-        f"| positive rate | {m['positive_rate']:.4f} |",
-        f"| train / test rows | {result.n_train} / {result.n_test} |",
+        *quality_sections(result.evaluation, result.n_train, result.n_test, m),
         "",
         "## Training",
         "",
@@ -71,3 +74,116 @@ def model_card_markdown(
         f"**Features ({len(manifest.features)}):** " + ", ".join(manifest.features),
     ]
     return "\n".join(lines)
+
+
+def quality_sections(
+    evaluation: ModelEvaluation | None, n_train: int, n_test: int, metrics: dict[str, float]
+) -> list[str]:
+    """Backtest, test split, calibration and charts, as markdown lines."""
+    if evaluation is None:
+        return [
+            "## Test metrics",
+            "",
+            f"ROC AUC {metrics['auc']:.4f}, PR AUC {metrics['pr_auc']:.4f}, "
+            f"log loss {metrics['logloss']:.4f} (no calibration or baseline was recorded)",
+        ]
+    backtest = evaluation.backtest
+    lines = ["## Out-of-time backtest", "", *_backtest_lines(backtest), ""]
+    lines += [
+        "## Test split (customers held out of the training window)",
+        "",
+        f"{n_train} train / {n_test} test customers; calibration fitted on the val split.",
+        "",
+        *comparison_table(evaluation.test),
+        "",
+        "## Calibration",
+        "",
+        f"- in the bundle: {evaluation.calibration.describe()}",
+        "- every method fitted on the same held-out rows, judged "
+        + ("out of time:" if backtest.result else "on the test split:"),
+        "",
+        *_methods_table(backtest.result or evaluation.test),
+    ]
+    shown = backtest.result or evaluation.test
+    where = "backtest" if backtest.result else "test split"
+    lines += ["", f"## Reliability and lift ({where})", "", *reliability_lines(shown.model)]
+    lines += ["", *chart_lines(shown, where)]
+    return lines
+
+
+def _backtest_lines(backtest: BacktestReport) -> list[str]:
+    w = backtest.windows
+    if backtest.result is None:
+        return [f"**Skipped:** {backtest.reason}"]
+    return [
+        f"Trained the same way at {w.train_features_until} (labels in "
+        f"({w.train_features_until}, {w.train_labels_until}], {backtest.n_train} train "
+        f"customers) and judged on the {backtest.n_judged} customers at {w.train_labels_until} "
+        f"by what they did in ({w.train_labels_until}, {w.judged_labels_until}]. "
+        f"Baseline: {BASELINE_NAME}, fitted on the same rows.",
+        "",
+        *comparison_table(backtest.result),
+    ]
+
+
+def comparison_table(comparison: ModelComparison) -> list[str]:
+    """One row per figure, one column per model (calibrated, raw, baseline)."""
+    cols = (comparison.model, comparison.model_uncalibrated, comparison.baseline)
+    rows = [
+        ("ROC AUC", "auc"),
+        ("PR AUC", "pr_auc"),
+        ("log loss", "logloss"),
+        ("Brier score", "brier"),
+        ("expected calibration error", "ece"),
+        ("mean score", "mean_score"),
+        ("top-decile lift", "top_decile_lift"),
+    ]
+    out = ["| | " + " | ".join(COMPARED) + " |", "|---|---|---|---|"]
+    out += [
+        f"| {label} | " + " | ".join(f"{getattr(c, key):.4f}" for c in cols) + " |"
+        for label, key in rows
+    ]
+    out.append(f"| observed positive rate | {comparison.model.positive_rate:.4f} | | |")
+    return out
+
+
+def _methods_table(comparison: ModelComparison) -> list[str]:
+    out = ["| method | log loss | Brier | ECE | mean score |", "|---|---|---|---|---|"]
+    for method, score in comparison.calibration_methods.items():
+        out.append(
+            f"| {method} | {score.logloss:.4f} | {score.brier:.4f} | {score.ece:.4f} "
+            f"| {score.mean_score:.4f} |"
+        )
+    return out
+
+
+def reliability_lines(metrics: QualityMetrics) -> list[str]:
+    """The calibrated model's 10-bin reliability table."""
+    out = ["| score bin | customers | mean score | observed rate |", "|---|---|---|---|"]
+    for b in metrics.reliability:
+        mean = "-" if b.mean_score is None else f"{b.mean_score:.4f}"
+        rate = "-" if b.observed_rate is None else f"{b.observed_rate:.4f}"
+        out.append(f"| [{b.lower:.1f}, {b.upper:.1f}) | {b.n} | {mean} | {rate} |")
+    return out
+
+
+def chart_lines(comparison: ModelComparison, where: str) -> list[str]:
+    """The reliability plot and the lift chart as inline PNG images."""
+    models = dict(
+        zip(
+            COMPARED,
+            (comparison.model, comparison.model_uncalibrated, comparison.baseline),
+            strict=True,
+        )
+    )
+    reliability = reliability_png(
+        {k: v.reliability for k, v in models.items()}, f"Reliability ({where})"
+    )
+    lift = lift_png(
+        {k: models[k].lift for k in ("model", "baseline")}, f"Lift by score decile ({where})"
+    )
+    return [
+        f"![reliability plot ({where})]({png_data_uri(reliability)})",
+        "",
+        f"![lift chart ({where})]({png_data_uri(lift)})",
+    ]

@@ -1,5 +1,6 @@
 """The preprocess stage: split the training examples by customer, fit the normaliser on the train
-split, and publish the snapshot the GPU stage trains on (``split=train|val|test``)."""
+split, and publish the snapshot the GPU stage trains on (``split=train|val|test``); the same for
+the backtest's examples (features at T-2H) when the features stage published them."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from infra.datasets import read_dataset_manifest
+from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
-from infra.layout import snapshot_prefix
+from infra.layout import backtest_snapshot_prefix, snapshot_prefix
 from infra.store import ObjectStore, sha256_bytes
 from tasks.data.split import (
     SPLITS,
@@ -50,6 +51,11 @@ def preprocess_stage(
     fingerprint = stage_fingerprint(
         "preprocess",
         examples=read_dataset_manifest(store, features.training_prefix).data_prefix,
+        backtest_examples=(
+            read_dataset_manifest(store, features.backtest_prefix).data_prefix
+            if features.backtest_prefix
+            else features.backtest_skipped
+        ),
         features=features.features,
         as_of=features.as_of.isoformat(),
         horizon_days=features.horizon_days,
@@ -60,39 +66,53 @@ def preprocess_stage(
     result = load_cached(store, "preprocess", fingerprint, PreprocessResult) if use_cache else None
     if result is None:
         result = build_snapshot(spark, store, features, seed)
-        save_cached(store, "preprocess", fingerprint, run_id, result, [result.snapshot_prefix])
+        outputs = [result.snapshot_prefix] + (
+            [result.backtest_snapshot_prefix] if result.backtest_snapshot_prefix else []
+        )
+        save_cached(store, "preprocess", fingerprint, run_id, result, outputs)
     return result
 
 
 def build_snapshot(
     spark: SparkSession, store: ObjectStore, features: FeaturesResult, seed: int
 ) -> PreprocessResult:
-    """Split, fit and publish the snapshot for ``features`` (no cache): one job, which writes
-    the snapshot and observes the split counts and the normaliser's statistics on the way."""
+    """Split, fit and publish the snapshot for ``features`` (no cache), and the backtest's: one
+    job each, which writes the snapshot and observes the split counts and the normaliser's
+    statistics on the way."""
     started = time.perf_counter()
-
-    def metadata(values: dict[str, Any]) -> dict[str, Any]:
-        mean, std = normalizer_from(values, features.features)
-        normalizer = Normalizer(features=features.features, mean=mean, std=std)
-        return {"normalizer": normalizer.model_dump(), "features": features.features}
-
     with SparkJobs(spark) as jobs:
-        examples = assign_split(read_dataset(spark, store, features.training_prefix), seed)
-        snapshot, values = write_observed(
-            examples.select("customer_id", "label", *features.features, "split"),
+        snapshot, counts = publish_snapshot(
+            spark,
             store,
+            features.training_prefix,
             snapshot_prefix(features.as_of, features.horizon_days),
-            [*split_count_columns(), *normalizer_aggregates(features.features)],
-            partition_by=["split"],
-            metadata=metadata,
+            features.features,
+            seed,
         )
-    counts = {split: int(values[f"n_{split}"]) for split in SPLITS}
-    for split in SPLITS:
-        if counts[split] == 0:
+        missing = [split for split in SPLITS if counts[split] == 0]
+        if missing:
             raise HybridflowInputError(
-                f"split {split!r} is empty ({features.n_training} training customers): "
+                f"split {missing[0]!r} is empty ({features.n_training} training customers): "
                 "use more data or an earlier as_of"
             )
+        backtest_prefix, backtest_counts, skipped = None, {}, features.backtest_skipped
+        if features.backtest_prefix:
+            backtest, backtest_counts = publish_snapshot(
+                spark,
+                store,
+                features.backtest_prefix,
+                backtest_snapshot_prefix(features.as_of, features.horizon_days),
+                features.features,
+                seed,
+            )
+            empty = [split for split in SPLITS if backtest_counts[split] == 0]
+            if empty:
+                skipped = (
+                    f"no backtest: its split {empty[0]!r} is empty "
+                    f"({features.n_backtest} customers)"
+                )
+            else:
+                backtest_prefix = backtest.prefix
     fingerprint = sha256_bytes(
         json.dumps({"files": snapshot.files, "rows": snapshot.rows, "counts": counts}).encode()
     )
@@ -108,4 +128,36 @@ def build_snapshot(
         split_counts=counts,
         features=features.features,
         data_fingerprint=fingerprint,
+        backtest_snapshot_prefix=backtest_prefix,
+        backtest_split_counts=backtest_counts,
+        backtest_skipped=skipped,
     )
+
+
+def publish_snapshot(
+    spark: SparkSession,
+    store: ObjectStore,
+    examples_prefix: str,
+    out_prefix: str,
+    features: list[str],
+    seed: int,
+) -> tuple[DatasetManifest, dict[str, int]]:
+    """Split the examples at ``examples_prefix`` by customer, fit the normaliser on the train
+    split and publish them at ``out_prefix``: the dataset and its rows per split, from the one
+    job that writes it."""
+
+    def metadata(values: dict[str, Any]) -> dict[str, Any]:
+        mean, std = normalizer_from(values, features)
+        normalizer = Normalizer(features=features, mean=mean, std=std)
+        return {"normalizer": normalizer.model_dump(), "features": features}
+
+    examples = assign_split(read_dataset(spark, store, examples_prefix), seed)
+    snapshot, values = write_observed(
+        examples.select("customer_id", "label", *features, "split"),
+        store,
+        out_prefix,
+        [*split_count_columns(), *normalizer_aggregates(features)],
+        partition_by=["split"],
+        metadata=metadata,
+    )
+    return snapshot, {split: int(values[f"n_{split}"]) for split in SPLITS}

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from infra.layout import stage_manifest_key
 from infra.routing.profiles import StageProfile
 from infra.store import ObjectStore
+from tasks.ml.evaluation import ModelEvaluation
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -75,16 +76,25 @@ class FeaturesResult(BaseModel):
     n_scoring: int
     positive_rate: float
     events_after_as_of: int
+    backtest_prefix: str | None = Field(
+        default=None, description="examples at T-2H with labels in (T-2H, T-H]"
+    )
+    n_backtest: int = 0
+    backtest_positive_rate: float = 0.0
+    backtest_skipped: str | None = Field(default=None, description="why there is no backtest")
 
 
 class PreprocessResult(BaseModel):
-    """Output of the preprocess stage: the snapshot the GPU stage trains on."""
+    """Output of the preprocess stage: the snapshot the GPU stage trains on (and the backtest's)."""
 
     report: StageReport
     snapshot_prefix: str
     split_counts: dict[str, int]
     features: list[str]
     data_fingerprint: str
+    backtest_snapshot_prefix: str | None = None
+    backtest_split_counts: dict[str, int] = Field(default_factory=dict)
+    backtest_skipped: str | None = Field(default=None, description="why there is no backtest")
 
 
 class TrainResult(BaseModel):
@@ -106,6 +116,7 @@ class TrainResult(BaseModel):
     resumed_from_step: int | None = None
     steps: int = 0
     checkpoints_uri: str = ""
+    evaluation: ModelEvaluation | None = None
 
 
 class InferenceResult(BaseModel):
@@ -148,7 +159,9 @@ class PipelineSummary(BaseModel):
     promoted: bool
     promotion_reason: str
     scored_with: str
-    metrics: dict[str, float]
+    metrics: dict[str, Any] = Field(
+        description="test_* figures (calibrated) and the out-of-time `backtest` report"
+    )
     predictions_uri: str
     quarantine_uri: str
     rows_read: int

@@ -45,6 +45,17 @@ def production_manifest(registry: ModelRegistry) -> ModelManifest | None:
     return registry.get(record.version) if record else None
 
 
+def require_production(production: ModelManifest | None) -> ModelManifest:
+    """The production manifest a refresh fine-tunes; HybridflowInputError before any pipeline run
+    has promoted one (a refresh schedule firing on a fresh stack does nothing)."""
+    if production is None:
+        raise HybridflowInputError(
+            "no production model to refresh yet: run the pipeline first "
+            "(hybridflow run, or the pipeline/pipeline deployment)"
+        )
+    return production
+
+
 def refresh_horizon(requested: int | None, production: ModelManifest | None, default: int) -> int:
     """The horizon to train for: as asked, else production's (a refresh must not change what
     the score means), else the configured default."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from infra.store import ObjectStore
 from tasks.stages.records import (
@@ -64,8 +65,10 @@ def run_summary(
             "test_auc": trained.metrics["auc"],
             "test_pr_auc": trained.metrics["pr_auc"],
             "test_logloss": trained.metrics["logloss"],
+            "test_ece": trained.metrics.get("ece"),
             "n_train": trained.n_train,
             "n_test": trained.n_test,
+            "backtest": backtest_summary(trained),
         },
         predictions_uri=scored.predictions_uri,
         quarantine_uri=validated.quarantine_uri,
@@ -76,3 +79,24 @@ def run_summary(
         stages=stages,
         seconds=seconds,
     )
+
+
+def backtest_summary(trained: TrainResult) -> dict[str, Any]:
+    """``metrics.backtest`` of the summary: the model (calibrated and raw) and the baseline out
+    of time, or why the backtest was skipped."""
+    if trained.evaluation is None:
+        return {"status": "skipped", "reason": "the version was registered without an evaluation"}
+    report = trained.evaluation.backtest
+    out: dict[str, Any] = report.model_dump(mode="json", exclude={"result", "calibration"})
+    if report.result is not None:
+        result = report.result
+        out |= {
+            "model": result.model.model_dump(mode="json"),
+            "model_uncalibrated": result.model_uncalibrated.model_dump(mode="json"),
+            "baseline": result.baseline.model_dump(mode="json"),
+            "calibration": report.calibration.describe() if report.calibration else None,
+            "calibration_methods": {
+                k: v.model_dump() for k, v in result.calibration_methods.items()
+            },
+        }
+    return out

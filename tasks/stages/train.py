@@ -26,6 +26,7 @@ from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
 from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
 from tasks.ml.ddp import DistContext, init_distributed, launch_ddp_training
+from tasks.ml.evaluation import ModelEvaluation
 from tasks.ml.model import CustomerMLP, Normalizer, bundle_bytes
 from tasks.ml.promotion import PromotionDecision
 from tasks.ml.snapshot_reader import SnapshotStream
@@ -33,12 +34,12 @@ from tasks.ml.training_loop import (
     EpochRecord,
     Progress,
     TrainOutcome,
-    evaluate,
     model_from_state,
     train_model,
 )
 from tasks.ml.warm_start import CODE_VERSION, StartPoint, choose_start, training_id
 from tasks.stages.gate import gate_and_promote
+from tasks.stages.quality import judge_candidate
 from tasks.stages.records import (
     FeaturesResult,
     PreprocessResult,
@@ -170,8 +171,21 @@ def train_stage(
         outcome = _fit(plan, data, settings, options, ctx, device)
         if not ctx.is_main:
             return None
+        model, evaluation = judge_candidate(
+            store, prepared, outcome.model, data, settings, device, as_of, horizon_days
+        )
         manifest = _register(
-            registry, outcome, plan, data, normalizer, settings, ctx, device, as_of, horizon_days
+            registry,
+            model,
+            evaluation,
+            outcome,
+            plan,
+            data,
+            settings,
+            ctx,
+            device,
+            as_of,
+            horizon_days,
         )
         return _gate_and_report(
             registry, manifest, data, settings, started, device.type, outcome.history, plan
@@ -286,31 +300,25 @@ def _resume_point(plan: _TrainingPlan, ctx: DistContext) -> tuple[CustomerMLP, d
 
 def _register(
     registry: ModelRegistry,
+    model: CustomerMLP,
+    evaluation: ModelEvaluation,
     outcome: TrainOutcome,
     plan: _TrainingPlan,
     data: SnapshotStream,
-    normalizer: Normalizer,
     settings: HybridflowSettings,
     ctx: DistContext,
     device: torch.device,
     as_of: dt.date,
     horizon_days: int,
 ) -> ModelManifest:
-    """Evaluate the best model on the test split and register it as a new immutable version."""
-    model = outcome.model.cpu()
-    metrics = evaluate(model, data, "test")
-    log.info(
-        "test AUC %.4f, PR AUC %.4f, log loss %.4f",
-        metrics["auc"],
-        metrics["pr_auc"],
-        metrics["logloss"],
-    )
+    """Register the best model, with its calibration and evaluation, as a new immutable version."""
     start, production = plan.start, plan.production
     return registry.register(
         bundle_bytes(model),
-        metrics={f"test_{k}": v for k, v in metrics.items()}
+        metrics=evaluation.flat_metrics()
         | {"n_train": float(data.rows("train")), "n_test": float(data.rows("test"))},
-        features=normalizer.features,
+        evaluation=evaluation.model_dump(mode="json"),
+        features=model.config.features,
         data_fingerprint=plan.data_fingerprint,
         parent_version=start.parent_version,
         warm_start=start.warm_start,
@@ -375,6 +383,9 @@ def _gate_and_report(
         resumed_from_step=training.get("resumed_from_step"),
         steps=int(training.get("steps", 0)),
         checkpoints_uri=plan.checkpoints.uri() if plan else "",
+        evaluation=ModelEvaluation.model_validate(manifest.evaluation)
+        if manifest.evaluation
+        else None,
     )
     return TrainStageOutput(result=result, decision=decision, history=history or [])
 

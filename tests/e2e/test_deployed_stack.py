@@ -113,6 +113,9 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
         pipeline = client.read_deployment_by_name("pipeline/pipeline")
         assert pipeline.work_pool_name == "cpu-pool"
         assert [s.schedule.cron for s in pipeline.schedules] == ["0 2 * * *"]
+        refresh = client.read_deployment_by_name("model-refresh/model-refresh")
+        # deployed paused: nothing in this test may depend on the time of day
+        assert not any(s.active for s in [*pipeline.schedules, *refresh.schedules])
         assert client.read_deployment_by_name("train/train").work_pool_name == "gpu-pool"
         assert client.read_work_pool("gpu-pool").concurrency_limit == 1
         _wrong_parameters_are_refused(client, pipeline)

@@ -22,6 +22,7 @@ from infra.store import LocalFolderStore
 from tasks.ml.model import load_bundle, predict_proba
 from tests.fixtures.serving_sample import (
     SAMPLE_FEATURES,
+    point_alias_unverified,
     publish_sample_snapshot,
     register_sample_model,
     sample_feature_table,
@@ -307,7 +308,7 @@ def test_model_lifecycle_under_load(served):
         v3 = register_sample_model(store, table, seed=3, promote=False)
         weights = store.local_path(version_file_key(v3, "model.pt"))
         weights.write_bytes(weights.read_bytes()[:-64] + b"\0" * 64)
-        registry.set_alias(v3, "corrupt on purpose")
+        point_alias_unverified(store, v3, "damaged after its promotion")
         wait_for(
             lambda: (
                 metric_value(

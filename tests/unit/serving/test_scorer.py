@@ -6,7 +6,8 @@ import numpy as np
 import torch
 
 from serving.scorer import fast_scorer
-from tasks.ml.model import CustomerMLP, ModelConfig, predict_proba
+from tasks.ml.calibration import Calibration
+from tasks.ml.model import CustomerMLP, ModelConfig, predict_logits, predict_proba, with_calibration
 from tests.fixtures.serving_sample import sample_feature_table, sample_model
 
 
@@ -30,3 +31,22 @@ def test_models_in_training_mode_or_of_other_shapes_get_no_fast_path():
     assert fast_scorer(model) is not None
     model.net.append(torch.nn.Tanh())
     assert fast_scorer(model) is None
+
+
+def test_fast_path_applies_the_bundle_calibration():
+    table = sample_feature_table(40, seed=3)
+    model = sample_model(table, seed=5, hidden_sizes=[8])
+    x = np.random.default_rng(2).exponential(10.0, size=(32, model.net[0].in_features))
+    raw = fast_scorer(model)(x)
+    for calibration in (
+        Calibration(method="platt", slope=0.5, intercept=-1.0),
+        Calibration(
+            method="isotonic", knots_logit=[-1.0, 0.0, 1.0], knots_probability=[0.1, 0.2, 0.6]
+        ),
+    ):
+        with_calibration(model, calibration)
+        fast = fast_scorer(model)
+        expected = calibration.probabilities(predict_logits(model, x))
+        np.testing.assert_allclose(fast(x), expected, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(predict_proba(model, x), expected, rtol=0, atol=1e-12)
+        assert np.abs(fast(x) - raw).max() > 0.01  # the calibration really changed the scores

@@ -1,9 +1,12 @@
+import json
+
 import numpy as np
 import pytest
 import torch
 
 from infra.errors import ChecksumMismatchError
 from infra.store import sha256_bytes
+from tasks.ml.calibration import Calibration
 from tasks.ml.model import (
     CONFIG_FILE,
     WEIGHTS_FILE,
@@ -12,6 +15,7 @@ from tasks.ml.model import (
     bundle_bytes,
     load_bundle,
     predict_proba,
+    with_calibration,
 )
 from tasks.ml.promotion import decide_promotion
 
@@ -54,3 +58,21 @@ def test_gate_decisions():
     assert decide_promotion(0.80, 0.78, 0.01, production_version="m-1").promote
     refused = decide_promotion(0.785, 0.78, 0.01, production_version="m-1")
     assert not refused.promote and "does not beat" in refused.reason
+
+
+def test_calibration_travels_inside_the_checksummed_bundle():
+    model = with_calibration(_model(), Calibration(method="platt", slope=2.0, intercept=-0.5))
+    files = bundle_bytes(model)
+    assert json.loads(files[CONFIG_FILE])["calibration"]["method"] == "platt"
+    loaded = load_bundle(files, {k: sha256_bytes(v) for k, v in files.items()})
+    x = np.array([[0.0, 1.0], [5.0, -3.0]], dtype=np.float32)
+    np.testing.assert_array_equal(predict_proba(loaded, x), predict_proba(model, x))
+    raw = predict_proba(loaded, x, calibrated=False)
+    assert not np.allclose(predict_proba(loaded, x), raw)
+    # a bundle written before calibration existed loads with the identity map
+    config = json.loads(files[CONFIG_FILE])
+    del config["calibration"]
+    old = {CONFIG_FILE: json.dumps(config).encode(), WEIGHTS_FILE: files[WEIGHTS_FILE]}
+    legacy = load_bundle(old, {k: sha256_bytes(v) for k, v in old.items()})
+    assert legacy.config.calibration == Calibration()
+    np.testing.assert_allclose(predict_proba(legacy, x), raw, atol=1e-12)

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import re
+
+import numpy as np
 
 from infra.registry import ModelManifest
-from tasks.ml.promotion import decide_promotion
-from tasks.stages.model_card import model_card_markdown
+from tasks.ml.calibration import Calibration
+from tasks.ml.evaluation import (
+    BacktestReport,
+    BacktestWindows,
+    CalibrationScore,
+    ModelComparison,
+    ModelEvaluation,
+)
+from tasks.ml.metrics import quality_metrics
+from tasks.ml.promotion import BaselineCheck, decide_promotion
+from tasks.stages.model_card import model_card_markdown, quality_sections
 from tasks.stages.records import FeaturesResult, StageReport, TrainResult
 
 
@@ -70,3 +83,92 @@ def test_model_card_tells_decision_lineage_training_and_checksums():
     assert "warm start from m-old" in card and "resumed from checkpoint step 120" in card
     assert "`model.pt` sha256 `" + "ab" * 32 in card and "fp123" in card
     assert "processes: 2" in card and "hybridflow-0.1.0" in card and "f1, f2" in card
+
+
+def test_model_card_shows_backtest_baseline_reliability_and_inline_charts():
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.01, 0.9, 2000)
+    y = (rng.uniform(size=p.size) < p).astype(float)
+    comparison = ModelComparison(
+        model=quality_metrics(y, p),
+        model_uncalibrated=quality_metrics(y, p**2),
+        baseline=quality_metrics(y, np.clip(p + rng.normal(0, 0.2, p.size), 0.01, 0.99)),
+        calibration_methods={
+            "platt": CalibrationScore(logloss=0.5, brier=0.2, ece=0.01, mean_score=0.45)
+        },
+    )
+    evaluation = ModelEvaluation(
+        calibration=Calibration(method="platt", slope=1.1, intercept=-0.2, fitted_rows=300),
+        test=comparison,
+        backtest=BacktestReport(
+            status="done",
+            windows=BacktestWindows.of(dt.date(2025, 12, 31), 90),
+            n_train=900,
+            n_judged=1500,
+            result=comparison,
+        ),
+    )
+    check = BaselineCheck(
+        basis="backtest",
+        model_logloss=comparison.model.logloss,
+        baseline_logloss=comparison.baseline.logloss,
+    )
+    decision = decide_promotion(0.83, None, 0.0, baseline=check)
+    result = TrainResult(
+        report=StageReport(name="train", seconds=1.0),
+        model_version="m-new",
+        promoted=decision.promote,
+        decision_reason=decision.reason,
+        production_version=None,
+        metrics={"auc": 0.83, "pr_auc": 0.7, "logloss": 0.4, "positive_rate": 0.3},
+        n_train=700,
+        n_test=150,
+        epochs=5,
+        best_epoch=3,
+        evaluation=evaluation,
+    )
+    features = FeaturesResult(
+        report=StageReport(name="features", seconds=1.0),
+        as_of=dt.date(2025, 12, 31),
+        horizon_days=90,
+        features=["f1"],
+        training_prefix="t",
+        scoring_prefix="s",
+        n_training=1000,
+        n_scoring=1000,
+        positive_rate=0.3,
+        events_after_as_of=0,
+    )
+    manifest = ModelManifest(
+        version="m-new", created_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), files={}
+    )
+    card = model_card_markdown(result, decision, features, manifest, "/store/models/versions")
+    assert "## Out-of-time backtest" in card and "Trained the same way at 2025-07-04" in card
+    assert "judged on the 1500 customers at 2025-10-02" in card
+    assert "| | model | model (raw) | baseline |" in card
+    assert f"| log loss | {comparison.model.logloss:.4f} | " in card
+    assert "| expected calibration error |" in card and "| top-decile lift |" in card
+    assert "Platt sigmoid(1.1000 z -0.2000) on 300 held-out rows" in card
+    assert "beats the RFM baseline" in card and "| [0.9, 1.0) |" in card
+    images = re.findall(r"!\[([^\]]+)\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", card)
+    assert [alt for alt, _ in images] == ["reliability plot (backtest)", "lift chart (backtest)"]
+    for _, data in images:
+        png = base64.b64decode(data)
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and 5_000 < len(png) < 120_000
+
+
+def test_model_card_says_when_the_backtest_was_skipped():
+    y = np.array([0, 1] * 50, dtype=float)
+    q = quality_metrics(y, np.linspace(0.1, 0.9, 100))
+    evaluation = ModelEvaluation(
+        calibration=Calibration(),
+        test=ModelComparison(model=q, model_uncalibrated=q, baseline=q),
+        backtest=BacktestReport(
+            status="skipped",
+            reason="history too short for the backtest: it would train at 2025-07-04",
+            windows=BacktestWindows.of(dt.date(2025, 12, 31), 90),
+        ),
+    )
+    text = "\n".join(quality_sections(evaluation, 70, 15, {}))
+    assert "**Skipped:** history too short for the backtest" in text
+    assert "## Reliability and lift (test split)" in text and "lift chart (test split)" in text

@@ -66,3 +66,13 @@ def test_always_never_overwrites_a_concurrent_promotion(registry, local_store):
     with pytest.raises(PromotionConflict):
         apply_promotion_mode(registry, _trained(v2, v1, False), "always")
     assert registry.alias().version == v3
+
+
+def test_a_refresh_needs_a_production_model(registry, local_store):
+    from infra.errors import HybridflowInputError
+    from tasks.stages.refresh import require_production
+
+    with pytest.raises(HybridflowInputError, match="no production model to refresh yet"):
+        require_production(production_manifest(registry))
+    register_sample_model(local_store, sample_feature_table(20), seed=1)
+    assert require_production(production_manifest(registry)).horizon_days == 90

@@ -1,0 +1,139 @@
+"""Judging a trained network against held-out labels: calibrate it, fit the baseline beside it, and
+compare the three on the same rows — on the run's test split, and in the out-of-time backtest,
+where a network trained the same way one horizon earlier is judged on the run's examples.
+
+Which rows play which part is the whole point, so it is spelled out once here:
+
+* calibration: fitted on the ``val`` split of the data the network was trained on (held out
+  from its gradient steps; used only to pick the best epoch);
+* baseline: fitted on the ``train`` split of that same data;
+* judged: the ``test`` split (in time) or every split of the next window (backtest).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from infra.settings import CalibrationMethod, TrainingSettings
+from tasks.ml.baseline import LogisticBaseline, baseline_columns, fit_baseline
+from tasks.ml.calibration import FITTED_METHODS, Calibration, fit_calibration
+from tasks.ml.evaluation import CalibrationScore, ModelComparison
+from tasks.ml.metrics import quality_metrics
+from tasks.ml.model import CustomerMLP, Normalizer, predict_logits
+from tasks.ml.snapshot_reader import SPLITS, SnapshotStream
+from tasks.ml.training_loop import build_model, train_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ScoredRows:
+    """Labels, the network's raw logits and the baseline's feature columns of some rows."""
+
+    labels: np.ndarray
+    logits: np.ndarray
+    baseline_x: np.ndarray
+
+
+def scored_rows(
+    model: CustomerMLP | None, data: SnapshotStream, splits: Iterable[str]
+) -> ScoredRows:
+    """Stream ``splits`` of ``data`` once: labels, logits (empty without a model) and the
+    baseline's columns."""
+    columns = baseline_columns(data.features)
+    ys, zs, xs = [], [], []
+    for split in splits:
+        for x, y in data.chunks(split):
+            ys.append(y)
+            xs.append(x[:, columns])
+            if model is not None:
+                zs.append(predict_logits(model, x))
+    return ScoredRows(
+        labels=np.concatenate(ys).astype(np.float64),
+        logits=np.concatenate(zs) if zs else np.empty(0),
+        baseline_x=np.concatenate(xs),
+    )
+
+
+def compare_on(
+    judged: ScoredRows,
+    calibration: Calibration,
+    held_out: ScoredRows,
+    baseline: LogisticBaseline,
+) -> ModelComparison:
+    """The calibrated and raw network and the baseline on ``judged``, plus every calibration
+    method fitted on ``held_out`` and judged on the same rows."""
+    y, z = judged.labels, judged.logits
+    methods: dict[str, CalibrationScore] = {}
+    for method in ("none", *FITTED_METHODS):
+        fitted = (
+            calibration
+            if method == calibration.method
+            else fit_calibration(held_out.logits, held_out.labels, method)
+        )
+        q = quality_metrics(y, fitted.probabilities(z))
+        methods[method] = CalibrationScore(
+            logloss=q.logloss, brier=q.brier, ece=q.ece, mean_score=q.mean_score
+        )
+    return ModelComparison(
+        model=quality_metrics(y, calibration.probabilities(z)),
+        model_uncalibrated=quality_metrics(y, Calibration().probabilities(z)),
+        baseline=quality_metrics(y, baseline.predict_proba(judged.baseline_x)),
+        calibration_methods=methods,
+    )
+
+
+def assess(
+    model: CustomerMLP,
+    trained_on: SnapshotStream,
+    judged_on: SnapshotStream,
+    judged_splits: Iterable[str],
+    method: CalibrationMethod,
+) -> tuple[Calibration, ModelComparison]:
+    """Calibrate ``model`` on ``trained_on``'s val split, fit the baseline on its train split,
+    and compare both on ``judged_splits`` of ``judged_on``."""
+    if judged_on.features != trained_on.features:
+        raise ValueError("the judged rows must have the features the model was trained on")
+    held_out = scored_rows(model, trained_on, ["val"])
+    calibration = fit_calibration(held_out.logits, held_out.labels, method)
+    train = scored_rows(None, trained_on, ["train"])
+    baseline = fit_baseline(train.baseline_x, train.labels)
+    judged = scored_rows(model, judged_on, judged_splits)
+    return calibration, compare_on(judged, calibration, held_out, baseline)
+
+
+def train_backtest_model(
+    earlier: SnapshotStream,
+    normalizer: Normalizer,
+    settings: TrainingSettings,
+    device: torch.device,
+) -> CustomerMLP:
+    """A fresh network trained the way the run trains (same settings and seed; no warm start: a
+    production model may have seen the judged window) on the ``earlier`` snapshot (features at
+    T-2H, labels in (T-2H, T-H]), on the CPU in eval mode."""
+    outcome = train_model(build_model(normalizer, settings), earlier, settings, device)
+    return outcome.model.cpu().eval()
+
+
+def backtest_comparison(
+    earlier: SnapshotStream,
+    normalizer: Normalizer,
+    judged_on: SnapshotStream,
+    settings: TrainingSettings,
+    device: torch.device,
+    method: CalibrationMethod,
+) -> tuple[Calibration, ModelComparison]:
+    """Train at T-2H (:func:`train_backtest_model`), then judge it and the baseline on every
+    split of ``judged_on`` (the run's examples at T-H with their outcomes in (T-H, T])."""
+    log.info(
+        "backtest: training at T-2H on %d customers, judging on %d customers at T-H",
+        earlier.rows("train"),
+        sum(judged_on.rows(s) for s in SPLITS),
+    )
+    model = train_backtest_model(earlier, normalizer, settings, device)
+    return assess(model, earlier, judged_on, SPLITS, method)

@@ -1,0 +1,102 @@
+"""The train stage's judgement of a trained network: calibration fitted on the val split, the
+baseline and the candidate compared on the test split, and the out-of-time backtest on the
+snapshot the preprocess stage published for T-2H (skipped, with the reason, without one)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import torch
+
+from infra.datasets import local_dataset_dir, read_dataset_manifest, release_local_dir
+from infra.settings import HybridflowSettings
+from infra.store import ObjectStore
+from tasks.ml.backtest import assess, backtest_comparison
+from tasks.ml.evaluation import BacktestReport, BacktestWindows, ModelEvaluation
+from tasks.ml.model import CustomerMLP, Normalizer, with_calibration
+from tasks.ml.snapshot_reader import SPLITS, SnapshotStream
+from tasks.stages.records import PreprocessResult
+
+log = logging.getLogger(__name__)
+
+
+def judge_candidate(
+    store: ObjectStore,
+    prepared: PreprocessResult,
+    model: CustomerMLP,
+    data: SnapshotStream,
+    settings: HybridflowSettings,
+    device: torch.device,
+    as_of: dt.date,
+    horizon_days: int,
+) -> tuple[CustomerMLP, ModelEvaluation]:
+    """``model`` with its calibration set, and everything it is judged by."""
+    method = settings.train.calibration
+    calibration, test = assess(model.cpu().eval(), data, data, ["test"], method)
+    with_calibration(model, calibration)
+    log.info(
+        "calibration %s: test log loss %.4f -> %.4f, ECE %.4f -> %.4f (baseline %.4f, ECE %.4f)",
+        calibration.describe(),
+        test.model_uncalibrated.logloss,
+        test.model.logloss,
+        test.model_uncalibrated.ece,
+        test.model.ece,
+        test.baseline.logloss,
+        test.baseline.ece,
+    )
+    backtest = run_backtest(store, prepared, data, settings, device, as_of, horizon_days)
+    return model, ModelEvaluation(calibration=calibration, test=test, backtest=backtest)
+
+
+def run_backtest(
+    store: ObjectStore,
+    prepared: PreprocessResult,
+    data: SnapshotStream,
+    settings: HybridflowSettings,
+    device: torch.device,
+    as_of: dt.date,
+    horizon_days: int,
+) -> BacktestReport:
+    """Train at T-2H on the backtest snapshot and judge on the run's examples at T-H."""
+    windows = BacktestWindows.of(as_of, horizon_days)
+    if prepared.backtest_snapshot_prefix is None:
+        reason = prepared.backtest_skipped or "no backtest snapshot was published"
+        log.warning("backtest skipped: %s", reason)
+        return BacktestReport(status="skipped", reason=reason, windows=windows)
+    manifest = read_dataset_manifest(store, prepared.backtest_snapshot_prefix)
+    normalizer = Normalizer.model_validate(manifest.metadata["normalizer"])
+    local = local_dataset_dir(store, manifest)
+    try:
+        earlier = SnapshotStream(
+            local,
+            normalizer.features,
+            chunk_rows=settings.train.stream_chunk_rows,
+            cache_bytes=settings.train.stream_cache_mb << 20,
+        )
+        calibration, result = backtest_comparison(
+            earlier, normalizer, data, settings.train, device, settings.train.calibration
+        )
+        n_train = earlier.rows("train")
+    finally:
+        release_local_dir(store, local)
+    log.info(
+        "backtest (train at %s, judged on (%s, %s]): AUC %.4f, log loss %.4f (uncalibrated "
+        "%.4f, baseline %.4f), ECE %.4f",
+        windows.train_features_until,
+        windows.train_labels_until,
+        windows.judged_labels_until,
+        result.model.auc,
+        result.model.logloss,
+        result.model_uncalibrated.logloss,
+        result.baseline.logloss,
+        result.model.ece,
+    )
+    return BacktestReport(
+        status="done",
+        windows=windows,
+        n_train=n_train,
+        n_judged=sum(data.rows(s) for s in SPLITS),
+        calibration=calibration,
+        result=result,
+    )

@@ -1,0 +1,45 @@
+"""`hybridflow up`'s deploy step against a real Prefect API: schedules are deployed paused
+unless asked for, so a stack (a test stack above all) never fires on the wall clock."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from infra.stack import prefect_admin
+from infra.stack.lifecycle import project_dir
+
+pytestmark = pytest.mark.integration
+SCHEDULED = ("pipeline/pipeline", "model-refresh/model-refresh")
+
+
+def _schedules(client) -> dict[str, list[bool]]:
+    return {
+        name: [s.active for s in client.read_deployment_by_name(name).schedules]
+        for name in SCHEDULED
+    }
+
+
+def test_schedules_are_deployed_paused_unless_asked_for(prefect_harness, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    api_url = PREFECT_API_URL.value()
+    prefect_admin.ensure_work_pools(api_url, gpu_slots=1)
+    env = os.environ | {
+        "PREFECT_API_URL": api_url,
+        "HYBRIDFLOW_PROJECT_DIR": str(project_dir()),
+        "HYBRIDFLOW_DEPLOY_EVENTS": str(tmp_path / "events"),
+    }
+    log_file = tmp_path / "logs" / "deploy.log"
+    prefect_admin.deploy_all(project_dir(), env, log_file, schedules_active=False)
+    with get_client(sync_client=True) as client:
+        assert _schedules(client) == {name: [False] for name in SCHEDULED}
+        pipeline = client.read_deployment_by_name("pipeline/pipeline")
+        assert [s.schedule.cron for s in pipeline.schedules] == ["0 2 * * *"]
+        assert pipeline.entrypoint == "flows/pipeline.py:pipeline_flow"
+
+    prefect_admin.deploy_all(project_dir(), env, log_file, schedules_active=True)
+    with get_client(sync_client=True) as client:
+        assert _schedules(client) == {name: [True] for name in SCHEDULED}
