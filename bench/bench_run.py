@@ -108,6 +108,7 @@ def main(results_dir: Path) -> list[dict]:
                     epochs=epochs,
                     auc=round(summary["metrics"]["test_auc"], 4),
                     baseline_auc=round(base["test_auc"], 4),
+                    baseline_backtest_auc=round(base["backtest_auc"], 4),
                 )
             )
             shutil.rmtree(events, ignore_errors=True)

@@ -196,7 +196,7 @@ def prepare(
         f"COPY ({feature_sql('events', at)}) TO '{out / 'scoring.parquet'}' (FORMAT parquet)"
     )
     normalizer = con.execute(normalizer_sql("snapshot")).fetchone()
-    con.execute(normalizer_sql("backtest_snapshot")).fetchone()
+    backtest_normalizer = con.execute(normalizer_sql("backtest_snapshot")).fetchone()
     counts = con.execute(
         "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM examples), "
         "(SELECT avg(label) FROM examples)"
@@ -207,6 +207,7 @@ def prepare(
         "n_training": counts[1],
         "positive_rate": counts[2],
         "normalizer": list(normalizer),
+        "backtest_normalizer": list(backtest_normalizer),
     }
 
 
@@ -226,6 +227,7 @@ def main() -> None:
     figures = prepare(con, glob, args.horizon_days, Path(args.out))
     figures["seconds"] = time.perf_counter() - started
     figures.pop("normalizer")
+    figures.pop("backtest_normalizer")
     print(json.dumps(figures))
 
 
