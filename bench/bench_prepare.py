@@ -74,7 +74,8 @@ def main(results_dir: Path) -> list[dict]:
             events = work / f"events-{customers}"
             generate_demo_events(DemoDataParams(customers=customers, seed=5), events)
             spark, spark_s, spark_cpu = _measured(lambda e=events: _spark(e, work / "store"))
-            duck, duck_s, duck_cpu = _measured(lambda e=events: _duckdb(e, work / "duck"))
+            out = work / f"duck-{customers}"
+            duck, duck_s, duck_cpu = _measured(lambda e=events, o=out: _duckdb(e, o))
             for key in ("events", "n_training"):
                 if spark[key] != duck[key]:
                     raise AssertionError(f"{key}: spark {spark[key]} vs duckdb {duck[key]}")
