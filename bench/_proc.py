@@ -42,3 +42,58 @@ def tree_cpu_seconds(root: int | None = None) -> float:
         total += cpu.get(pid, 0.0)
         stack.extend(children.get(pid, []))
     return total
+
+
+def _own_cpu(pid: int) -> float | None:
+    """utime + stime of ``pid`` alone (not its children), None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _descendants(root: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                raw = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(raw[raw.rindex(")") + 2 :].split()[1])
+            parents.setdefault(ppid, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(parents.get(pid, []))
+    return found
+
+
+def run_measured(
+    cmd: list[str], *, env: dict[str, str] | None = None, poll_s: float = 0.25
+) -> tuple[float, float, str]:
+    """Run ``cmd``; (wall seconds, CPU seconds of its whole process tree, stdout). CPU is
+    sampled per process while it runs (a JVM its Python parent never reaps still counts)."""
+    import subprocess
+    import tempfile
+    import time
+
+    seen: dict[int, float] = {}
+    with tempfile.TemporaryFile("w+") as stdout:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=stdout, text=True)
+        while proc.poll() is None:
+            for pid in _descendants(proc.pid):
+                cpu = _own_cpu(pid)
+                if cpu is not None:
+                    seen[pid] = max(seen.get(pid, 0.0), cpu)
+            time.sleep(poll_s)
+        wall = time.perf_counter() - started
+        stdout.seek(0)
+        out = stdout.read()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}")
+    return wall, sum(seen.values()), out

@@ -4,11 +4,13 @@ The same rows (synthetic features in the pipeline's schema, published in a folde
 scored by:
 
 * the ceiling: plain torch in this process on the rows already in memory, all cores;
-* the batch-inference stage on local Spark (warm: JVM up, Python workers started), which reads
-  the Parquet, ships Arrow batches to Python workers, scores, and writes + publishes Parquet;
-* breakdowns that say where Spark's time goes: Parquet in/out with no Python at all (I/O floor),
-  the same plus an Arrow round trip through Python workers with no model (transfer), the
-  skeleton's ``mapInPandas`` variant, and Arrow batch sizes.
+* the batch-inference stage on local Spark (warm: JVM up, Python workers started): one task per
+  features file, each reading its file with pyarrow, scoring it and writing its predictions
+  file into the store, then one publish;
+* for comparison, the way it was before: every feature row through Spark's JVM -> Arrow ->
+  Python worker bridge (``mapInArrow``) and back, written by Spark; and the floors that say where
+  that time went: Parquet in/out with no Python at all (I/O floor), and the same plus the Arrow
+  round trip with no model (transfer).
 
 Each row has wall time and CPU seconds of the whole process tree (``cpu_ratio`` compares CPU
 seconds with the ceiling's: robust to other load on a shared machine, unlike wall time).
@@ -33,7 +35,6 @@ from bench._proc import tree_cpu_seconds
 
 AS_OF = dt.date(2025, 12, 31)
 CEILING = "torch in-process, rows in memory, all cores"
-BATCH_KEY = "spark.sql.execution.arrow.maxRecordsPerBatch"
 ROUNDS = 2
 
 
@@ -116,21 +117,32 @@ def _ceiling_seconds(store, version: str) -> tuple[float, float]:
         torch.set_num_threads(threads)
 
 
-def _spark_variant(spark, store, variant: str) -> Callable[[], None]:
+def _spark_variant(spark, store, variant: str, version: str = "") -> Callable[[], None]:
     """Read the features, do ``variant``, write Parquet to a scratch folder, count it."""
     from pyspark.sql import functions as F
 
     from infra.layout import scoring_features_prefix
-    from tasks.stages.batch_inference import PREDICTION_SCHEMA
+    from tasks.stages.batch_inference import load_scoring_model
     from tasks.stages.spark_io import read_dataset
 
-    def arrow_no_model(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from tasks.ml.scoring_worker import prediction_batch
+    model = load_scoring_model(store, version) if version else None
+    schema = "customer_id string, score double, model_version string, as_of date"
 
+    def arrow_bridge(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import torch
+
+        from tasks.ml.model import predict_proba
+        from tasks.ml.scoring_worker import feature_matrix, prediction_batch, worker_model
+
+        torch.set_num_threads(1)
+        loaded = worker_model(model)[0] if model else None
         for batch in batches:
-            yield prediction_batch(
-                batch.column("customer_id"), np.zeros(batch.num_rows), "none", AS_OF
+            scores = (
+                predict_proba(loaded, feature_matrix(batch, model.features))
+                if loaded is not None
+                else np.zeros(batch.num_rows)
             )
+            yield prediction_batch(batch.column("customer_id"), scores, "v", AS_OF)
 
     def run() -> None:
         features = read_dataset(spark, store, scoring_features_prefix(AS_OF))
@@ -142,49 +154,7 @@ def _spark_variant(spark, store, variant: str) -> Callable[[], None]:
                 F.lit(AS_OF).alias("as_of"),
             )
         else:
-            out = features.mapInArrow(arrow_no_model, schema=PREDICTION_SCHEMA)
-        target = Path(tempfile.mkdtemp(prefix="hf-bench-"))
-        try:
-            out.write.mode("overwrite").parquet(str(target / "out"))
-            spark.read.parquet(str(target / "out")).count()
-        finally:
-            shutil.rmtree(target, ignore_errors=True)
-
-    return run
-
-
-def _pandas_stage(spark, store, version: str) -> Callable[[], None]:
-    """The skeleton's mapInPandas scoring, read -> score -> write, for comparison."""
-    import pandas as pd
-
-    from infra.layout import scoring_features_prefix
-    from tasks.stages.batch_inference import PREDICTION_SCHEMA, load_scoring_model
-    from tasks.stages.spark_io import read_dataset
-
-    model = load_scoring_model(store, version)
-
-    def score_pandas(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        import torch
-
-        from tasks.ml.model import predict_proba
-        from tasks.ml.scoring_worker import worker_model
-
-        torch.set_num_threads(1)
-        loaded, _ = worker_model(model)
-        for batch in batches:
-            x = batch[model.features].to_numpy(dtype=np.float32, na_value=0.0)
-            yield pd.DataFrame(
-                {
-                    "customer_id": batch["customer_id"].astype(str),
-                    "score": predict_proba(loaded, x),
-                    "model_version": version,
-                    "as_of": AS_OF,
-                }
-            )
-
-    def run() -> None:
-        features = read_dataset(spark, store, scoring_features_prefix(AS_OF))
-        out = features.mapInPandas(score_pandas, schema=PREDICTION_SCHEMA)
+            out = features.mapInArrow(arrow_bridge, schema=schema)
         target = Path(tempfile.mkdtemp(prefix="hf-bench-"))
         try:
             out.write.mode("overwrite").parquet(str(target / "out"))
@@ -197,10 +167,12 @@ def _pandas_stage(spark, store, version: str) -> Callable[[], None]:
 
 def main(results_dir: Path) -> list[dict]:
     """Run every variant on the same rows; one row per variant, ratio = rows/s vs the ceiling."""
+    from infra.datasets import read_dataset_manifest
+    from infra.layout import scoring_features_prefix
     from infra.settings import get_settings
     from infra.spark import get_spark
     from infra.store import LocalFolderStore
-    from tasks.data.features import feature_names
+    from tasks.data.feature_specs import feature_names
     from tasks.stages.batch_inference import batch_inference_stage
 
     rows = int(os.environ.get("HYBRIDFLOW_BENCH_INFERENCE_ROWS", "1000000"))
@@ -216,28 +188,22 @@ def main(results_dir: Path) -> list[dict]:
         jvm_start = _timed(lambda: get_spark(settings))
         spark = get_spark(settings)
         cores = spark.sparkContext.defaultParallelism
-        default_batch = int(spark.conf.get(BATCH_KEY))
+        files = read_dataset_manifest(store, scoring_features_prefix(AS_OF)).files
 
         def stage() -> None:
             batch_inference_stage(spark, store, AS_OF, progress_interval_s=60)
 
         cold, cold_cpu = _measured(stage)
-        variants: dict[str, tuple[Callable[[], None], int]] = {
-            "warm": (stage, default_batch),
-            "batch_1000": (stage, 1_000),
-            "batch_50000": (stage, 50_000),
-            "pandas": (_pandas_stage(spark, store, version), default_batch),
-            "io_floor": (_spark_variant(spark, store, "jvm"), default_batch),
-            "transfer": (_spark_variant(spark, store, "arrow"), default_batch),
+        variants: dict[str, Callable[[], None]] = {
+            "warm": stage,
+            "bridge": _spark_variant(spark, store, "arrow", version),
+            "io_floor": _spark_variant(spark, store, "jvm"),
+            "transfer": _spark_variant(spark, store, "arrow"),
         }
         best = {name: (float("inf"), float("inf")) for name in variants}
-        try:
-            for _ in range(ROUNDS):  # interleaved, so drifting load on a shared box hits all alike
-                for name, (fn, batch) in variants.items():
-                    spark.conf.set(BATCH_KEY, str(batch))
-                    best[name] = min(best[name], _measured(fn))
-        finally:
-            spark.conf.set(BATCH_KEY, str(default_batch))
+        for _ in range(ROUNDS):  # interleaved, so drifting load on a shared box hits all alike
+            for name, fn in variants.items():
+                best[name] = min(best[name], _measured(fn))
         warm = best["warm"][0]
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -261,16 +227,14 @@ def main(results_dir: Path) -> list[dict]:
     return [
         row(CEILING, (ceiling, ceiling_cpu), f"{os.cpu_count()} torch threads, best of 3"),
         row(
-            "spark e2e warm (read→score→write)",
+            "spark e2e warm (task per file: pyarrow→torch→store)",
             best["warm"],
-            f"local[{cores}], batch {default_batch}",
+            f"local[{cores}], {len(files)} feature files",
         ),
         row("spark e2e cold (first call)", (cold, cold_cpu), "+ Python worker start, torch import"),
-        row("spark e2e, Arrow batch 1000", best["batch_1000"], "warm"),
-        row("spark e2e, Arrow batch 50000", best["batch_50000"], "warm"),
-        row("spark e2e, mapInPandas (skeleton)", best["pandas"], "warm, default batch"),
+        row("before: rows through the mapInArrow bridge", best["bridge"], "read→Arrow→score→write"),
         row("spark read→write, no Python", best["io_floor"], "Parquet I/O + JVM floor"),
-        row("spark read→Arrow→Python→write, no model", best["transfer"], "+ Python↔JVM transfer"),
+        row("spark read→Arrow→Python→write, no model", best["transfer"], "the bridge alone"),
         {
             "benchmark": "batch_inference",
             "subject": "spark session start (JVM)",

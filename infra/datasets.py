@@ -80,7 +80,6 @@ def publish_dataset(
     now: dt.datetime | None = None,
 ) -> DatasetManifest:
     """Publish the Parquet files in ``local_dir`` as the dataset at ``prefix`` (replacing it)."""
-    prefix = prefix.strip("/")
     for junk in list(local_dir.rglob("*")):
         if junk.is_file() and junk.name.startswith((".", "_")):
             junk.unlink()  # Spark's _SUCCESS and .crc files are not data
@@ -109,7 +108,7 @@ def publish_written_dataset(
     """Publish files already in the store under ``data_prefix`` (uploaded, or written there by
     Spark's executors): the manifest moves to the Parquet ``keys``, then old generations go."""
     prefix = prefix.strip("/")
-    files = [k for k in keys if k.endswith(".parquet")]
+    files = sorted(k for k in keys if k.endswith(".parquet"))
     manifest, replaced = _swap_manifest(store, prefix, data_prefix, files, rows, metadata or {})
     if replaced is not None and replaced.previous_data_prefix not in (None, data_prefix):
         store.delete_prefix(replaced.previous_data_prefix)  # now two generations back

@@ -105,6 +105,15 @@ def write_on_executors(
     metadata: dict[str, Any] | None = None,
 ) -> DatasetManifest:
     """Write ``df`` from the executors into a new generation at ``prefix`` and publish it."""
+    data_prefix, written = write_task_files(df, store, prefix, partition_by=partition_by)
+    return publish_task_outputs(store, prefix, data_prefix, written, df.schema, metadata)
+
+
+def write_task_files(
+    df: DataFrame, store: ObjectStore, prefix: str, *, partition_by: list[str] | None = None
+) -> tuple[str, dict[str, int]]:
+    """Write ``df`` from the executors into a new generation folder of ``prefix`` (one job);
+    returns that folder and the files the successful tasks wrote (key -> rows), unpublished."""
     data_prefix = new_data_prefix(prefix)
     uri, columns = store.uri, list(partition_by or [])
 
@@ -116,8 +125,7 @@ def write_on_executors(
         )
 
     rows = df.mapInArrow(write_partition, WRITTEN_SCHEMA).collect()
-    written = {r["key"]: int(r["rows"]) for r in rows}
-    return publish_task_outputs(store, prefix, data_prefix, written, df.schema, metadata)
+    return data_prefix, {r["key"]: int(r["rows"]) for r in rows}
 
 
 def publish_task_outputs(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 CONF_DIR = Path(__file__).parent / "conf"
+log = logging.getLogger(__name__)
 
 
 def check_java() -> None:
@@ -49,6 +52,8 @@ def spark_conf_for(settings: HybridflowSettings) -> dict[str, str]:
         # A cluster's executors must reach the driver: bind where Spark picks, not loopback.
         conf.pop("spark.driver.host")
         conf.pop("spark.driver.bindAddress")
+    elif settings.spark_local_java_options:
+        conf["spark.driver.extraJavaOptions"] = settings.spark_local_java_options
     conf.update(settings.spark_conf)
     return conf
 
@@ -82,3 +87,20 @@ def get_spark(settings: HybridflowSettings) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def start_spark_in_background(settings: HybridflowSettings) -> threading.Thread:
+    """Start the process's SparkSession on a daemon thread, so that the JVM boots while the
+    caller does something else (``hybridflow run``: while Prefect starts its temporary API);
+    :func:`get_spark` later returns that session (waiting for it if it is still starting).
+    A failure here is only logged: the stage's own :func:`get_spark` reports it."""
+
+    def start() -> None:
+        try:
+            get_spark(settings)
+        except Exception as exc:  # reported again, properly, by the stage that needs Spark
+            log.debug("background Spark start failed: %s", exc)
+
+    thread = threading.Thread(target=start, name="spark-start", daemon=True)
+    thread.start()
+    return thread

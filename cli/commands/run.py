@@ -47,8 +47,12 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline flow and print its summary."""
     from flows.pipeline import pipeline_flow
+    from infra.settings import get_settings
+    from infra.spark import start_spark_in_background
 
-    summary = pipeline_flow(pipeline_params(args))
+    params = pipeline_params(args)
+    start_spark_in_background(get_settings())  # the JVM boots while Prefect starts its API
+    summary = pipeline_flow(params)
     print(summary.model_dump_json() if args.json else format_summary(summary))
     return EXIT_OK
 

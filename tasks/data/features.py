@@ -1,111 +1,71 @@
 """Per-customer features and labels, point-in-time correct (built-in Spark functions only).
 
-Features at cutoff ``c`` use only events with ``event_time <= c``. Training uses features at
-``T - H`` with the label "purchased in (T - H, T]"; scoring uses features at ``T``. The
+Features at cutoff ``c`` use only events with ``event_time <= c``. The pipeline trains on
+features at ``T - H`` with the label "purchased in (T - H, T]" and scores features at ``T``; the
 out-of-time backtest trains the same way one horizon earlier: features at ``T - 2H``, labels in
-``(T - 2H, T - H]`` (:func:`backtest_examples`), and is judged on the training examples.
-Each feature is listed once in :data:`FEATURE_SPECS` (name, the optional column it needs, its
-meaning) and computed once in :func:`customer_features`; :func:`feature_names` gives the ones an
-input with a given set of columns gets.
+``(T - 2H, T - H]`` (:func:`pipeline_cutoffs`, :func:`backtest_examples`).
+:func:`customer_features_at` computes the features at any list of cutoffs, and their labels, in
+one pass over the events. Which features exist is declared in :mod:`tasks.data.feature_specs`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-WINDOWS_DAYS: tuple[int, ...] = (7, 30, 90, 180, 365)
-NO_PURCHASE_DAYS = 3650.0  # recency/gap stand-in for "never purchased"
-EVENT_TYPE_MIX: tuple[str, ...] = ("view", "add_to_cart", "return")
-MIX_COLUMNS: dict[str, str] = {"category": "categories", "channel": "channels"}
-SECONDS_PER_DAY = 86_400.0
-DAY_MICROS = SECONDS_PER_DAY * 1e6
+from tasks.data.feature_specs import (
+    DAY_MICROS,
+    EVENT_TYPE_MIX,
+    MIX_COLUMNS,
+    NO_PURCHASE_DAYS,
+    WINDOWS_DAYS,
+    feature_names,
+)
+
+EPOCH = dt.datetime(1970, 1, 1)
+TRAIN_CUTOFF = "train"
+SCORE_CUTOFF = "score"
+BACKTEST_CUTOFF = "backtest"
 
 
 @dataclass(frozen=True)
-class FeatureSpec:
-    """One feature: its column name, the optional input column it needs, what it means."""
+class Cutoff:
+    """A point in time to compute features at (events ``<= at``); with ``label_until`` also the
+    label "purchased in ``(at, label_until]``". ``name`` prefixes its columns in a wide frame."""
 
     name: str
-    meaning: str
-    needs: str | None = None
+    at: dt.datetime
+    label_until: dt.datetime | None = None
+
+    def micros(self) -> int:
+        """``at`` as microseconds since the epoch (naive = UTC)."""
+        return _micros(self.at)
 
 
-def _specs() -> tuple[FeatureSpec, ...]:
-    s = [
-        FeatureSpec("recency_days", "days from the last event of any type to the cutoff"),
-        FeatureSpec("tenure_days", "days from the first event to the cutoff"),
-        FeatureSpec("n_purchases", "purchases ever"),
-        FeatureSpec(
-            "purchase_recency_days", f"days since the last purchase ({NO_PURCHASE_DAYS:g} if none)"
-        ),
-        FeatureSpec("purchase_amount_total", "sum of purchase amounts ever"),
-        FeatureSpec("purchase_amount_mean", "mean purchase amount (0 if none)"),
-    ]
-    for w in WINDOWS_DAYS:
-        s += [
-            FeatureSpec(f"purchases_{w}d", f"purchases in the last {w} days"),
-            FeatureSpec(f"amount_{w}d", f"purchase amount in the last {w} days"),
-            FeatureSpec(
-                f"amount_mean_{w}d", f"mean purchase amount in the last {w} days (0 if none)"
-            ),
-        ]
-    s += [
-        FeatureSpec(
-            "mean_interpurchase_days",
-            f"mean days between consecutive purchases ({NO_PURCHASE_DAYS:g} if < 2 purchases)",
-        ),
-        FeatureSpec("std_interpurchase_days", "population std of those gaps (0 if < 2 purchases)"),
-        FeatureSpec(
-            "max_interpurchase_days", f"longest gap between purchases ({NO_PURCHASE_DAYS:g} if < 2)"
-        ),
-        FeatureSpec(
-            "purchase_recency_over_gap",
-            "purchase_recency_days / max(mean_interpurchase_days, 1): > 1 means overdue",
-        ),
-        FeatureSpec("trend_30d_vs_365d", "purchases_30d scaled to a year / (purchases_365d + 1)"),
-        FeatureSpec("trend_90d_vs_365d", "purchases_90d scaled to a year / (purchases_365d + 1)"),
-        FeatureSpec("trend_amount_90d_vs_365d", "amount_90d scaled to a year / (amount_365d + 1)"),
-        FeatureSpec("basket_size_mean", "mean quantity per purchase (0 if none)", "quantity"),
-        FeatureSpec("basket_size_max", "largest quantity in one purchase (0 if none)", "quantity"),
-        FeatureSpec("n_events", "events of any type ever", "event_type"),
-    ]
-    s += [
-        FeatureSpec(f"events_{w}d", f"events of any type in the last {w} days", "event_type")
-        for w in WINDOWS_DAYS
-    ]
-    s += [
-        FeatureSpec(f"share_{t}", f"share of events that are '{t}'", "event_type")
-        for t in ("purchase", *EVENT_TYPE_MIX)
-    ]
-    for col, plural in MIX_COLUMNS.items():
-        s += [
-            FeatureSpec(f"n_{plural}", f"distinct {col} values among events", col),
-            FeatureSpec(f"top_{col}_share", f"share of events in the customer's top {col}", col),
-            FeatureSpec(f"{col}_entropy", f"Shannon entropy (nats) of the {col} mix", col),
-        ]
-    return tuple(s)
+class PipelineCutoffs(NamedTuple):
+    """The cutoffs of a run (see :func:`pipeline_cutoffs`)."""
+
+    train: Cutoff
+    score: Cutoff
+    backtest: Cutoff
 
 
-FEATURE_SPECS: tuple[FeatureSpec, ...] = _specs()
-
-
-def feature_names(available_columns: set[str]) -> list[str]:
-    """The features computed for an input that has ``available_columns`` (contract names)."""
-    return [s.name for s in FEATURE_SPECS if s.needs is None or s.needs in available_columns]
-
-
-def _ts(cutoff: dt.datetime) -> Column:
-    # A string literal is read in the session time zone (UTC), unlike a Python datetime literal,
-    # which PySpark converts through the process's local time zone.
-    return F.lit(_as_naive_utc(cutoff).isoformat(sep=" ")).cast("timestamp")
-
-
-def _safe_div(num: Column, den: Column) -> Column:
-    return F.when(den > 0, num / den).otherwise(0.0)
+def pipeline_cutoffs(as_of: dt.date, horizon_days: int) -> PipelineCutoffs:
+    """The pipeline's cutoffs for T = the end of ``as_of`` and H: training features at T-H
+    labelled with "purchased in (T-H, T]", scoring features at T, and the backtest's training
+    features at T-2H labelled with "purchased in (T-2H, T-H]"."""
+    at = end_of_day(as_of)
+    horizon = dt.timedelta(days=horizon_days)
+    return PipelineCutoffs(
+        train=Cutoff(TRAIN_CUTOFF, at - horizon, label_until=at),
+        score=Cutoff(SCORE_CUTOFF, at),
+        backtest=Cutoff(BACKTEST_CUTOFF, at - 2 * horizon, label_until=at - horizon),
+    )
 
 
 def customer_features(
@@ -115,145 +75,19 @@ def customer_features(
 
     ``cutoff`` is a naive UTC datetime (or aware; converted). Nothing after it is read.
     """
-    cutoff = _as_naive_utc(cutoff)
-    days_before = (F.unix_micros(_ts(cutoff)) - F.unix_micros(F.col("event_time"))) / DAY_MICROS
-    past = events.filter(F.col("event_time") <= _ts(cutoff)).select(
-        "customer_id",
-        "event_time",
-        days_before.alias("d"),
-        (F.col("event_type") == "purchase").alias("p"),
-        "amount",
-        "quantity",
-        "event_type",
-        "category",
-        "channel",
-    )
-    out = past.groupBy("customer_id").agg(*_event_aggregates(available_columns))
-    out = out.join(_gap_features(past), "customer_id", "left")
-    for col in MIX_COLUMNS:
-        if col in available_columns:
-            out = out.join(_mix_features(past, col), "customer_id", "left")
-    n_p = F.col("n_purchases")
-    mean_gap = F.coalesce(F.col("_gap_mean"), F.lit(NO_PURCHASE_DAYS))
-    derived = {
-        "purchase_recency_days": F.coalesce(F.col("_last_purchase_d"), F.lit(NO_PURCHASE_DAYS)),
-        "purchase_amount_mean": _safe_div(F.col("purchase_amount_total"), n_p),
-        "mean_interpurchase_days": mean_gap,
-        "std_interpurchase_days": F.coalesce(F.col("_gap_std"), F.lit(0.0)),
-        "max_interpurchase_days": F.coalesce(F.col("_gap_max"), F.lit(NO_PURCHASE_DAYS)),
-        "purchase_recency_over_gap": F.coalesce(F.col("_last_purchase_d"), F.lit(NO_PURCHASE_DAYS))
-        / F.greatest(mean_gap, F.lit(1.0)),
-        "trend_30d_vs_365d": (F.col("purchases_30d") * (365 / 30)) / (F.col("purchases_365d") + 1),
-        "trend_90d_vs_365d": (F.col("purchases_90d") * (365 / 90)) / (F.col("purchases_365d") + 1),
-        "trend_amount_90d_vs_365d": (F.col("amount_90d") * (365 / 90))
-        / (F.col("amount_365d") + 1.0),
-        "basket_size_mean": F.coalesce(F.col("_basket_mean"), F.lit(0.0)),
-        "basket_size_max": F.coalesce(F.col("_basket_max"), F.lit(0.0)),
-    }
-    for w in WINDOWS_DAYS:
-        derived[f"amount_mean_{w}d"] = _safe_div(F.col(f"amount_{w}d"), F.col(f"purchases_{w}d"))
-    for col, plural in MIX_COLUMNS.items():
-        for name in (f"n_{plural}", f"top_{col}_share", f"{col}_entropy"):
-            derived[name] = F.coalesce(F.col(f"_{name}"), F.lit(0.0))
-    names = feature_names(available_columns)
-    return out.select(
-        "customer_id",
-        *[(derived[n] if n in derived else F.col(n)).cast("double").alias(n) for n in names],
-    )
-
-
-def _event_aggregates(available_columns: set[str]) -> list[Column]:
-    """Single-pass aggregates over a customer's past events (``d`` = days before the cutoff)."""
-    p, d, amount = F.col("p"), F.col("d"), F.col("amount")
-    aggs: list[Column] = [
-        F.min(d).alias("recency_days"),
-        F.max(d).alias("tenure_days"),
-        F.sum(p.cast("double")).alias("n_purchases"),
-        F.min(F.when(p, d)).alias("_last_purchase_d"),
-        F.sum(F.when(p, amount).otherwise(0.0)).alias("purchase_amount_total"),
-        F.avg(F.when(p, F.col("quantity").cast("double"))).alias("_basket_mean"),
-        F.max(F.when(p, F.col("quantity").cast("double"))).alias("_basket_max"),
-    ]
-    for w in WINDOWS_DAYS:
-        in_w = d < float(w)
-        aggs.append(F.sum((p & in_w).cast("double")).alias(f"purchases_{w}d"))
-        aggs.append(F.sum(F.when(p & in_w, amount).otherwise(0.0)).alias(f"amount_{w}d"))
-    if "event_type" in available_columns:
-        aggs.append(F.count(F.lit(1)).cast("double").alias("n_events"))
-        for w in WINDOWS_DAYS:
-            aggs.append(F.sum((d < float(w)).cast("double")).alias(f"events_{w}d"))
-        for t in ("purchase", *EVENT_TYPE_MIX):
-            aggs.append(F.avg((F.col("event_type") == t).cast("double")).alias(f"share_{t}"))
-    return aggs
-
-
-def _gap_features(past: DataFrame) -> DataFrame:
-    """Mean, std and max of the days between consecutive purchases (customers with 2+)."""
-    order = Window.partitionBy("customer_id").orderBy("event_time")
-    gaps = (
-        past.filter(F.col("p"))
-        .select(
-            "customer_id",
-            (
-                (F.unix_micros("event_time") - F.unix_micros(F.lag("event_time").over(order)))
-                / DAY_MICROS
-            ).alias("gap"),
-        )
-        .filter(F.col("gap").isNotNull())
-    )
-    return gaps.groupBy("customer_id").agg(
-        F.avg("gap").alias("_gap_mean"),
-        F.stddev_pop("gap").alias("_gap_std"),
-        F.max("gap").alias("_gap_max"),
-    )
-
-
-def _mix_features(past: DataFrame, col: str) -> DataFrame:
-    """Distinct values, top-value share and entropy of ``col`` among a customer's events."""
-    per_value = (
-        past.filter(F.col(col).isNotNull())
-        .groupBy("customer_id", col)
-        .agg(F.count(F.lit(1)).alias("c"))
-    )
-    c = F.col("c").cast("double")
-    totals = per_value.groupBy("customer_id").agg(
-        F.count(F.lit(1)).cast("double").alias(f"_n_{MIX_COLUMNS[col]}"),
-        F.max(c).alias("_top"),
-        F.sum(c).alias("_total"),
-        F.sum(c * F.log(c)).alias("_clogc"),
-    )
-    total = F.col("_total")
-    return totals.select(
-        "customer_id",
-        f"_n_{MIX_COLUMNS[col]}",
-        (F.col("_top") / total).alias(f"_top_{col}_share"),
-        (F.log(total) - F.col("_clogc") / total).alias(f"_{col}_entropy"),
-    )
-
-
-def purchase_labels(events: DataFrame, start: dt.datetime, end: dt.datetime) -> DataFrame:
-    """``customer_id``, ``label`` = 1.0 for customers with a purchase in ``(start, end]``."""
-    start, end = _as_naive_utc(start), _as_naive_utc(end)
-    return (
-        events.filter(
-            (F.col("event_type") == "purchase")
-            & (F.col("event_time") > _ts(start))
-            & (F.col("event_time") <= _ts(end))
-        )
-        .select("customer_id")
-        .distinct()
-        .withColumn("label", F.lit(1.0))
-    )
+    at = Cutoff("at", _as_naive_utc(cutoff))
+    wide = customer_features_at(events, [at], available_columns)
+    return cutoff_features(wide, at, available_columns)
 
 
 def training_examples(
     events: DataFrame, as_of: dt.datetime, horizon_days: int, available_columns: set[str]
 ) -> DataFrame:
-    """Features at ``T - H`` joined with labels from ``(T - H, T]`` (0.0 when no purchase)."""
-    feature_cutoff = _as_naive_utc(as_of) - dt.timedelta(days=horizon_days)
-    features = customer_features(events, feature_cutoff, available_columns)
-    labels = purchase_labels(events, feature_cutoff, as_of)
-    return features.join(labels, "customer_id", "left").fillna({"label": 0.0})
+    """Features at ``T - H`` with the label "purchased in (T - H, T]" (1.0 or 0.0)."""
+    as_of = _as_naive_utc(as_of)
+    train = Cutoff("train", as_of - dt.timedelta(days=horizon_days), label_until=as_of)
+    wide = customer_features_at(events, [train], available_columns)
+    return cutoff_features(wide, train, available_columns)
 
 
 def backtest_cutoff(as_of: dt.datetime, horizon_days: int) -> dt.datetime:
@@ -268,6 +102,230 @@ def backtest_examples(
     from ``(T - 2H, T - H]``. Nothing after ``T - H`` is read."""
     earlier = _as_naive_utc(as_of) - dt.timedelta(days=horizon_days)
     return training_examples(events, earlier, horizon_days, available_columns)
+
+
+def customer_features_at(
+    events: DataFrame, cutoffs: Sequence[Cutoff], available_columns: set[str]
+) -> DataFrame:
+    """Features (and labels) at every cutoff from one pass over the events: a wide frame.
+
+    One row per customer with any event: ``customer_id``, ``events_after`` (events after the
+    latest cutoff, ignored), then per cutoff ``<name>__seen`` (an event at or before it),
+    ``<name>__<feature>`` and, for a labelled one, ``<name>__label``.
+
+    Every cutoff comes from the same group-bys: conditional aggregates over the customer's
+    events; the gaps between purchases (a window over the purchases only); and, per mix
+    column, counts per (customer, value) aggregated again per customer. The branches are
+    grouped by customer and joined on it, so events clustered by customer (a bucketed read) are
+    never shuffled.
+    """
+    if not cutoffs or len({c.name for c in cutoffs}) != len(cutoffs):
+        raise ValueError(f"cutoffs need distinct names, got {[c.name for c in cutoffs]}")
+    mixes = [c for c in MIX_COLUMNS if c in available_columns]
+    kinds = "event_type" in available_columns
+    prepared = events.select(
+        "customer_id",
+        F.unix_micros("event_time").alias("_t"),
+        (F.col("event_type") == "purchase").alias("_p"),
+        "amount",
+        F.col("quantity").cast("double").alias("_q"),
+        "event_type",
+        *mixes,
+    )
+    latest = max(c.micros() for c in cutoffs)
+    aggs = [F.count(F.when(F.col("_t") > F.lit(latest), 1)).alias("events_after")]
+    for cutoff in cutoffs:
+        aggs += _event_aggregates(cutoff, kinds)
+    wide = prepared.groupBy("customer_id").agg(*aggs)
+    # Every side is grouped by customer from the same clustered read: a hash join per bucket
+    # needs no shuffle, no sort and no broadcast job.
+    branches = [_gap_aggregates(prepared, cutoffs)]
+    branches += [_mix_aggregates(prepared, col, cutoffs) for col in mixes]
+    for branch in branches:
+        wide = wide.join(branch.hint("shuffle_hash"), "customer_id", "left")
+    columns = [F.col("customer_id"), F.col("events_after")]
+    for cutoff in cutoffs:
+        columns += _cutoff_columns(cutoff, available_columns)
+    return wide.select(*columns)
+
+
+def cutoff_features(wide: DataFrame, cutoff: Cutoff, available_columns: set[str]) -> DataFrame:
+    """The customers seen at ``cutoff`` from a wide frame: ``customer_id`` + its features (with
+    ``label`` after them for a labelled cutoff)."""
+    columns = [F.col("customer_id")]
+    columns += [F.col(_name(cutoff, n)).alias(n) for n in feature_names(available_columns)]
+    if cutoff.label_until is not None:
+        columns.append(F.col(_name(cutoff, "label")).alias("label"))
+    return wide.filter(F.col(_name(cutoff, "seen"))).select(*columns)
+
+
+def _agg(fn, cutoff: Cutoff, condition: Column, value: Column, name: str) -> Column:
+    """``fn`` over ``value`` where ``condition`` holds, named for the cutoff."""
+    return fn(F.when(condition, value)).alias(_name(cutoff, name))
+
+
+def _event_aggregates(cutoff: Cutoff, kinds: bool) -> list[Column]:
+    """Conditional aggregates over the events at or before ``cutoff`` (and its label)."""
+    c = cutoff.micros()
+    t, p, amount, one = F.col("_t"), F.col("_p"), F.col("amount"), F.lit(1)
+    past = t <= F.lit(c)
+    bought = past & p
+    aggs = [
+        _agg(F.max, cutoff, past, t, "_last_t"),
+        _agg(F.min, cutoff, past, t, "_first_t"),
+        _agg(F.count, cutoff, bought, one, "_n_p"),
+        _agg(F.max, cutoff, bought, t, "_last_p_t"),
+        _agg(F.sum, cutoff, bought, amount, "_amount"),
+        _agg(F.avg, cutoff, bought, F.col("_q"), "_basket_mean"),
+        _agg(F.max, cutoff, bought, F.col("_q"), "_basket_max"),
+    ]
+    for w in WINDOWS_DAYS:
+        recent = past & (t > F.lit(c - int(w * DAY_MICROS)))
+        aggs += [
+            _agg(F.count, cutoff, recent & p, one, f"_n_p_{w}"),
+            _agg(F.sum, cutoff, recent & p, amount, f"_amount_{w}"),
+        ]
+        if kinds:
+            aggs.append(_agg(F.count, cutoff, recent, one, f"_n_{w}"))
+    if kinds:
+        aggs.append(_agg(F.count, cutoff, past, one, "_n"))
+        for kind in EVENT_TYPE_MIX:
+            aggs.append(
+                _agg(F.count, cutoff, past & (F.col("event_type") == kind), one, f"_n_{kind}")
+            )
+    if cutoff.label_until is not None:
+        future = (t > F.lit(c)) & (t <= F.lit(_micros(cutoff.label_until)))
+        aggs.append(_agg(F.max, cutoff, future & p, F.lit(1.0), "_label"))
+    return aggs
+
+
+def _gap_aggregates(prepared: DataFrame, cutoffs: Sequence[Cutoff]) -> DataFrame:
+    """Mean, population std and max of the days between consecutive purchases, per cutoff.
+
+    The gap before each purchase does not depend on the cutoff (the previous purchase is
+    earlier), so one window over the purchases serves every cutoff."""
+    by_time = Window.partitionBy("customer_id").orderBy("_t")
+    gaps = prepared.filter(F.col("_p")).select(
+        "customer_id", "_t", ((F.col("_t") - F.lag("_t").over(by_time)) / DAY_MICROS).alias("_gap")
+    )
+    aggs = []
+    for cutoff in cutoffs:
+        past = F.col("_t") <= F.lit(cutoff.micros())
+        gap = F.col("_gap")
+        aggs += [
+            _agg(F.avg, cutoff, past, gap, "_gap_mean"),
+            _agg(F.stddev_pop, cutoff, past, gap, "_gap_std"),
+            _agg(F.max, cutoff, past, gap, "_gap_max"),
+        ]
+    return gaps.groupBy("customer_id").agg(*aggs)
+
+
+def _mix_aggregates(prepared: DataFrame, col: str, cutoffs: Sequence[Cutoff]) -> DataFrame:
+    """Per cutoff: distinct values of ``col``, the count of the top value, all values, and
+    sum(c ln c) over the values' counts c (for the entropy) among the customer's events."""
+    counts = (
+        prepared.filter(F.col(col).isNotNull())
+        .groupBy("customer_id", col)
+        .agg(
+            *[
+                F.count(F.when(F.col("_t") <= F.lit(cutoff.micros()), 1)).alias(cutoff.name)
+                for cutoff in cutoffs
+            ]
+        )
+    )
+    aggs = []
+    for cutoff in cutoffs:
+        n = F.col(cutoff.name)
+        aggs += [
+            _agg(F.count, cutoff, n > 0, F.lit(1), f"_{col}_values"),
+            F.max(n).alias(_name(cutoff, f"_{col}_top")),
+            F.sum(n).alias(_name(cutoff, f"_{col}_total")),
+            _agg(F.sum, cutoff, n > 0, n * F.log(n), f"_{col}_clogc"),
+        ]
+    return counts.groupBy("customer_id").agg(*aggs)
+
+
+def _cutoff_columns(cutoff: Cutoff, available_columns: set[str]) -> list[Column]:
+    """The cutoff's features (doubles) from its aggregates, ``seen`` and ``label``."""
+    c = F.lit(cutoff.micros())
+
+    def a(name: str) -> Column:
+        return F.col(_name(cutoff, name))
+
+    def days(micros: Column) -> Column:
+        return (c - micros) / DAY_MICROS
+
+    zero, none = F.lit(0.0), F.lit(NO_PURCHASE_DAYS)
+    n_p = a("_n_p").cast("double")
+    amount = F.coalesce(a("_amount"), zero)
+    last_purchase = F.coalesce(days(a("_last_p_t")), none)
+    mean_gap = F.coalesce(a("_gap_mean"), none)
+    values = {
+        "recency_days": days(a("_last_t")),
+        "tenure_days": days(a("_first_t")),
+        "n_purchases": n_p,
+        "purchase_recency_days": last_purchase,
+        "purchase_amount_total": amount,
+        "purchase_amount_mean": _safe_div(amount, n_p),
+        "mean_interpurchase_days": mean_gap,
+        "std_interpurchase_days": F.coalesce(a("_gap_std"), zero),
+        "max_interpurchase_days": F.coalesce(a("_gap_max"), none),
+        "purchase_recency_over_gap": last_purchase / F.greatest(mean_gap, F.lit(1.0)),
+        "basket_size_mean": F.coalesce(a("_basket_mean"), zero),
+        "basket_size_max": F.coalesce(a("_basket_max"), zero),
+    }
+    for w in WINDOWS_DAYS:
+        amount_w = F.coalesce(a(f"_amount_{w}"), zero)
+        values[f"purchases_{w}d"] = a(f"_n_p_{w}").cast("double")
+        values[f"amount_{w}d"] = amount_w
+        values[f"amount_mean_{w}d"] = _safe_div(amount_w, a(f"_n_p_{w}"))
+        values[f"events_{w}d"] = a(f"_n_{w}").cast("double")
+    values["trend_30d_vs_365d"] = (values["purchases_30d"] * (365 / 30)) / (
+        values["purchases_365d"] + 1
+    )
+    values["trend_90d_vs_365d"] = (values["purchases_90d"] * (365 / 90)) / (
+        values["purchases_365d"] + 1
+    )
+    values["trend_amount_90d_vs_365d"] = (values["amount_90d"] * (365 / 90)) / (
+        values["amount_365d"] + 1.0
+    )
+    values.update(_mix_values(a, n_p))
+    columns = [a("_last_t").isNotNull().alias(_name(cutoff, "seen"))]
+    columns += [
+        values[n].cast("double").alias(_name(cutoff, n)) for n in feature_names(available_columns)
+    ]
+    if cutoff.label_until is not None:
+        columns.append(F.coalesce(a("_label"), zero).alias(_name(cutoff, "label")))
+    return columns
+
+
+def _mix_values(a: Callable[[str], Column], n_p: Column) -> dict[str, Column]:
+    """The event-type shares and the category/channel mix features from their aggregates
+    (missing optional columns: never selected, see :func:`feature_names`)."""
+    n = a("_n").cast("double")
+    values = {"n_events": n, "share_purchase": _safe_div(n_p, n)}  # n = 0: unseen customer
+    for kind in EVENT_TYPE_MIX:
+        values[f"share_{kind}"] = _safe_div(a(f"_n_{kind}"), n)
+    for col, plural in MIX_COLUMNS.items():
+        total = F.coalesce(a(f"_{col}_total"), F.lit(0)).cast("double")
+        values[f"n_{plural}"] = F.coalesce(a(f"_{col}_values"), F.lit(0)).cast("double")
+        values[f"top_{col}_share"] = _safe_div(a(f"_{col}_top"), total)
+        values[f"{col}_entropy"] = F.when(
+            total > 0, F.log(total) - a(f"_{col}_clogc") / total
+        ).otherwise(0.0)
+    return values
+
+
+def _name(cutoff: Cutoff, column: str) -> str:
+    return f"{cutoff.name}__{column}"
+
+
+def _safe_div(num: Column, den: Column) -> Column:
+    return F.when(den > 0, num / den).otherwise(0.0)
+
+
+def _micros(value: dt.datetime) -> int:
+    return (_as_naive_utc(value) - EPOCH) // dt.timedelta(microseconds=1)
 
 
 def _as_naive_utc(value: dt.datetime) -> dt.datetime:

@@ -48,6 +48,8 @@ TIMESTAMP_CANDIDATES: tuple[tuple[str, str], ...] = tuple(
     )
 )
 SAMPLE_ROWS = 200
+CSV_BYTES_PER_ROW = 48  # a typical event line; gzip shrinks text about 4x
+GZIP_RATIO = 4
 
 
 class InputOptions(BaseModel):
@@ -81,6 +83,8 @@ class RawEvents:
     files: list[Path]
     format: str
     timestamp_format: str | None
+    rows_estimate: int = 0
+    """Rows in the input: exact for Parquet (footers), from the file sizes for CSV."""
 
 
 def list_event_files(path: Path) -> list[Path]:
@@ -190,7 +194,8 @@ def read_events(spark: SparkSession, path: str | Path, options: InputOptions) ->
     files = list_event_files(path)
     fmt = detect_format(files, path)
     if fmt == "parquet":
-        if _check_parquet_files(files) == 0:
+        rows = _check_parquet_files(files)
+        if rows == 0:
             raise HybridflowInputError(f"events input is empty (no rows): {path}")
         reader = spark.read
     else:
@@ -198,6 +203,7 @@ def read_events(spark: SparkSession, path: str | Path, options: InputOptions) ->
         if non_empty == 0:
             raise HybridflowInputError(f"events input is empty (no rows): {path}")
         log.info("reading CSV with delimiter %r", delimiter)
+        rows = _csv_rows_estimate(files)
         reader = (
             spark.read.option("header", True)
             .option("inferSchema", False)
@@ -213,7 +219,22 @@ def read_events(spark: SparkSession, path: str | Path, options: InputOptions) ->
     df = map_columns(df, options.column_map, path)
     check_column_types(df, path)
     ts_format = options.timestamp_format or detect_timestamp_format(df, path)
-    return RawEvents(df=df, path=path, files=files, format=fmt, timestamp_format=ts_format)
+    return RawEvents(
+        df=df,
+        path=path,
+        files=files,
+        format=fmt,
+        timestamp_format=ts_format,
+        rows_estimate=rows,
+    )
+
+
+def _csv_rows_estimate(files: list[Path]) -> int:
+    """About how many lines the CSV files hold (sizes only; nothing is read)."""
+    size = sum(
+        f.stat().st_size * (GZIP_RATIO if f.name.lower().endswith(".gz") else 1) for f in files
+    )
+    return max(1, size // CSV_BYTES_PER_ROW)
 
 
 def map_columns(df: DataFrame, column_map: dict[str, str], path: Path) -> DataFrame:

@@ -8,6 +8,7 @@ scoring and serving take raw features.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from pydantic import BaseModel
 from pyspark.sql import Column, DataFrame
@@ -40,19 +41,28 @@ def assign_split(df: DataFrame, seed: int, fractions: SplitFractions | None = No
     return df.withColumn("split", split)
 
 
-def normalizer_statistics(train: DataFrame, features: list[str]) -> tuple[list[float], list[float]]:
-    """Mean and std of ``signed_log1p`` of each feature over ``train`` (one small aggregate);
-    a constant feature gets std 1 so that normalising never divides by zero."""
+def split_count_columns() -> list[Column]:
+    """Aggregates counting the rows of each split (``n_<split>``)."""
+    return [F.count(F.when(F.col("split") == s, 1)).alias(f"n_{s}") for s in SPLITS]
+
+
+def normalizer_aggregates(features: list[str]) -> list[Column]:
+    """Aggregates of ``signed_log1p`` of each feature over the rows of the train split
+    (``m_<feature>``, ``s_<feature>``): computed by the job that writes the snapshot."""
+    train = F.col("split") == "train"
     aggs = []
     for f in features:
-        x = signed_log1p(F.col(f))
+        x = F.when(train, signed_log1p(F.col(f)))
         aggs += [F.avg(x).alias(f"m_{f}"), F.stddev_pop(x).alias(f"s_{f}")]
-    row = train.agg(*aggs).first()
-    if row is None:
-        raise ValueError("cannot fit a normaliser on an empty train split")
-    mean = [float(row[f"m_{f}"] or 0.0) for f in features]
+    return aggs
+
+
+def normalizer_from(values: dict[str, Any], features: list[str]) -> tuple[list[float], list[float]]:
+    """Mean and std per feature from :func:`normalizer_aggregates`' values; a constant feature
+    gets std 1 so that normalising never divides by zero."""
+    mean = [float(values[f"m_{f}"] or 0.0) for f in features]
     std = []
     for f in features:
-        s = row[f"s_{f}"]
+        s = values[f"s_{f}"]
         std.append(float(s) if s is not None and math.isfinite(s) and s > 1e-9 else 1.0)
     return mean, std

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -99,43 +98,69 @@ def quarantine_reason(df: DataFrame) -> Column:
 class ValidatedEvents:
     """Good events (contract columns, typed) and quarantined rows (raw values + ``reason``).
 
-    ``deduplicated`` is the persisted group-by behind both; unpersist it after writing them.
+    Both come from ``deduplicated``: every distinct input row once with its number of copies,
+    shuffled by ``customer_id`` into ``partitions`` partitions (so ``good`` is already clustered
+    by customer). It is a lazy local checkpoint: the first write computes it and keeps its rows
+    (memory, then disk), the second reads them back instead of reading and shuffling the input
+    again; :meth:`release` it after writing both. (A lost executor fails the stage instead of
+    recomputing: the price of not encoding the rows into Spark's columnar cache, which cost
+    more than the whole group-by.)
     """
 
     good: DataFrame
     quarantine: DataFrame
     deduplicated: DataFrame
+    partitions: int
+
+    def release(self) -> None:
+        """Drop the rows the checkpoint keeps now (else they stay until the JVM collects the
+        plan, holding memory the next stage could use)."""
+        jdf = getattr(self.deduplicated, "_jdf", None)
+        if jdf is None:  # Spark Connect: the server drops the checkpoint with the DataFrame
+            return
+        plan = jdf.queryExecution().analyzed()
+        if plan.getClass().getSimpleName() == "LogicalRDD":
+            plan.rdd().unpersist(False)
 
 
-def split_valid_events(conformed: DataFrame) -> ValidatedEvents:
+def split_valid_events(conformed: DataFrame, partitions: int) -> ValidatedEvents:
     """Separate rows that break the contract, then exact duplicates among the rest (kept once).
 
-    Only the typed contract columns are shuffled and cached (one group-by, computed once for
-    both outputs); invalid rows keep their raw input strings, extra copies of an exact
-    duplicate are recorded with the values of the row that was kept.
+    One shuffle by ``customer_id`` and one group-by over all columns (typed values, and the raw
+    input strings only for rows that break a rule) count the copies of every distinct row:
+    a good row is kept once and its extra copies are recorded with the values of the row that
+    was kept; a bad row goes to the quarantine as many times as it was read, with its raw
+    input strings.
     """
     flagged = conformed.withColumn("reason", quarantine_reason(conformed))
     raw_cols = [c for c in flagged.columns if c.startswith("raw_")]
-    invalid = flagged.filter(F.col("reason").isNotNull()).select(*raw_cols, "reason")
-
-    valid = flagged.filter(F.col("reason").isNull()).withColumn(
-        "quantity", F.coalesce(F.col("quantity"), F.lit(1))
-    )
-    grouped = (
-        valid.groupBy(*CONTRACT_COLUMNS)
+    bad = F.col("reason").isNotNull()
+    typed = [
+        F.coalesce(F.col(c), F.lit(1)).alias(c) if c == "quantity" else F.col(c)
+        for c in CONTRACT_COLUMNS
+    ]
+    rows = flagged.select(*typed, *[F.when(bad, F.col(c)).alias(c) for c in raw_cols], "reason")
+    deduplicated = (
+        rows.repartition(partitions, "customer_id")
+        .groupBy(*rows.columns)
         .agg(F.count(F.lit(1)).alias("_copies"))
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .localCheckpoint(eager=False)
     )
-    good = grouped.select(*CONTRACT_COLUMNS)
-    duplicates = (
-        grouped.filter(F.col("_copies") > 1)
-        .withColumn("_extra", F.explode(F.sequence(F.lit(2), F.col("_copies"))))
+    good = deduplicated.filter(~bad).select(*CONTRACT_COLUMNS)
+    first_quarantined = F.when(bad, F.lit(1)).otherwise(F.lit(2))
+    quarantine = (
+        deduplicated.filter(bad | (F.col("_copies") > 1))
+        .withColumn("_copy", F.explode(F.sequence(first_quarantined, F.col("_copies"))))
         .select(
-            *[F.col(c.removeprefix("raw_")).cast("string").alias(c) for c in raw_cols],
-            F.lit(REASON_DUPLICATE).alias("reason"),
+            *[
+                F.when(bad, F.col(c))
+                .otherwise(F.col(c.removeprefix("raw_")).cast("string"))
+                .alias(c.removeprefix("raw_"))
+                for c in raw_cols
+            ],
+            F.coalesce(F.col("reason"), F.lit(REASON_DUPLICATE)).alias("reason"),
         )
     )
-    quarantine = invalid.unionByName(duplicates).select(
-        *[F.col(c).alias(c.removeprefix("raw_")) for c in raw_cols], "reason"
+    return ValidatedEvents(
+        good=good, quarantine=quarantine, deduplicated=deduplicated, partitions=partitions
     )
-    return ValidatedEvents(good=good, quarantine=quarantine, deduplicated=grouped)

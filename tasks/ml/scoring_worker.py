@@ -1,10 +1,15 @@
-"""Batch scoring inside a Spark Python worker: the model loaded once per worker process.
+"""Batch scoring inside a Spark Python worker: one task scores one file of features.
+
+Spark only schedules the work (:func:`tasks.stages.batch_inference.score_dataset`): each task
+gets a :class:`ScoringUnit`, reads that Parquet file from the store with pyarrow, scores it
+batch by batch and writes its predictions file back into the store. No feature row crosses the
+JVM/Python bridge, and nothing is read from the driver's disk, so executors on other machines
+work the same as local ones.
 
 The model travels inside the Spark task as its bundle bytes plus sha256s (tens of KB for this
 MLP; Spark ships the serialized function once per stage, not once per row). Each Python worker
-verifies and loads it once, caches it by checksum for the next tasks it runs
-(``spark.python.worker.reuse``), and turns Arrow record batches into prediction batches.
-No Spark here: the ``mapInArrow`` wiring is :func:`tasks.stages.batch_inference.score_features`.
+verifies and loads it once and caches it by checksum for the next tasks it runs
+(``spark.python.worker.reuse``).
 
 Threads: Spark runs one task per ``spark.task.cpus`` cores at once, each in its own Python
 worker, so a task's torch uses ``spark.task.cpus`` threads (1 by default). Letting every worker
@@ -21,13 +26,24 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from infra.store import ObjectStore
 from tasks.ml.model import CONFIG_FILE, WEIGHTS_FILE
 
 if TYPE_CHECKING:
     from tasks.ml.model import CustomerMLP
 
 PREDICTION_COLUMNS = ("customer_id", "score", "model_version", "as_of")
+PREDICTION_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("customer_id", pa.string(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),
+        pa.field("model_version", pa.string(), nullable=False),
+        pa.field("as_of", pa.date32(), nullable=False),
+    ]
+)
+SCORING_BATCH_ROWS = 10_000  # default; the stage passes HYBRIDFLOW_SPARK_ARROW_BATCH_SIZE
 
 
 @dataclass(frozen=True)
@@ -111,8 +127,51 @@ def prediction_batch(
             pa.repeat(pa.scalar(model_version, pa.string()), n),
             pa.repeat(pa.scalar(as_of, pa.date32()), n),
         ],
-        names=list(PREDICTION_COLUMNS),
+        schema=PREDICTION_ARROW_SCHEMA,
     )
+
+
+@dataclass(frozen=True)
+class ScoringUnit:
+    """One Spark task's work: the features file to score and the key of its predictions."""
+
+    source_key: str
+    target_key: str
+
+
+def score_unit(
+    store: ObjectStore,
+    unit: ScoringUnit,
+    model: ScoringModel,
+    loaded: CustomerMLP,
+    as_of: dt.date,
+    batch_rows: int = SCORING_BATCH_ROWS,
+) -> int:
+    """Score the features file of ``unit`` with ``loaded`` and put its predictions file in the
+    store; returns the rows scored. A file that lacks a feature the model needs is an error."""
+    from tasks.ml.model import predict_proba
+
+    local = store.local_path(unit.source_key)
+    source = pq.ParquetFile(
+        str(local) if local is not None else pa.BufferReader(store.get_bytes(unit.source_key))
+    )
+    names = set(source.schema_arrow.names)
+    missing = [c for c in ("customer_id", *model.features) if c not in names]
+    if missing:
+        raise ValueError(f"features for scoring lack column(s) the model needs: {missing}")
+    sink = pa.BufferOutputStream()
+    rows = 0
+    with pq.ParquetWriter(sink, PREDICTION_ARROW_SCHEMA, compression="snappy") as writer:
+        for batch in source.iter_batches(
+            batch_size=batch_rows, columns=["customer_id", *model.features], use_threads=False
+        ):
+            scores = predict_proba(loaded, feature_matrix(batch, model.features))
+            writer.write_batch(
+                prediction_batch(batch.column("customer_id"), scores, model.version, as_of)
+            )
+            rows += batch.num_rows
+    store.put_bytes(unit.target_key, sink.getvalue().to_pybytes())
+    return rows
 
 
 def torch_threads_per_task(task_cpus: str | None) -> int:

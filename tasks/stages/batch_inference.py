@@ -1,4 +1,9 @@
-"""The batch-inference stage: score every customer's features at T with a registry version."""
+"""The batch-inference stage: score every customer's features at T with a registry version.
+
+Spark schedules the work, one task per file of the published features; each task reads its file
+from the store with pyarrow, scores it with torch and puts its predictions file back into the
+store (:mod:`tasks.ml.scoring_worker`). The driver publishes those files as one dataset.
+"""
 
 from __future__ import annotations
 
@@ -6,42 +11,46 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pyarrow as pa
 from pyspark import Accumulator
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, DoubleType, StringType, StructField, StructType
+from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StructField, StructType
 
-from infra.datasets import find_dataset
+from infra.datasets import (
+    DatasetManifest,
+    find_dataset,
+    new_data_prefix,
+    publish_written_dataset,
+)
 from infra.errors import HybridflowInputError
 from infra.layout import predictions_prefix, scoring_features_prefix
 from infra.registry import ModelRegistry
-from infra.spark_connect import default_parallelism
-from infra.store import ObjectStore
+from infra.store import ObjectStore, open_store
 from tasks.ml.scoring_worker import (
-    PREDICTION_COLUMNS,
+    SCORING_BATCH_ROWS,
     ScoringModel,
-    feature_matrix,
-    prediction_batch,
+    ScoringUnit,
+    score_unit,
     torch_threads_per_task,
     worker_model,
 )
 from tasks.stages.progress import ProgressReporter, ProgressSink, SparkRowProgress, spark_counter
 from tasks.stages.records import InferenceResult, StageReport
-from tasks.stages.spark_io import read_dataset, write_dataset
+from tasks.stages.spark_io import SparkJobs, check_cluster_sees
 
 log = logging.getLogger(__name__)
-PREDICTION_SCHEMA = StructType(
-    [
-        StructField(name, dtype, False)
-        for name, dtype in zip(
-            PREDICTION_COLUMNS, (StringType(), DoubleType(), StringType(), DateType()), strict=True
-        )
-    ]
+# HYBRIDFLOW_SPARK_ARROW_BATCH_SIZE: rows a scoring task holds at once (infra/spark.py sets it)
+ARROW_BATCH_KEY = "spark.sql.execution.arrow.maxRecordsPerBatch"
+# Enough rows that a task's work outweighs starting its Python worker and importing torch.
+ROWS_PER_SCORING_TASK = 250_000
+# What a scoring task hands back to the driver: the unit it scored and the rows in it.
+UNIT_DONE = StructType(
+    [StructField("unit", LongType(), False), StructField("rows", LongType(), False)]
 )
-READ_SPLITS_PER_CORE = 4
+UNIT_DONE_ARROW = pa.schema(
+    [pa.field("unit", pa.int64(), False), pa.field("rows", pa.int64(), False)]
+)
 
 
 def resolve_model_version(registry: ModelRegistry, model_version: str | None) -> str:
@@ -64,64 +73,73 @@ def load_scoring_model(store: ObjectStore, model_version: str | None) -> Scoring
     )
 
 
-def score_features(
-    features: DataFrame,
+def score_dataset(
+    spark: SparkSession,
+    store: ObjectStore,
+    features: DatasetManifest,
     model: ScoringModel,
     as_of: dt.date,
+    target_prefix: str,
     *,
     torch_threads: int = 1,
+    batch_rows: int = SCORING_BATCH_ROWS,
+    rows_per_task: int = ROWS_PER_SCORING_TASK,
     rows_done: Accumulator[int] | None = None,
     model_loads: Accumulator[int] | None = None,
-) -> DataFrame:
-    """Predictions per the contract for every row of ``features`` (customer_id + raw features).
+) -> tuple[str, list[str], int]:
+    """Score every file of the ``features`` dataset in Spark tasks of about ``rows_per_task``
+    rows (whole files, at least one per task: a small dataset is one task, one Python worker
+    to start); each file's predictions go to a file under a fresh data folder of
+    ``target_prefix``.
 
-    ``rows_done`` / ``model_loads``: optional accumulators the workers add scored rows and model
-    loads to (progress reporting, and proof that each worker loads the model once).
+    Returns that folder, the keys written and the rows scored (publish them with
+    :func:`infra.datasets.publish_written`). A task reads, scores and writes ``batch_rows``
+    rows at a time (its memory bound). ``rows_done`` / ``model_loads``: optional
+    accumulators the tasks add scored rows and model loads to (progress reporting, and proof
+    that each Python worker loads the model once).
     """
-    missing = [f for f in model.features if f not in features.columns]
-    if "customer_id" not in features.columns:
-        missing.insert(0, "customer_id")
-    if missing:
-        raise ValueError(f"features for scoring lack column(s) the model needs: {missing}")
-    feature_order = list(model.features)
-    version = model.version
+    data_prefix = new_data_prefix(target_prefix)
+    units = [
+        ScoringUnit(source_key=key, target_key=f"{data_prefix}/part-{i:05d}.parquet")
+        for i, key in enumerate(features.files)
+    ]
+    store_uri = store.uri
 
-    def score_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def score_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import torch
 
-        from tasks.ml.model import predict_proba
-
         torch.set_num_threads(torch_threads)
+        worker_store = open_store(store_uri)
         loaded, fresh = worker_model(model)
         if fresh and model_loads is not None:
             model_loads.add(1)
         for batch in batches:
-            scores = predict_proba(loaded, feature_matrix(batch, feature_order))
-            if rows_done is not None:
-                rows_done.add(batch.num_rows)
-            yield prediction_batch(batch.column("customer_id"), scores, version, as_of)
+            for index in batch.column("id").to_pylist():
+                rows = score_unit(worker_store, units[index], model, loaded, as_of, batch_rows)
+                if rows_done is not None:
+                    rows_done.add(rows)
+                yield pa.RecordBatch.from_pydict(
+                    {"unit": [index], "rows": [rows]}, schema=UNIT_DONE_ARROW
+                )
 
-    selected = features.select(
-        F.col("customer_id").cast("string"), *[F.col(f).cast("double") for f in feature_order]
+    n_tasks = min(len(units), -(-features.rows // max(1, rows_per_task)))
+    tasks = spark.range(0, len(units), 1, numPartitions=max(1, n_tasks))
+    done = tasks.mapInArrow(score_partition, schema=UNIT_DONE).collect()
+    keys = [units[r["unit"]].target_key for r in done]
+    return data_prefix, keys, sum(int(r["rows"]) for r in done)
+
+
+def _log_scored(rows: int, version: str, seconds: float, loads: int | None, threads: int) -> None:
+    log.info(
+        "scored %s customers with %s in %.1fs (%s rows/s, %s model load(s), %d torch thread(s) "
+        "per task)",
+        f"{rows:,}",
+        version,
+        seconds,
+        f"{rows / seconds:,.0f}",
+        "uncounted" if loads is None else loads,
+        threads,
     )
-    return selected.mapInArrow(score_batches, schema=PREDICTION_SCHEMA)
-
-
-@contextmanager
-def _read_splits(spark: SparkSession, per_core: int) -> Iterator[None]:
-    """Split the features read into about ``per_core`` tasks per core while the job is planned
-    (default: one per core, which packs small files together): progress moves per finished task
-    and a slow task holds up less. Restores the session's setting afterwards."""
-    key = "spark.sql.files.minPartitionNum"
-    previous = spark.conf.get(key, None)
-    spark.conf.set(key, str(per_core * default_parallelism(spark)))
-    try:
-        yield
-    finally:
-        if previous is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, previous)
 
 
 def batch_inference_stage(
@@ -140,14 +158,14 @@ def batch_inference_stage(
     """
     started = time.perf_counter()
     model = load_scoring_model(store, model_version)
-    prefix = scoring_features_prefix(as_of)
-    published = find_dataset(store, prefix)
+    published = find_dataset(store, scoring_features_prefix(as_of))
     if published is None:
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"
         )
-    features = read_dataset(spark, store, prefix)
     threads = torch_threads_per_task(spark.conf.get("spark.task.cpus", "1"))
+    batch_rows = int(spark.conf.get(ARROW_BATCH_KEY, str(SCORING_BATCH_ROWS)))
+    check_cluster_sees(spark, "the store", store.uri)
     loads = spark_counter(spark)  # None on Spark Connect: loads are not counted there
     reporter = ProgressReporter(
         "batch_inference",
@@ -156,32 +174,32 @@ def batch_inference_stage(
         logger=log,
         sink=progress_sink,
     )
-    with SparkRowProgress(spark, reporter) as progress, _read_splits(spark, READ_SPLITS_PER_CORE):
-        scored = score_features(
-            features,
+    target = predictions_prefix(as_of)
+    with SparkRowProgress(spark, reporter) as progress, SparkJobs(spark) as jobs:
+        data_prefix, keys, rows = score_dataset(
+            spark,
+            store,
+            published,
             model,
             as_of,
+            target,
             torch_threads=threads,
+            batch_rows=batch_rows,
             rows_done=progress.rows,
             model_loads=loads,
         )
-        out = write_dataset(
-            scored, store, predictions_prefix(as_of), metadata={"model_version": model.version}
-        )
-    seconds = time.perf_counter() - started
-    log.info(
-        "scored %s customers with %s in %.1fs (%s rows/s, %s model load(s), %d torch thread(s) "
-        "per task)",
-        f"{out.rows:,}",
-        model.version,
-        seconds,
-        f"{out.rows / seconds:,.0f}",
-        "uncounted" if loads is None else loads.value,
-        threads,
+    out = publish_written_dataset(
+        store, target, data_prefix, keys, rows=rows, metadata={"model_version": model.version}
     )
+    seconds = time.perf_counter() - started
+    _log_scored(out.rows, model.version, seconds, None if loads is None else loads.value, threads)
     return InferenceResult(
         report=StageReport(
-            name="batch_inference", seconds=seconds, rows_in=published.rows, rows_out=out.rows
+            name="batch_inference",
+            seconds=seconds,
+            rows_in=published.rows,
+            rows_out=out.rows,
+            spark_jobs=jobs.count,
         ),
         model_version=model.version,
         predictions_prefix=out.prefix,

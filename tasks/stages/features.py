@@ -1,5 +1,5 @@
 """The features stage: training examples at T-H, the backtest's examples at T-2H (when the history
-reaches back that far) and scoring features at T, published."""
+reaches back that far) and scoring features at T, published from one pass over the events."""
 
 from __future__ import annotations
 
@@ -8,29 +8,31 @@ import logging
 import time
 
 from pydantic import BaseModel
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from infra.datasets import read_dataset_manifest
+from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
 from infra.store import ObjectStore
+from tasks.data.feature_specs import feature_names
 from tasks.data.features import (
-    backtest_cutoff,
-    backtest_examples,
-    customer_features,
+    Cutoff,
+    customer_features_at,
+    cutoff_features,
     end_of_day,
-    feature_names,
-    training_examples,
+    pipeline_cutoffs,
 )
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
-from tasks.stages.spark_io import read_dataset, write_dataset
+from tasks.stages.spark_io import SparkJobs, read_dataset, write_dataset, write_observed
 
 log = logging.getLogger(__name__)
 FEATURES_CODE = (
     "tasks.data.features",
+    "tasks.data.feature_specs",
     "tasks.stages.features",
     "tasks.stages.spark_io",
     "infra.datasets",
@@ -100,42 +102,46 @@ def build_features(
     as_of: dt.date,
     horizon_days: int,
 ) -> FeaturesResult:
-    """Compute and publish both feature sets for a resolved ``as_of``."""
+    """Compute and publish the feature sets for a resolved ``as_of``.
+
+    One pass over the events (clustered by customer by the validate stage: no shuffle) gives
+    the features at every cutoff and the labels in one customer-level frame, kept in memory
+    while each output is written from it; counts and the label rates are observed by the writes.
+    """
     started = time.perf_counter()
-    cutoff = end_of_day(as_of)
-    training_cutoff = cutoff - dt.timedelta(days=horizon_days)
+    cutoffs = pipeline_cutoffs(as_of, horizon_days)
+    too_short = _history_too_short(validated, cutoffs.backtest)
+    wanted = [cutoffs.train, cutoffs.score] + ([] if too_short else [cutoffs.backtest])
     available = set(validated.available_columns)
-    events = read_dataset(spark, store, validated.events_prefix)
-    after = events.filter(
-        F.col("event_time") > F.lit(cutoff.isoformat(sep=" ")).cast("timestamp")
-    ).count()
+    with SparkJobs(spark) as jobs:
+        events = read_dataset(spark, store, validated.events_prefix)
+        wide = customer_features_at(events, wanted, available).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            examples, positive_rate = _publish_training(
+                wide, cutoffs.train, store, run_id, available, (as_of, horizon_days)
+            )
+            scoring = write_dataset(
+                cutoff_features(wide, cutoffs.score, available),
+                store,
+                scoring_features_prefix(as_of),
+            )
+            backtest = (
+                BacktestExamples(skipped=too_short)
+                if too_short
+                else _publish_backtest(wide, cutoffs.backtest, store, run_id, available)
+            )
+            after = _events_after(wide, validated, cutoffs.score)
+        finally:
+            wide.unpersist()
     if after:
         log.warning("ignoring %d event(s) after as_of %s (point-in-time features)", after, as_of)
-
-    examples = write_dataset(
-        training_examples(events, cutoff, horizon_days, available),
-        store,
-        run_dataset_prefix(run_id, "training_examples"),
-    )
-    if examples.rows == 0:
-        raise HybridflowInputError(
-            f"no customer has an event on or before {training_cutoff.date()} (as_of - horizon)"
-        )
-    label_stats = (
-        read_dataset(spark, store, examples.prefix).agg(F.avg("label").alias("rate")).first()
-    )
-    positive_rate = float(label_stats["rate"]) if label_stats else 0.0
-    check_labels(positive_rate, examples.rows, as_of, horizon_days)
-    scoring = write_dataset(
-        customer_features(events, cutoff, available), store, scoring_features_prefix(as_of)
-    )
-    backtest = build_backtest_examples(spark, store, run_id, events, validated, as_of, horizon_days)
     return FeaturesResult(
         report=StageReport(
             name="features",
             seconds=time.perf_counter() - started,
             rows_in=validated.rows_valid,
             rows_out=scoring.rows,
+            spark_jobs=jobs.count,
         ),
         as_of=as_of,
         horizon_days=horizon_days,
@@ -153,6 +159,37 @@ def build_features(
     )
 
 
+def _publish_labelled(
+    wide: DataFrame, cutoff: Cutoff, store: ObjectStore, prefix: str, available: set[str]
+) -> tuple[DatasetManifest, float]:
+    """Write the examples of a labelled cutoff; their label rate is observed by the write."""
+    examples, observed = write_observed(
+        cutoff_features(wide, cutoff, available), store, prefix, [F.sum("label").alias("positives")]
+    )
+    rate = float(observed["positives"]) / examples.rows if examples.rows else 0.0
+    return examples, rate
+
+
+def _publish_training(
+    wide: DataFrame,
+    train: Cutoff,
+    store: ObjectStore,
+    run_id: str,
+    available: set[str],
+    run: tuple[dt.date, int],
+) -> tuple[DatasetManifest, float]:
+    """Write the training examples and check they can train a model (rows, both classes);
+    ``run`` is the as-of date and horizon the errors name."""
+    prefix = run_dataset_prefix(run_id, "training_examples")
+    examples, positive_rate = _publish_labelled(wide, train, store, prefix, available)
+    if examples.rows == 0:
+        raise HybridflowInputError(
+            f"no customer has an event on or before {train.at.date()} (as_of - horizon)"
+        )
+    check_labels(positive_rate, examples.rows, *run)
+    return examples, positive_rate
+
+
 class BacktestExamples(BaseModel):
     """The backtest's training examples, or why there are none."""
 
@@ -162,44 +199,45 @@ class BacktestExamples(BaseModel):
     skipped: str | None = None
 
 
-def build_backtest_examples(
-    spark: SparkSession,
-    store: ObjectStore,
-    run_id: str,
-    events: DataFrame,
-    validated: ValidateResult,
-    as_of: dt.date,
-    horizon_days: int,
+def _history_too_short(validated: ValidateResult, backtest: Cutoff) -> str | None:
+    """Why there is no backtest when its cutoff T-2H is before the first event (else None)."""
+    first = validated.first_event
+    if first is not None and backtest.at.date() >= first.date():
+        return None
+    reason = (
+        f"history too short for the backtest: it would train at as_of - 2 x horizon = "
+        f"{backtest.at.date()}, before the first event ({first.date() if first else '-'})"
+    )
+    log.warning("%s", reason)
+    return reason
+
+
+def _publish_backtest(
+    wide: DataFrame, backtest: Cutoff, store: ObjectStore, run_id: str, available: set[str]
 ) -> BacktestExamples:
     """Publish the examples a run H days earlier would have trained on (features at T-2H,
-    labels in (T-2H, T-H]); skipped, with the reason, when the history is too short for T-2H or
-    those labels have a single class."""
-    cutoff = backtest_cutoff(end_of_day(as_of), horizon_days)
-    first = validated.first_event
-    if first is None or cutoff.date() < first.date():
-        reason = (
-            f"history too short for the backtest: it would train at as_of - 2 x horizon = "
-            f"{cutoff.date()}, before the first event ({first.date() if first else '-'})"
-        )
-        log.warning("%s", reason)
-        return BacktestExamples(skipped=reason)
-    examples = write_dataset(
-        backtest_examples(
-            events, end_of_day(as_of), horizon_days, set(validated.available_columns)
-        ),
-        store,
-        backtest_examples_prefix(run_id),
+    labels in (T-2H, T-H]); skipped, with the reason, when those labels have a single class."""
+    examples, rate = _publish_labelled(
+        wide, backtest, store, backtest_examples_prefix(run_id), available
     )
-    row = read_dataset(spark, store, examples.prefix).agg(F.avg("label").alias("rate")).first()
-    rate = float(row["rate"]) if row and row["rate"] is not None else 0.0
     if examples.rows == 0 or rate in (0.0, 1.0):
         reason = (
-            f"no backtest: the {examples.rows} customers seen by {cutoff.date()} (as_of - 2 x "
+            f"no backtest: the {examples.rows} customers seen by {backtest.at.date()} (as_of - 2 x "
             "horizon) have a single label class in the horizon after it"
         )
         log.warning("%s", reason)
         return BacktestExamples(skipped=reason)
     return BacktestExamples(prefix=examples.prefix, rows=examples.rows, positive_rate=rate)
+
+
+def _events_after(wide: DataFrame, validated: ValidateResult, score: Cutoff) -> int:
+    """Events after T: none when the last valid event is not after it (no job), else summed
+    over the customers already in memory."""
+    last = validated.last_event
+    if last is None or last.astimezone(dt.UTC).replace(tzinfo=None) <= score.at:
+        return 0
+    row = wide.agg(F.sum("events_after").alias("n")).first()
+    return int(row["n"] or 0) if row else 0
 
 
 def check_labels(positive_rate: float, n: int, as_of: dt.date, horizon_days: int) -> None:

@@ -18,7 +18,7 @@ from infra.routing.router import StageWork, parse_duration
 from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
 from tasks.data.contract import OPTIONAL_DEFAULTS
-from tasks.data.features import feature_names
+from tasks.data.feature_specs import feature_names
 from tasks.data.input_formats import list_event_files
 
 

@@ -6,20 +6,27 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import backtest_snapshot_prefix, snapshot_prefix
 from infra.store import ObjectStore, sha256_bytes
-from tasks.data.split import SPLITS, SplitFractions, assign_split, normalizer_statistics
+from tasks.data.split import (
+    SPLITS,
+    SplitFractions,
+    assign_split,
+    normalizer_aggregates,
+    normalizer_from,
+    split_count_columns,
+)
 from tasks.ml.model import Normalizer
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
-from tasks.stages.spark_io import read_dataset, write_dataset
+from tasks.stages.spark_io import SparkJobs, read_dataset, write_observed
 
 PREPROCESS_CODE = (
     "tasks.stages.preprocess",
@@ -69,48 +76,53 @@ def preprocess_stage(
 def build_snapshot(
     spark: SparkSession, store: ObjectStore, features: FeaturesResult, seed: int
 ) -> PreprocessResult:
-    """Split, fit and publish the snapshot for ``features`` (no cache), and the backtest's."""
+    """Split, fit and publish the snapshot for ``features`` (no cache), and the backtest's: one
+    job each, which writes the snapshot and observes the split counts and the normaliser's
+    statistics on the way."""
     started = time.perf_counter()
-    snapshot, counts = publish_snapshot(
-        spark,
-        store,
-        features.training_prefix,
-        snapshot_prefix(features.as_of, features.horizon_days),
-        features.features,
-        seed,
-    )
-    missing = [split for split in SPLITS if counts.get(split, 0) == 0]
-    if missing:
-        raise HybridflowInputError(
-            f"split {missing[0]!r} is empty ({features.n_training} training customers): "
-            "use more data or an earlier as_of"
-        )
-    fingerprint = sha256_bytes(
-        json.dumps({"files": snapshot.files, "rows": snapshot.rows, "counts": counts}).encode()
-    )
-    backtest_prefix, backtest_counts, skipped = None, {}, features.backtest_skipped
-    if features.backtest_prefix:
-        backtest, backtest_counts = publish_snapshot(
+    with SparkJobs(spark) as jobs:
+        snapshot, counts = publish_snapshot(
             spark,
             store,
-            features.backtest_prefix,
-            backtest_snapshot_prefix(features.as_of, features.horizon_days),
+            features.training_prefix,
+            snapshot_prefix(features.as_of, features.horizon_days),
             features.features,
             seed,
         )
-        empty = [split for split in SPLITS if backtest_counts.get(split, 0) == 0]
-        if empty:
-            skipped = (
-                f"no backtest: its split {empty[0]!r} is empty ({features.n_backtest} customers)"
+        missing = [split for split in SPLITS if counts[split] == 0]
+        if missing:
+            raise HybridflowInputError(
+                f"split {missing[0]!r} is empty ({features.n_training} training customers): "
+                "use more data or an earlier as_of"
             )
-        else:
-            backtest_prefix = backtest.prefix
+        backtest_prefix, backtest_counts, skipped = None, {}, features.backtest_skipped
+        if features.backtest_prefix:
+            backtest, backtest_counts = publish_snapshot(
+                spark,
+                store,
+                features.backtest_prefix,
+                backtest_snapshot_prefix(features.as_of, features.horizon_days),
+                features.features,
+                seed,
+            )
+            empty = [split for split in SPLITS if backtest_counts[split] == 0]
+            if empty:
+                skipped = (
+                    f"no backtest: its split {empty[0]!r} is empty "
+                    f"({features.n_backtest} customers)"
+                )
+            else:
+                backtest_prefix = backtest.prefix
+    fingerprint = sha256_bytes(
+        json.dumps({"files": snapshot.files, "rows": snapshot.rows, "counts": counts}).encode()
+    )
     return PreprocessResult(
         report=StageReport(
             name="preprocess",
             seconds=time.perf_counter() - started,
             rows_in=features.n_training,
             rows_out=snapshot.rows,
+            spark_jobs=jobs.count,
         ),
         snapshot_prefix=snapshot.prefix,
         split_counts=counts,
@@ -131,17 +143,21 @@ def publish_snapshot(
     seed: int,
 ) -> tuple[DatasetManifest, dict[str, int]]:
     """Split the examples at ``examples_prefix`` by customer, fit the normaliser on the train
-    split and publish them at ``out_prefix``: the dataset and its rows per split."""
+    split and publish them at ``out_prefix``: the dataset and its rows per split, from the one
+    job that writes it."""
+
+    def metadata(values: dict[str, Any]) -> dict[str, Any]:
+        mean, std = normalizer_from(values, features)
+        normalizer = Normalizer(features=features, mean=mean, std=std)
+        return {"normalizer": normalizer.model_dump(), "features": features}
+
     examples = assign_split(read_dataset(spark, store, examples_prefix), seed)
-    mean, std = normalizer_statistics(examples.filter(F.col("split") == "train"), features)
-    normalizer = Normalizer(features=features, mean=mean, std=std)
-    snapshot = write_dataset(
+    snapshot, values = write_observed(
         examples.select("customer_id", "label", *features, "split"),
         store,
         out_prefix,
+        [*split_count_columns(), *normalizer_aggregates(features)],
         partition_by=["split"],
-        metadata={"normalizer": normalizer.model_dump(), "features": features},
+        metadata=metadata,
     )
-    written = read_dataset(spark, store, snapshot.prefix)
-    counts = {r["split"]: int(r["count"]) for r in written.groupBy("split").count().collect()}
-    return snapshot, counts
+    return snapshot, {split: int(values[f"n_{split}"]) for split in SPLITS}

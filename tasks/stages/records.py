@@ -30,6 +30,9 @@ class StageReport(BaseModel):
     rows_out: int | None = None
     cached: bool = False
     peak_memory_mb: float | None = None
+    spark_jobs: int | None = Field(
+        default=None, description="Spark jobs the stage ran (None: no Spark, or cached)"
+    )
 
     def profile(self, run_id: str, pool: str | None = None) -> StageProfile:
         """This run's measurements as a profile of ``pool`` (default: the pool it ran on)."""

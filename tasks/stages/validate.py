@@ -8,24 +8,33 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from infra.datasets import DatasetManifest
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
 from infra.store import ObjectStore
-from tasks.data.contract import CONTRACT_COLUMNS
+from tasks.data.contract import CONTRACT_COLUMNS, QUARANTINE_REASONS
 from tasks.data.input_formats import InputOptions, list_event_files, read_events
-from tasks.data.validation import conform_events, split_valid_events
+from tasks.data.validation import ValidatedEvents, conform_events, split_valid_events
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, files_fingerprint, stage_fingerprint
 from tasks.stages.records import StageReport, ValidateResult
-from tasks.stages.spark_io import check_cluster_sees, read_dataset, write_dataset
+from tasks.stages.spark_io import (
+    ClusteredLayout,
+    SparkJobs,
+    bucket_count,
+    check_cluster_sees,
+    write_observed,
+)
 
 log = logging.getLogger(__name__)
+EVENTS_KEY = "customer_id"
 VALIDATE_CODE = (
     "tasks.stages.validate",
     "tasks.data.validation",
@@ -84,36 +93,31 @@ def validate_stage(
 def validate_events(
     spark: SparkSession, store: ObjectStore, run_id: str, path: Path, options: InputOptions
 ) -> ValidateResult:
-    """Read ``path``, split good rows from bad, publish both; figures for the summary."""
+    """Read ``path``, split good rows from bad, publish both; figures for the summary.
+
+    The good events are published clustered by customer (hash buckets): the layout the features
+    stage reads without shuffling them again. Every figure (rows, per-reason counts, first and
+    last event) is observed while the two outputs are written: two writes over one shuffle.
+    """
     started = time.perf_counter()
-    raw = read_events(spark, path, options)
-    present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
-    parts = split_valid_events(conform_events(raw.df, raw.timestamp_format))
-    try:
-        quarantine = write_dataset(
-            parts.quarantine, store, run_dataset_prefix(run_id, "quarantine")
-        )
-        events = write_dataset(parts.good, store, run_dataset_prefix(run_id, "events"))
-    except (PySparkException, Py4JJavaError) as exc:
-        raise HybridflowInputError(f"cannot read events at {path}: {_first_line(exc)}") from None
-    finally:
-        parts.deduplicated.unpersist()
+    with SparkJobs(spark) as jobs:
+        raw = read_events(spark, path, options)
+        present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
+        buckets = bucket_count(spark, raw.rows_estimate)
+        parts = split_valid_events(conform_events(raw.df, raw.timestamp_format), buckets)
+        try:
+            events, span, quarantine, counted = _publish(parts, store, run_id)
+        except (PySparkException, Py4JJavaError) as exc:
+            raise HybridflowInputError(
+                f"cannot read events at {path}: {_first_line(exc)}"
+            ) from None
+        finally:
+            parts.release()
     # every input row is either kept, or quarantined (invalid, or an extra duplicate copy)
     rows_read = events.rows + quarantine.rows
     if rows_read == 0:
         raise HybridflowInputError(f"events input is empty (no rows): {path}")
-    reasons: dict[str, int] = {}
-    if quarantine.rows:
-        q = read_dataset(spark, store, quarantine.prefix)
-        reasons = {r["reason"]: int(r["count"]) for r in q.groupBy("reason").count().collect()}
-    span = (
-        read_dataset(spark, store, events.prefix)
-        .agg(
-            F.min(F.unix_micros("event_time")).alias("first"),
-            F.max(F.unix_micros("event_time")).alias("last"),
-        )
-        .first()
-    )
+    reasons = {r: int(counted[r]) for r in QUARANTINE_REASONS if counted.get(r)}
     for reason, count in sorted(reasons.items()):
         log.warning("quarantined %d row(s): %s", count, reason)
     return ValidateResult(
@@ -122,6 +126,7 @@ def validate_events(
             seconds=time.perf_counter() - started,
             rows_in=rows_read,
             rows_out=events.rows,
+            spark_jobs=jobs.count,
         ),
         events_prefix=events.prefix,
         quarantine_prefix=quarantine.prefix,
@@ -131,9 +136,33 @@ def validate_events(
         rows_quarantined=quarantine.rows,
         quarantine_reasons=reasons,
         available_columns=present,
-        first_event=_from_micros(span["first"]) if span else None,
-        last_event=_from_micros(span["last"]) if span else None,
+        first_event=_from_micros(span["first"]),
+        last_event=_from_micros(span["last"]),
     )
+
+
+def _publish(
+    parts: ValidatedEvents, store: ObjectStore, run_id: str
+) -> tuple[DatasetManifest, dict[str, Any], DatasetManifest, dict[str, Any]]:
+    """Write the good events (bucketed by customer; first and last event time observed) and the
+    quarantine (rows per reason observed)."""
+    events, span = write_observed(
+        parts.good,
+        store,
+        run_dataset_prefix(run_id, "events"),
+        [
+            F.min(F.unix_micros("event_time")).alias("first"),
+            F.max(F.unix_micros("event_time")).alias("last"),
+        ],
+        layout=ClusteredLayout(EVENTS_KEY, parts.partitions),
+    )
+    quarantine, counted = write_observed(
+        parts.quarantine,
+        store,
+        run_dataset_prefix(run_id, "quarantine"),
+        [F.count(F.when(F.col("reason") == r, 1)).alias(r) for r in QUARANTINE_REASONS],
+    )
+    return events, span, quarantine, counted
 
 
 def check_bad_fraction(result: ValidateResult, max_bad_fraction: float) -> None:

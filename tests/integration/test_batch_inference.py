@@ -100,7 +100,7 @@ def test_batch_inference_end_to_end(
     from infra.layout import predictions_prefix, scoring_features_prefix
     from infra.settings import get_settings
     from tasks.ml.scoring_worker import ScoringModel
-    from tasks.stages.batch_inference import load_scoring_model, score_features
+    from tasks.stages.batch_inference import load_scoring_model, score_dataset
     from tasks.stages.records import FeaturesResult, read_stage_manifest
 
     store_uri = str(tmp_path / "store")
@@ -161,19 +161,26 @@ def test_batch_inference_end_to_end(
         assert main(["infer", "--as-of", feats.as_of.isoformat(), "--model-version", "m-x"]) == 2
         assert "model version not found: m-x" in capsys.readouterr().err
 
-        # 4. The model is loaded once per Python worker, not once per task.
-        from tasks.stages.spark_io import read_dataset
-
+        # 4. The model is loaded once per Python worker, not once per task (the same file listed
+        # 4x per core, one file per task).
         tasks = 4 * spark.sparkContext.defaultParallelism
+        published = read_dataset_manifest(store, features_prefix)
+        many = published.model_copy(update={"files": published.files[:1] * tasks})
         loads = spark.sparkContext.accumulator(0)
         fresh = _register(registry, feats.features, seed=3)  # not cached in any worker yet
-        scored = score_features(
-            read_dataset(spark, store, features_prefix).repartition(tasks),
+        folder, keys, rows = score_dataset(
+            spark,
+            store,
+            many,
             load_scoring_model(store, fresh),
             feats.as_of,
+            "scratch/many",
+            rows_per_task=1,
             model_loads=loads,
         )
-        assert scored.count() == feats.n_scoring
+        first_file = pq.read_table(store.local_path(published.files[0]))
+        assert rows == tasks * first_file.num_rows and len(set(keys)) == tasks
+        assert all(k.startswith(f"{folder}/") for k in keys)
         assert 1 <= loads.value < tasks
 
         # 5. Bundle bytes that do not match their sha256 are refused by the workers (a version
@@ -186,8 +193,16 @@ def test_batch_inference_end_to_end(
             features=good.features,
         )
         with pytest.raises(Exception, match="sha256"):
-            score_features(
-                read_dataset(spark, store, features_prefix), tampered, feats.as_of
-            ).count()
+            score_dataset(spark, store, published, tampered, feats.as_of, "scratch/tampered")
+
+        # 6. Features that lack a column the model needs: the task says which.
+        lacking = good.__class__(
+            version=good.version,
+            files=good.files,
+            sha256=good.sha256,
+            features=[*good.features[:-1], "no_such_feature"],
+        )
+        with pytest.raises(Exception, match="lack column.*no_such_feature"):
+            score_dataset(spark, store, published, lacking, feats.as_of, "scratch/lacking")
     finally:
         get_settings.cache_clear()

@@ -21,7 +21,7 @@ import pytest
 from infra.datasets import find_dataset, publish_dataset
 from infra.registry import ModelRegistry
 from infra.store import LocalFolderStore
-from tasks.data.features import feature_names
+from tasks.data.feature_specs import feature_names
 from tasks.data.input_formats import InputOptions
 from tasks.stages.records import FeaturesResult, ValidateResult, read_stage_manifest
 

@@ -21,6 +21,7 @@ def test_defaults_are_local_loopback_with_memory_partitions_and_arrow_batch(monk
     assert conf["spark.sql.execution.arrow.maxRecordsPerBatch"] == "10000"
     assert conf["spark.driver.bindAddress"] == "127.0.0.1"
     assert conf["spark.python.worker.reuse"] == "true"
+    assert "TieredStopAtLevel=1" in conf["spark.driver.extraJavaOptions"]  # local driver only
 
 
 def test_cluster_master_and_spark_conf_come_from_the_environment(monkeypatch):
@@ -42,6 +43,7 @@ def test_cluster_master_and_spark_conf_come_from_the_environment(monkeypatch):
     # executors on other hosts must reach the driver: no loopback binding on a cluster
     assert "spark.driver.bindAddress" not in conf
     assert "spark.driver.host" not in conf
+    assert "spark.driver.extraJavaOptions" not in conf
 
 
 def test_spark_conf_may_set_the_master_itself():

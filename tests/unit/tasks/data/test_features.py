@@ -6,11 +6,12 @@ import datetime as dt
 
 import pytest
 
+from tasks.data.feature_specs import NO_PURCHASE_DAYS, feature_names
 from tasks.data.features import (
-    NO_PURCHASE_DAYS,
+    Cutoff,
     customer_features,
-    feature_names,
-    purchase_labels,
+    customer_features_at,
+    cutoff_features,
     training_examples,
 )
 
@@ -104,10 +105,41 @@ def test_optional_columns_drive_the_feature_list(spark):
 
 
 def test_labels_come_from_the_horizon_window_only(spark, events):
-    labels = purchase_labels(events, dt.datetime(2025, 1, 20), dt.datetime(2025, 1, 25))
-    assert {r["customer_id"] for r in labels.collect()} == {"A"}  # Jan 21 purchase
-    none = purchase_labels(events, dt.datetime(2025, 1, 22), dt.datetime(2025, 1, 28))
-    assert none.count() == 0
+    def labels(start, end):
+        cutoff = Cutoff("c", start, label_until=end)
+        wide = customer_features_at(events, [cutoff], ALL)
+        return {r["customer_id"]: r["label"] for r in cutoff_features(wide, cutoff, ALL).collect()}
+
+    # features at Jan 20 see A (Jan 1) and B (Jan 6); only A buys in (Jan 20, Jan 25]
+    assert labels(dt.datetime(2025, 1, 20), dt.datetime(2025, 1, 25)) == {"A": 1.0, "B": 0.0}
+    assert labels(dt.datetime(2025, 1, 22), dt.datetime(2025, 1, 28)) == {"A": 0.0, "B": 0.0}
+
+
+def test_every_cutoff_from_one_pass_equals_each_cutoff_alone(spark, events):
+    cutoffs = [
+        Cutoff("early", dt.datetime(2025, 1, 10), label_until=dt.datetime(2025, 1, 20)),
+        Cutoff("train", dt.datetime(2025, 1, 16), label_until=CUTOFF),
+        Cutoff("score", CUTOFF),
+    ]
+    wide = customer_features_at(events, cutoffs, ALL).cache()
+    try:
+        for cutoff in cutoffs:
+            together = {
+                r["customer_id"]: r.asDict() for r in cutoff_features(wide, cutoff, ALL).collect()
+            }
+            alone = _features(spark, events, cutoff.at)
+            assert set(together) == set(alone), cutoff.name
+            for cid, feats in alone.items():
+                got = {k: v for k, v in together[cid].items() if k not in ("label", "customer_id")}
+                feats.pop("customer_id")
+                assert got == pytest.approx(feats, rel=1e-12), (cutoff.name, cid)
+        assert {r["customer_id"] for r in cutoff_features(wide, cutoffs[0], ALL).collect()} == {
+            "A",
+            "B",
+        }
+        assert wide.filter("events_after > 0").count() == 0
+    finally:
+        wide.unpersist()
 
 
 def test_training_examples_use_features_at_t_minus_h(spark, events):

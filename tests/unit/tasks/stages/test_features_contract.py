@@ -20,7 +20,8 @@ from pyspark.sql import types as T
 from infra.errors import HybridflowInputError
 from tasks.data.contract import CONTRACT_COLUMNS
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
-from tasks.data.features import FEATURE_SPECS, NO_PURCHASE_DAYS, customer_features, feature_names
+from tasks.data.feature_specs import FEATURE_SPECS, NO_PURCHASE_DAYS, feature_names
+from tasks.data.features import customer_features
 from tasks.stages.features import features_stage
 from tasks.stages.spark_io import read_dataset
 from tasks.stages.validate import validate_stage

@@ -1,0 +1,136 @@
+"""The whole product as a user runs it: ``hybridflow run --no-cache`` in a fresh process (Prefect's
+temporary API, the Spark JVM, every stage) against one plain Python process doing the same job
+with DuckDB + torch (:mod:`bench.duckdb_torch_baseline`, trained for as many epochs as the
+pipeline's train stage ran), on the same demo Parquet; plus the wall clock of a small real-shaped
+transaction log (a CSV with only customer id, date, quantity, amount).
+
+Sizes: ``BENCH_RUN_CUSTOMERS`` (default ``20000,200000``: the demo's 431,813 events and about
+4.3M). Wall and CPU seconds of each process tree; ratio = hybridflow / baseline.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from bench._proc import run_measured
+
+SMALL_LOG_CUSTOMERS = 2_000
+
+
+def _hybridflow_run(events: Path, store: Path, *args: str) -> tuple[float, float, dict]:
+    cli = str(Path(sys.executable).with_name("hybridflow"))
+    cmd = [cli, "run", "--events", str(events), "--no-cache", "--json", *args]
+    env = os.environ | {"HYBRIDFLOW_STORE": str(store)}
+    wall, cpu, out = run_measured(cmd, env=env)
+    return wall, cpu, json.loads(out.strip().splitlines()[-1])
+
+
+def _epochs(store: Path, run_id: str) -> int:
+    train = json.loads((store / "runs" / run_id / "train.json").read_text())
+    return int(train["epochs"])
+
+
+def _small_transaction_log(work: Path) -> Path:
+    """Purchases only, as a shop's export: customer id, date, quantity, amount (CSV)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from tasks.data.demo_events import DemoDataParams, generate_demo_events
+
+    demo = work / "small-demo"
+    generate_demo_events(DemoDataParams(customers=SMALL_LOG_CUSTOMERS, seed=9), demo)
+    table = pq.read_table(demo)
+    table = table.filter(pc.equal(table["event_type"], "purchase"))
+    path = work / "transactions.csv"
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["CustomerID", "InvoiceDate", "Quantity", "Amount"])
+        for cid, t, q, a in zip(
+            table["customer_id"].to_pylist(),
+            table["event_time"].to_pylist(),
+            table["quantity"].to_pylist(),
+            table["amount"].to_pylist(),
+            strict=True,
+        ):
+            writer.writerow([cid, t.strftime("%d/%m/%Y"), q, f"{a:.2f}" if a is not None else ""])
+    return path
+
+
+def _row(subject: str, wall: float, cpu: float, base: tuple[float, float] | None, **extra) -> dict:
+    return {
+        "benchmark": "hybridflow run",
+        "subject": subject,
+        "baseline": "DuckDB + torch, one process" if base else "-",
+        "ratio": wall / base[0] if base else 0.0,
+        "cpu_ratio": cpu / base[1] if base and base[1] else 0.0,
+        "seconds": wall,
+        "cpu_s": cpu,
+        "baseline_s": base[0] if base else 0.0,
+        "baseline_cpu_s": base[1] if base else 0.0,
+        "load": os.getloadavg()[0],
+        **extra,
+    }
+
+
+def main(results_dir: Path) -> list[dict]:
+    """Each size: generate, run both as fresh processes, one row; then the small CSV log."""
+    from tasks.data.demo_events import DemoDataParams, generate_demo_events
+
+    sizes = [int(s) for s in os.environ.get("BENCH_RUN_CUSTOMERS", "20000,200000").split(",")]
+    work = Path(tempfile.mkdtemp(prefix="hf-bench-run-"))
+    rows = []
+    try:
+        for customers in sizes:
+            events = work / f"events-{customers}"
+            n = generate_demo_events(DemoDataParams(customers=customers), events).events
+            store = work / f"store-{customers}"
+            wall, cpu, summary = _hybridflow_run(events, store)
+            epochs = _epochs(store, summary["run_id"])
+            base_cmd = [sys.executable, "-m", "bench.duckdb_torch_baseline", "--events"]
+            base_wall, base_cpu, out = run_measured(
+                [*base_cmd, str(events), "--out", str(work / "duck"), "--epochs", str(epochs)]
+            )
+            base = json.loads(out.strip().splitlines()[-1])
+            stages = {s["name"]: round(s["seconds"], 1) for s in summary["stages"]}
+            rows.append(
+                _row(
+                    f"{n:,} events ({customers:,} customers)",
+                    wall,
+                    cpu,
+                    (base_wall, base_cpu),
+                    stages_s=stages,
+                    epochs=epochs,
+                    auc=round(summary["metrics"]["test_auc"], 4),
+                    baseline_auc=round(base["test_auc"], 4),
+                    baseline_backtest_auc=round(base["backtest_auc"], 4),
+                )
+            )
+            shutil.rmtree(events, ignore_errors=True)
+            shutil.rmtree(store, ignore_errors=True)
+        log = _small_transaction_log(work)
+        mapping = {
+            "customer_id": "CustomerID",
+            "event_time": "InvoiceDate",
+            "quantity": "Quantity",
+            "amount": "Amount",
+        }
+        maps = [arg for k, v in mapping.items() for arg in ("--map", f"{k}={v}")]
+        wall, cpu, summary = _hybridflow_run(log, work / "store-log", *maps)
+        rows.append(
+            _row(
+                f"small transaction log CSV ({summary['rows_read']:,} rows)",
+                wall,
+                cpu,
+                None,
+                stages_s={s["name"]: round(s["seconds"], 1) for s in summary["stages"]},
+            )
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
