@@ -31,8 +31,9 @@ from infra.settings import DriftSettings
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
 from tasks.data.stability import psi
-from tasks.stages.batch_inference import load_scoring_model, resolve_model_version, score_features
+from tasks.stages.batch_inference import load_scoring_model, resolve_model_version
 from tasks.stages.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
+from tasks.stages.scoring_frame import score_features
 from tasks.stages.spark_io import read_dataset, write_dataset
 
 log = logging.getLogger(__name__)
