@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -27,15 +25,6 @@ TRAINING = {  # long enough (200 small-batch epochs) to be killed after its firs
     "HYBRIDFLOW_TRAIN__PATIENCE": "200",
     "HYBRIDFLOW_CHECKPOINT__EVERY_STEPS": "200",
 }
-
-
-@pytest.fixture
-def stack_dir():
-    """The stack's folder, where PostgreSQL's own user may pass (pytest's tmp is 0700)."""
-    base = Path(tempfile.mkdtemp(prefix="hf-stack-"))
-    os.chmod(base, 0o711)
-    yield base / "stack"
-    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -31,12 +31,12 @@ DEMO = ["--customers", "1500", "--seed", "5"]
 
 
 @pytest.fixture
-def stack_env(tmp_path) -> dict[str, str]:
+def stack_env(tmp_path, stack_dir) -> dict[str, str]:
     from infra.stack.services import free_port
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "AWS_"))}
     env.update(
-        HYBRIDFLOW_STACK_DIR=str(tmp_path / "stack"),
+        HYBRIDFLOW_STACK_DIR=str(stack_dir),
         HYBRIDFLOW_WORK_DIR=str(tmp_path / "work"),
         HYBRIDFLOW_STORE=str(tmp_path / "store"),
         HYBRIDFLOW_REFRESH__SAFETY_NET_HOURS="0",  # no wall-clock refresh during the test
@@ -59,7 +59,10 @@ def test_drift_starts_a_refresh_through_a_trigger_and_serving_follows(
     stack_dir = Path(stack_env["HYBRIDFLOW_STACK_DIR"])
     recorded: list[ProcessRecord] = []
     try:
-        out = cli(["up", "--port", stack_env["PORT"], "--events", str(base)], stack_env)
+        # no Spark cluster: the pipeline runs here are `hybridflow run`, the refresh trains on
+        # gpu-pool; test_deployed_stack.py runs the CPU stages on the cluster
+        up = ["up", "--port", stack_env["PORT"], "--events", str(base), "--spark-workers", "0"]
+        out = cli(up, stack_env)
         recorded = [
             ProcessRecord.model_validate(p) for p in stack_state(stack_dir)["processes"].values()
         ]
