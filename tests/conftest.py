@@ -69,3 +69,16 @@ def output_dir(request) -> Path:
     path = OUTPUT_DIR / request.node.name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture
+def passable_tmp():
+    """A temporary folder other users may pass (0711): PostgreSQL runs as ``postgres`` when we
+    are root, and pytest's own tmp is 0700."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="hf-"))
+    os.chmod(base, 0o711)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)

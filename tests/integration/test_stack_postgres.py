@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,12 +16,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def pg_dir():
-    """A data folder the ``postgres`` user can reach when we are root (pytest's tmp is 0700)."""
-    base = Path(tempfile.mkdtemp(prefix="hf-pg-"))
-    os.chmod(base, 0o711)
-    yield base / "postgres"
-    shutil.rmtree(base, ignore_errors=True)
+def pg_dir(passable_tmp):
+    """A data folder the ``postgres`` user can reach when we are root."""
+    return passable_tmp / "postgres"
 
 
 def _query(port: int, secret: str, sql: str):
