@@ -46,12 +46,17 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline flow and print its summary."""
-    from flows.pipeline import pipeline_flow
+    from flows.ephemeral_api import start_ephemeral_api_in_background
     from infra.settings import get_settings
     from infra.spark import start_spark_in_background
 
+    # the JVM and Prefect's temporary API start while the flows are imported
+    start_spark_in_background(get_settings())
+    wait_for_api = start_ephemeral_api_in_background()
+    from flows.pipeline import pipeline_flow
+
     params = pipeline_params(args)
-    start_spark_in_background(get_settings())  # the JVM boots while Prefect starts its API
+    wait_for_api()
     summary = pipeline_flow(params)
     print(summary.model_dump_json() if args.json else format_summary(summary))
     return EXIT_OK

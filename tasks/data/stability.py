@@ -18,6 +18,8 @@ import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Literal
 
+import numpy as np
+
 Status = Literal["ok", "drift", "n/a", "ignored"]
 NULL_BIN = -1  # the bin of a missing value
 
@@ -62,6 +64,28 @@ def quantile_probabilities(bins: int) -> list[float]:
     if bins < 2:
         raise ValueError(f"need at least 2 bins, not {bins}")
     return [i / bins for i in range(1, bins)]
+
+
+def exact_quantile_edges(values: np.ndarray, bins: int) -> list[float]:
+    """The edges of ``bins`` quantiles of a sample held in memory (a test split's scores), each
+    the smallest value with at least that share of the sample at or below it, as Spark's
+    ``percentile_approx`` picks them at full accuracy; NaNs are left out."""
+    ordered = np.sort(values[np.isfinite(values)])
+    if ordered.size == 0:
+        return []
+    n = ordered.size
+    return bin_edges(
+        float(ordered[min(n - 1, max(0, math.ceil(p * n) - 1))])
+        for p in quantile_probabilities(bins)
+    )
+
+
+def sample_bin_counts(values: np.ndarray, edges: Sequence[float]) -> dict[int, int]:
+    """Rows per bin of a sample held in memory, binned as :func:`bin_of` bins one value."""
+    bins = np.searchsorted(np.asarray(edges, dtype=np.float64), values, side="left")
+    bins[np.isnan(values)] = NULL_BIN
+    found, counts = np.unique(bins, return_counts=True)
+    return {int(b): int(c) for b, c in zip(found, counts, strict=True)}
 
 
 def status(value: float | None, threshold: float) -> Status:

@@ -30,10 +30,10 @@ from infra.registry import ModelRegistry
 from infra.settings import DriftSettings
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
-from tasks.data.stability import psi
+from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts
 from tasks.stages.batch_inference import load_scoring_model, resolve_model_version
 from tasks.stages.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
-from tasks.stages.scoring_frame import score_features
+from tasks.stages.scoring_frame import scores_in_process
 from tasks.stages.spark_io import read_dataset, write_dataset
 
 log = logging.getLogger(__name__)
@@ -79,12 +79,10 @@ def build_reference(
     customers = write_dataset(
         snapshot.select("customer_id").distinct(), store, drift_customers_prefix(version)
     )
-    scored = score_features(
-        snapshot.filter(F.col("split") == "test"),
-        load_scoring_model(store, version),
-        manifest.as_of,
+    scores = scores_in_process(
+        snapshot.filter(F.col("split") == "test"), load_scoring_model(store, version)
     )
-    score_edges = quantile_edges(scored, [SCORE], settings.bins, settings.quantile_accuracy)
+    score_edges = exact_quantile_edges(scores, settings.bins)
     reference = DriftReference(
         model_version=version,
         snapshot_prefix=prefix,
@@ -94,9 +92,7 @@ def build_reference(
         rows=published.rows,
         customers_prefix=customers.prefix,
         features={f: BinnedReference(edges=edges[f], counts=counts[f]) for f in edges},
-        score=BinnedReference(
-            edges=score_edges[SCORE], counts=bin_counts(scored, score_edges)[SCORE]
-        ),
+        score=BinnedReference(edges=score_edges, counts=sample_bin_counts(scores, score_edges)),
     )
     store.put_bytes(drift_reference_key(version), reference.model_dump_json(indent=2).encode())
     log.info(

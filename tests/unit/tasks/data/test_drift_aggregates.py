@@ -64,3 +64,15 @@ def test_unseen_count_is_the_customers_the_reference_lacks(spark, frame):
 def test_no_columns_means_no_work(frame):
     assert quantile_edges(frame, [], bins=10, accuracy=100) == {}
     assert bin_counts(frame, {}) == {}
+
+
+def test_in_memory_edges_and_counts_agree_with_spark_s(frame):
+    """The drift reference bins a test split's scores in memory; later checks bin predictions
+    in Spark: both sides must cut and count alike."""
+    from tasks.data.stability import exact_quantile_edges, sample_bin_counts
+
+    values = np.array([r["x"] for r in frame.select("x").collect()])
+    spark_edges = quantile_edges(frame, ["x"], bins=10, accuracy=1_000_000)["x"]
+    edges = exact_quantile_edges(values, bins=10)
+    assert edges == pytest.approx(spark_edges)
+    assert sample_bin_counts(values, edges) == bin_counts(frame, {"x": edges})["x"]

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from tasks.data.stability import (
     NULL_BIN,
     bin_edges,
     bin_of,
+    exact_quantile_edges,
     psi,
     quantile_probabilities,
+    sample_bin_counts,
     shares,
     status,
 )
@@ -91,3 +94,16 @@ def test_status_reads_the_threshold_strictly():
     assert status(0.25, 0.25) == "ok"
     assert status(0.2501, 0.25) == "drift"
     assert status(None, 0.25) == "n/a"
+
+
+def test_a_sample_is_binned_as_each_value_is_and_missing_values_get_the_null_bin():
+    values = np.array([0.1, 0.5, 0.5, 0.9, np.nan, 2.0])
+    edges = exact_quantile_edges(values, bins=4)
+    assert edges == [0.5, 0.9]  # ties collapse; the NaN takes no part in the quantiles
+    counts = sample_bin_counts(values, edges)
+    expected: dict[int, int] = {}
+    for v in values:
+        b = bin_of(None if np.isnan(v) else float(v), edges)
+        expected[b] = expected.get(b, 0) + 1
+    assert counts == expected == {0: 3, 1: 1, 2: 1, NULL_BIN: 1}
+    assert exact_quantile_edges(np.array([np.nan]), bins=4) == []
