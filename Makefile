@@ -6,6 +6,9 @@ STAMP  := $(VENV)/.installed-stamp
 DEMO_CUSTOMERS ?= 20000
 DEMO_DAYS      ?= 730
 PYTEST_ARGS    ?=
+# test files run on this many processes (pytest-xdist, one file per process at a time): the
+# e2e stacks mostly wait on states, so two overlap them with the rest of the suite on 2 cores
+TEST_WORKERS   ?= 2
 
 export PREFECT_HOME ?= $(CURDIR)/.hybridflow/prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
@@ -37,7 +40,7 @@ demo: install
 
 test: install postgres
 	@mkdir -p $(PREFECT_HOME)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not integration and not e2e" $(PYTEST_ARGS)

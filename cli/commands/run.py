@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cli.args import EXIT_OK, add_run_args, run_inputs
@@ -49,7 +50,11 @@ def run(args: argparse.Namespace) -> int:
     from flows.ephemeral_api import start_ephemeral_api_in_background
     from infra.settings import get_settings
     from infra.spark import start_spark_in_background
+    from tasks.data.input_formats import detect_format, list_event_files
 
+    # a missing or unreadable input fails here, before the JVM and Prefect's API start (~20 s)
+    events = Path(args.events).expanduser().resolve()
+    detect_format(list_event_files(events), events)
     # the JVM and Prefect's temporary API start while the flows are imported
     start_spark_in_background(get_settings())
     wait_for_api = start_ephemeral_api_in_background()
