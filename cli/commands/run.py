@@ -47,7 +47,7 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline flow and print its summary."""
-    from flows.ephemeral_api import start_ephemeral_api_in_background
+    from flows.pipeline import pipeline_flow
     from infra.settings import get_settings
     from infra.spark import start_spark_in_background
     from tasks.data.input_formats import detect_format, list_event_files
@@ -55,13 +55,8 @@ def run(args: argparse.Namespace) -> int:
     # a missing or unreadable input fails here, before the JVM and Prefect's API start (~20 s)
     events = Path(args.events).expanduser().resolve()
     detect_format(list_event_files(events), events)
-    # the JVM and Prefect's temporary API start while the flows are imported
-    start_spark_in_background(get_settings())
-    wait_for_api = start_ephemeral_api_in_background()
-    from flows.pipeline import pipeline_flow
-
     params = pipeline_params(args)
-    wait_for_api()
+    start_spark_in_background(get_settings())  # the JVM boots while Prefect starts its API
     summary = pipeline_flow(params)
     print(summary.model_dump_json() if args.json else format_summary(summary))
     return EXIT_OK
