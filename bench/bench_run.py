@@ -94,7 +94,14 @@ def main(results_dir: Path) -> list[dict]:
             epochs = _epochs(store, summary["run_id"])
             base_cmd = [sys.executable, "-m", "bench.duckdb_torch_baseline", "--events"]
             base_wall, base_cpu, out = run_measured(
-                [*base_cmd, str(events), "--out", str(work / "duck"), "--epochs", str(epochs)]
+                [
+                    *base_cmd,
+                    str(events),
+                    "--out",
+                    str(work / f"duck-{customers}"),
+                    "--epochs",
+                    str(epochs),
+                ]
             )
             base = json.loads(out.strip().splitlines()[-1])
             stages = {s["name"]: round(s["seconds"], 1) for s in summary["stages"]}
