@@ -46,10 +46,15 @@ def delimiter(value: str) -> str:
     return value
 
 
+def events_path(args: argparse.Namespace) -> Path:
+    """``--events`` as an absolute local path."""
+    return Path(args.events).expanduser().resolve()
+
+
 def run_inputs(args: argparse.Namespace) -> dict[str, Any]:
     """The shared run options (:func:`add_run_args`) as the fields of ``flows.params.RunInputs``."""
     return {
-        "events": str(Path(args.events).expanduser().resolve()),
+        "events": str(events_path(args)),
         "as_of": args.as_of,
         "horizon_days": args.horizon_days,
         "max_bad_fraction": args.max_bad_fraction,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from cli.args import EXIT_OK, fraction, iso_date
+from cli.args import EXIT_OK, events_path, fraction, iso_date
 from infra.errors import HybridflowInputError
 from infra.routing.costs import CostReport, RefreshCount
 from infra.routing.planner import RoutingPlan
@@ -192,13 +192,12 @@ def run_cost(args: argparse.Namespace) -> int:
 
 def run_profile(args: argparse.Namespace) -> int:
     """Run a profiling run in this process (for the pool this machine belongs to)."""
-    from pathlib import Path
 
     from flows.profiling import ProfileParams, profile_flow
 
     result = profile_flow(
         ProfileParams(
-            events=str(Path(args.events).expanduser().resolve()),
+            events=str(events_path(args)),
             sample_fraction=args.sample_fraction,
             as_of=args.as_of,
         )

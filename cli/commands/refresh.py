@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from cli.args import EXIT_OK, fraction, iso_date
+from cli.args import EXIT_OK, events_path, fraction, iso_date
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = refresh_flow(
         RefreshParams(
-            events=str(Path(args.events).expanduser().resolve()),
+            events=str(events_path(args)),
             as_of=args.as_of,
             horizon_days=args.horizon_days,
             promote=args.promote,

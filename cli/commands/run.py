@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cli.args import EXIT_OK, add_run_args, run_inputs
+from cli.args import EXIT_OK, add_run_args, events_path, run_inputs
 from cli.commands.plan import parse_pins
 
 if TYPE_CHECKING:
@@ -47,14 +46,16 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline flow and print its summary."""
+    from tasks.data.input_formats import detect_format, list_event_files
+
+    # a missing or unreadable input fails here, before the flows import, the JVM boots and
+    # Prefect's API starts
+    events = events_path(args)
+    detect_format(list_event_files(events), events)
     from flows.pipeline import pipeline_flow
     from infra.settings import get_settings
     from infra.spark import start_spark_in_background
-    from tasks.data.input_formats import detect_format, list_event_files
 
-    # a missing or unreadable input fails here, before the JVM and Prefect's API start (~20 s)
-    events = Path(args.events).expanduser().resolve()
-    detect_format(list_event_files(events), events)
     params = pipeline_params(args)
     start_spark_in_background(get_settings())  # the JVM boots while Prefect starts its API
     summary = pipeline_flow(params)
