@@ -51,6 +51,17 @@ def events_path(args: argparse.Namespace) -> Path:
     return Path(args.events).expanduser().resolve()
 
 
+def check_events(args: argparse.Namespace) -> None:
+    """Fail on a missing or unreadable input, a ``--map`` that does not fit it or a missing
+    required column from the files' headers and footers alone: before the flows import, the
+    JVM boots and Prefect's API starts (an input error, exit 2)."""
+    from infra.settings import get_settings
+    from tasks.data.input_formats import InputOptions, input_defaults, inspect_events
+
+    given = InputOptions.model_validate(run_inputs(args)["input"])
+    inspect_events(events_path(args), given.merged_with(input_defaults(get_settings())))
+
+
 def run_inputs(args: argparse.Namespace) -> dict[str, Any]:
     """The shared run options (:func:`add_run_args`) as the fields of ``flows.params.RunInputs``."""
     return {

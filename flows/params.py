@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infra.settings import HybridflowSettings, get_settings
 from infra.store import ObjectStore, open_store
-from tasks.data.input_formats import InputOptions
+from tasks.data.input_formats import InputOptions, input_defaults
 
 Device = Literal["auto", "cuda", "cpu"]
 
@@ -73,11 +73,6 @@ class ResolvedRun:
 def resolve(params: RunInputs) -> ResolvedRun:
     """``params`` over the settings: the one place where "None means the setting" is decided."""
     settings = get_settings()
-    defaults = InputOptions(
-        column_map=settings.column_map,
-        csv_delimiter=settings.csv_delimiter,
-        timestamp_format=settings.timestamp_format,
-    )
     return ResolvedRun(
         settings=settings,
         store=open_store(params.store or settings.store),
@@ -88,6 +83,6 @@ def resolve(params: RunInputs) -> ResolvedRun:
             if params.max_bad_fraction is None
             else params.max_bad_fraction
         ),
-        input=params.input.merged_with(defaults),
+        input=params.input.merged_with(input_defaults(settings)),
         use_cache=settings.stage_cache if params.use_cache is None else params.use_cache,
     )

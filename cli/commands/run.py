@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from cli.args import EXIT_OK, add_run_args, events_path, run_inputs
+from cli.args import EXIT_OK, add_run_args, check_events, run_inputs
 from cli.commands.plan import parse_pins
 
 if TYPE_CHECKING:
@@ -46,12 +46,7 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline flow and print its summary."""
-    from tasks.data.input_formats import detect_format, list_event_files
-
-    # a missing or unreadable input fails here, before the flows import, the JVM boots and
-    # Prefect's API starts
-    events = events_path(args)
-    detect_format(list_event_files(events), events)
+    check_events(args)
     from flows.pipeline import pipeline_flow
     from infra.settings import get_settings
     from infra.spark import start_spark_in_background

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cli.args import EXIT_OK, add_run_args, iso_date, run_inputs
+from cli.args import EXIT_OK, add_run_args, check_events, iso_date, run_inputs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_features(args: argparse.Namespace) -> int:
     """Validate, build features and publish the training snapshot; print the run id."""
+    check_events(args)
     from flows.params import StageParams
     from flows.prepare import prepare_flow
 

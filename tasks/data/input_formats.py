@@ -6,12 +6,15 @@ file is reported by name before Spark runs a job on it.
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import gzip
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
@@ -20,7 +23,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra.errors import HybridflowInputError
-from tasks.data.contract import ALLOWED_TYPES, CONTRACT_COLUMNS
+from tasks.data.contract import ALLOWED_TYPES, CONTRACT_COLUMNS, REQUIRED_COLUMNS
+
+if TYPE_CHECKING:
+    from infra.settings import HybridflowSettings
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +80,30 @@ class InputOptions(BaseModel):
         )
 
 
+def input_defaults(settings: HybridflowSettings) -> InputOptions:
+    """The settings' input options: what a run's own options fall back to."""
+    return InputOptions(
+        column_map=settings.column_map,
+        csv_delimiter=settings.csv_delimiter,
+        timestamp_format=settings.timestamp_format,
+    )
+
+
+@dataclass(frozen=True)
+class EventsInput:
+    """What the files say before any engine reads them: from file names, CSV headers and
+    Parquet footers only."""
+
+    path: Path
+    files: list[Path]
+    format: str
+    columns: list[str]
+    """The contract names the input's columns get (``--map`` applied, lower-cased)."""
+    rows_estimate: int
+    """Exact for Parquet (footers), from the file sizes for CSV."""
+    csv_delimiter: str | None = None
+
+
 @dataclass
 class RawEvents:
     """The input as read: contract-named columns (other columns kept, lower-cased)."""
@@ -118,17 +148,25 @@ def detect_format(files: list[Path], path: Path) -> str:
     )
 
 
-def _check_parquet_files(files: list[Path]) -> int:
-    """Total rows from the footers; a corrupt or non-Parquet file is named."""
-    rows = 0
+def _check_parquet_files(files: list[Path], path: Path) -> tuple[int, list[str]]:
+    """Total rows and the column names from the footers (every file's, in first-seen order,
+    then Hive partition keys of the folders); a corrupt or non-Parquet file is named."""
+    rows, names = 0, []
     for f in files:
         try:
-            rows += pq.read_metadata(f).num_rows
+            meta = pq.read_metadata(f)
         except Exception as exc:
             raise HybridflowInputError(
                 f"cannot read Parquet file {f}: {_first_line(exc)}"
             ) from None
-    return rows
+        rows += meta.num_rows
+        names += [n for n in meta.schema.to_arrow_schema().names if n not in names]
+    for f in files:
+        for part in f.relative_to(path).parts[:-1] if f != path else ():
+            key, sep, _ = part.partition("=")
+            if sep and key not in names:
+                names.append(key)
+    return rows, names
 
 
 def _csv_header(f: Path) -> str | None:
@@ -158,15 +196,17 @@ def detect_delimiter(header: str) -> str:
 
 def _check_csv_files(
     files: list[Path], delimiter: str | None, column_map: dict[str, str]
-) -> tuple[str, int]:
-    """The delimiter and the number of non-empty files; all headers must agree (Spark applies
-    the first file's header to every file) and name each needed column once."""
+) -> tuple[str, int, list[str]]:
+    """The delimiter, the number of non-empty files and the first header's column names; all
+    headers must agree (Spark applies the first file's header to every file) and name each
+    needed column once."""
     headers = [(f, h) for f in files if (h := _csv_header(f)) is not None]
     if not headers:
-        return delimiter or ",", 0
+        return delimiter or ",", 0, []
     first_file, first = headers[0]
     delimiter = delimiter or detect_delimiter(first)
-    want = [_norm(c) for c in first.split(delimiter)]
+    names = _header_names(first, delimiter)
+    want = [_norm(c) for c in names]
     needed = set(CONTRACT_COLUMNS) | {_norm(c) for c in column_map.values()}
     dupes = sorted({c for c in want if want.count(c) > 1 and c in needed})
     if dupes:
@@ -175,43 +215,80 @@ def _check_csv_files(
             f"{first_file}: {first}"
         )
     for f, h in headers[1:]:
-        got = [_norm(c) for c in h.split(delimiter)]
+        got = [_norm(c) for c in _header_names(h, delimiter)]
         if got != want:
             raise HybridflowInputError(
                 f"CSV file {f} has header {got}, unlike {first_file} ({want}): "
                 "all CSV files of one input need the same columns in the same order"
             )
-    return delimiter, len(headers)
+    return delimiter, len(headers), names
+
+
+def _header_names(header: str, delimiter: str) -> list[str]:
+    """A CSV header's column names (quoted names may hold the delimiter)."""
+    return next(csv.reader([header], delimiter=delimiter), [])
+
+
+def inspect_events(path: str | Path, options: InputOptions) -> EventsInput:
+    """Check a Parquet/CSV file or folder without an engine: it exists, has one format, its
+    files are readable and agree, ``options.column_map`` fits and every required column is
+    there. Every problem is an input error that names the file or column."""
+    path = Path(path).expanduser().resolve()
+    files = list_event_files(path)
+    fmt = detect_format(files, path)
+    delimiter = None
+    if fmt == "parquet":
+        rows, names = _check_parquet_files(files, path)
+    else:
+        delimiter, non_empty, names = _check_csv_files(
+            files, options.csv_delimiter, options.column_map
+        )
+        rows = _csv_rows_estimate(files) if non_empty else 0
+    if rows == 0:
+        raise HybridflowInputError(f"events input is empty (no rows): {path}")
+    columns, _ = mapped_names(names, options.column_map, path)
+    check_required_columns(columns)
+    return EventsInput(
+        path=path,
+        files=files,
+        format=fmt,
+        columns=columns,
+        rows_estimate=rows,
+        csv_delimiter=delimiter,
+    )
+
+
+def check_required_columns(columns: Sequence[str]) -> None:
+    """Every required contract column is among ``columns`` (contract names)."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise HybridflowInputError(
+            f"events are missing required column(s) {', '.join(missing)}; "
+            f"found: {', '.join(columns) or '(none)'} (rename with --map column=yours)"
+        )
 
 
 def read_events(spark: SparkSession, path: str | Path, options: InputOptions) -> RawEvents:
     """Read a Parquet/CSV file or folder (Hive partitions included) with contract column names.
 
-    Column names are matched case-insensitively; ``options.column_map`` renames the input's
-    columns onto the contract. CSV values are read as strings and parsed by ``conform_events``.
+    The files are checked first (:func:`inspect_events`). Column names are matched
+    case-insensitively; ``options.column_map`` renames the input's columns onto the contract.
+    CSV values are read as strings and parsed by ``conform_events``.
     """
-    path = Path(path).expanduser().resolve()
-    files = list_event_files(path)
-    fmt = detect_format(files, path)
-    if fmt == "parquet":
-        rows = _check_parquet_files(files)
-        if rows == 0:
-            raise HybridflowInputError(f"events input is empty (no rows): {path}")
+    found = inspect_events(path, options)
+    path = found.path
+    if found.format == "parquet":
         reader = spark.read
     else:
-        delimiter, non_empty = _check_csv_files(files, options.csv_delimiter, options.column_map)
-        if non_empty == 0:
-            raise HybridflowInputError(f"events input is empty (no rows): {path}")
-        log.info("reading CSV with delimiter %r", delimiter)
-        rows = _csv_rows_estimate(files)
+        log.info("reading CSV with delimiter %r", found.csv_delimiter)
         reader = (
             spark.read.option("header", True)
             .option("inferSchema", False)
-            .option("sep", delimiter)
+            .option("sep", found.csv_delimiter)
             .option("mode", "PERMISSIVE")
         )
     try:
-        df = reader.parquet(str(path)) if fmt == "parquet" else reader.csv(str(path))
+        df = reader.parquet(str(path)) if found.format == "parquet" else reader.csv(str(path))
     except PySparkException as exc:
         raise HybridflowInputError(
             f"cannot read events file(s) at {path}: {_first_line(exc)}"
@@ -222,10 +299,10 @@ def read_events(spark: SparkSession, path: str | Path, options: InputOptions) ->
     return RawEvents(
         df=df,
         path=path,
-        files=files,
-        format=fmt,
+        files=found.files,
+        format=found.format,
         timestamp_format=ts_format,
-        rows_estimate=rows,
+        rows_estimate=found.rows_estimate,
     )
 
 
@@ -239,6 +316,17 @@ def _csv_rows_estimate(files: list[Path]) -> int:
 
 def map_columns(df: DataFrame, column_map: dict[str, str], path: Path) -> DataFrame:
     """Rename the input's columns onto the contract: ``column_map`` first, then lower-case."""
+    names, ignored = mapped_names(df.columns, column_map, path)
+    for c in ignored:
+        log.warning("ignoring input column %r: --map put another column in its place", c)
+    return df.toDF(*names)
+
+
+def mapped_names(
+    columns: Sequence[str], column_map: dict[str, str], path: Path
+) -> tuple[list[str], list[str]]:
+    """The names ``columns`` get on the contract (``column_map`` first, then lower-case), and
+    the input columns a mapping put another column in place of (renamed ``_unmapped_*``)."""
     bad_targets = sorted(set(column_map) - set(CONTRACT_COLUMNS))
     if bad_targets:
         raise HybridflowInputError(
@@ -246,7 +334,7 @@ def map_columns(df: DataFrame, column_map: dict[str, str], path: Path) -> DataFr
             f"expected one of {', '.join(CONTRACT_COLUMNS)}"
         )
     by_lower: dict[str, list[str]] = {}
-    for c in df.columns:
+    for c in columns:
         by_lower.setdefault(_norm(c), []).append(c)
     renamed: dict[str, str] = {}
     for target, source in column_map.items():
@@ -254,15 +342,15 @@ def map_columns(df: DataFrame, column_map: dict[str, str], path: Path) -> DataFr
         if not matches:
             raise HybridflowInputError(
                 f"--map {target}={source}: no column {source!r} in {path}; "
-                f"found: {', '.join(df.columns) or '(none)'}"
+                f"found: {', '.join(columns) or '(none)'}"
             )
         renamed[matches[0]] = target
-    names = []
-    for c in df.columns:
+    names, ignored = [], []
+    for c in columns:
         if c in renamed:
             names.append(renamed[c])
         elif _norm(c) in renamed.values():
-            log.warning("ignoring input column %r: --map put another column in its place", c)
+            ignored.append(c)
             names.append(f"_unmapped_{_norm(c)}")
         else:
             names.append(_norm(c))
@@ -270,9 +358,9 @@ def map_columns(df: DataFrame, column_map: dict[str, str], path: Path) -> DataFr
     if dupes:
         raise HybridflowInputError(
             f"column {dupes[0]!r} appears more than once (names are case-insensitive) in {path}: "
-            f"{', '.join(df.columns)}"
+            f"{', '.join(columns)}"
         )
-    return df.toDF(*names)
+    return names, ignored
 
 
 def check_column_types(df: DataFrame, path: Path) -> None:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from infra.errors import HybridflowInputError
 from tasks.data.contract import (
     CONTRACT_COLUMNS,
     OPTIONAL_DEFAULTS,
@@ -21,9 +20,8 @@ from tasks.data.contract import (
     REASON_INVALID_EVENT_TIME,
     REASON_INVALID_QUANTITY,
     REASON_MISSING_CUSTOMER_ID,
-    REQUIRED_COLUMNS,
 )
-from tasks.data.input_formats import EPOCH_MILLIS, EPOCH_SECONDS
+from tasks.data.input_formats import EPOCH_MILLIS, EPOCH_SECONDS, check_required_columns
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +29,7 @@ log = logging.getLogger(__name__)
 def conform_events(df: DataFrame, timestamp_format: str | None = None) -> DataFrame:
     """Check required columns, add defaults for missing optional ones, keep raw values as
     strings (``raw_*``) for the quarantine and typed values for everything downstream."""
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
-    if missing:
-        raise HybridflowInputError(
-            f"events are missing required column(s) {', '.join(missing)}; "
-            f"found: {', '.join(df.columns) or '(none)'} (rename with --map column=yours)"
-        )
+    check_required_columns(df.columns)
     extra = [c for c in df.columns if c not in CONTRACT_COLUMNS]
     if extra:
         log.warning("ignoring extra event columns: %s", ", ".join(extra))

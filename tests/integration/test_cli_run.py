@@ -75,6 +75,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
     assert len(errors) == 1 and errors[0].startswith("hybridflow: error:")
     assert "missing required column(s) event_time" in errors[0]
     assert "Traceback" not in proc.stderr
+    # refused from the header alone: Prefect's API never started (it creates its database)
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()
 
 
 def test_missing_path_exits_2(tmp_path):

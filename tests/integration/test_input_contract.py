@@ -246,6 +246,8 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     assert last.startswith(
         "hybridflow: error: events are missing required column(s) event_time, amount"
     )
+    # refused from the header alone: Prefect's API never started (it creates its database)
+    assert not (tmp_path / "prefect" / "prefect.db").exists()
 
 
 @pytest.mark.e2e

@@ -1,13 +1,22 @@
-"""Pure parts of reading a user's events: delimiter detection, option merging, CLI arg types."""
+"""Pure parts of reading a user's events: delimiter detection, option merging, CLI arg types,
+the engine-free inspection of the files."""
 
 from __future__ import annotations
 
 import argparse
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from cli.args import column_mapping, delimiter
-from tasks.data.input_formats import InputOptions, detect_delimiter, detect_format
+from infra.errors import HybridflowInputError
+from tasks.data.input_formats import (
+    InputOptions,
+    detect_delimiter,
+    detect_format,
+    inspect_events,
+)
 
 
 def test_delimiter_is_the_one_that_splits_the_header_most():
@@ -40,3 +49,51 @@ def test_cli_argument_types():
 def test_format_comes_from_the_file_names(tmp_path):
     assert detect_format([tmp_path / "a.csv.gz", tmp_path / "b.CSV"], tmp_path) == "csv"
     assert detect_format([tmp_path / "x=1" / "part.parquet"], tmp_path) == "parquet"
+
+
+def _error(path, options=None) -> str:
+    with pytest.raises(HybridflowInputError) as caught:
+        inspect_events(path, options or InputOptions())
+    return str(caught.value)
+
+
+def test_inspection_names_the_contract_columns_from_headers_and_footers(tmp_path):
+    csv = tmp_path / "shop.csv"
+    csv.write_text('Client;"When; local";Total;Extra\nc1;2025-01-01;1.5;x\n')
+    found = inspect_events(
+        csv,
+        InputOptions(
+            column_map={"customer_id": "client", "event_time": "when; local", "amount": "TOTAL"}
+        ),
+    )
+    assert found.format == "csv" and found.csv_delimiter == ";" and found.files == [csv]
+    assert found.columns == ["customer_id", "event_time", "amount", "extra"]
+    assert found.rows_estimate >= 1
+
+    folder = tmp_path / "events"
+    for day, columns in (("2025-01-01", ["customer_id", "amount"]), ("2025-01-02", ["EVENT_TIME"])):
+        part = folder / f"day={day}"
+        part.mkdir(parents=True)
+        pq.write_table(pa.table({c: ["1", "2"] for c in columns}), part / "part-0.parquet")
+    found = inspect_events(folder, InputOptions())
+    assert found.format == "parquet" and found.rows_estimate == 4
+    assert found.columns == ["customer_id", "amount", "event_time", "day"]
+
+
+def test_inspection_refuses_what_the_engine_would_refuse_later(tmp_path):
+    csv = tmp_path / "events.csv"
+    csv.write_text("Client,When,Qty\nc1,2025-01-01,1\n")
+    message = _error(csv, InputOptions(column_map={"customer_id": "client"}))
+    assert message.startswith("events are missing required column(s) event_time, amount;")
+    assert "found: customer_id, when, qty" in message
+    assert "no column 'price'" in _error(csv, InputOptions(column_map={"amount": "price"}))
+    assert "is not an events column" in _error(csv, InputOptions(column_map={"total": "qty"}))
+    dupes = tmp_path / "dupes.csv"
+    dupes.write_text("customer_id,Amount,amount,event_time\n")
+    assert "'amount' appears more than once" in _error(dupes)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert _error(empty).startswith("events input is empty")
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not parquet at all")
+    assert _error(broken).startswith(f"cannot read Parquet file {broken}")
