@@ -9,7 +9,6 @@ One test on purpose: the stack costs a minute or two to start, and every check b
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 
@@ -28,20 +27,8 @@ TRAINING = {  # long enough (200 small-batch epochs) to be killed after its firs
 
 
 @pytest.fixture
-def stack_env(tmp_path, stack_dir) -> dict[str, str]:
-    from infra.stack.services import free_port
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "AWS_"))}
-    env.update(
-        HYBRIDFLOW_STACK_DIR=str(stack_dir),
-        HYBRIDFLOW_WORK_DIR=str(tmp_path / "work"),
-        HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS="50",
-        HYBRIDFLOW_SPARK_DRIVER_MEMORY="2g",
-        HYBRIDFLOW_SPARK_SHUFFLE_PARTITIONS="4",
-        PORT=str(free_port()),
-        **TRAINING,
-    )
-    return env
+def stack_env(stack_base_env) -> dict[str, str]:
+    return stack_base_env | {"HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS": "50", **TRAINING}
 
 
 def _children(client, parent_id) -> dict[str, object]:

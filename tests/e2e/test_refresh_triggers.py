@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from pathlib import Path
 
 import httpx
@@ -31,21 +30,12 @@ DEMO = ["--customers", "1500", "--seed", "5"]
 
 
 @pytest.fixture
-def stack_env(tmp_path, stack_dir) -> dict[str, str]:
-    from infra.stack.services import free_port
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "AWS_"))}
-    env.update(
-        HYBRIDFLOW_STACK_DIR=str(stack_dir),
-        HYBRIDFLOW_WORK_DIR=str(tmp_path / "work"),
-        HYBRIDFLOW_STORE=str(tmp_path / "store"),
-        HYBRIDFLOW_REFRESH__SAFETY_NET_HOURS="0",  # no wall-clock refresh during the test
-        HYBRIDFLOW_SPARK_DRIVER_MEMORY="2g",
-        HYBRIDFLOW_SPARK_SHUFFLE_PARTITIONS="4",
-        HYBRIDFLOW_SERVE__POLL_INTERVAL_S="0.5",
-        PORT=str(free_port()),
-    )
-    return env
+def stack_env(stack_base_env, tmp_path) -> dict[str, str]:
+    return stack_base_env | {
+        "HYBRIDFLOW_STORE": str(tmp_path / "store"),
+        "HYBRIDFLOW_REFRESH__SAFETY_NET_HOURS": "0",  # no wall-clock refresh during the test
+        "HYBRIDFLOW_SERVE__POLL_INTERVAL_S": "0.5",
+    }
 
 
 def test_drift_starts_a_refresh_through_a_trigger_and_serving_follows(
