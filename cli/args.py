@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tasks.data.input_formats import EventsInput
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_DRIFTED = 3  # `hybridflow drift`: a measure is above its threshold
@@ -51,15 +54,16 @@ def events_path(args: argparse.Namespace) -> Path:
     return Path(args.events).expanduser().resolve()
 
 
-def check_events(args: argparse.Namespace) -> None:
+def check_events(args: argparse.Namespace) -> EventsInput:
     """Fail on a missing or unreadable input, a ``--map`` that does not fit it or a missing
     required column from the files' headers and footers alone: before the flows import, the
-    JVM boots and Prefect's API starts (an input error, exit 2)."""
+    JVM boots and Prefect's API starts (an input error, exit 2). Returns what was found (its
+    row count sizes the JVM)."""
     from infra.settings import get_settings
     from tasks.data.input_formats import InputOptions, input_defaults, inspect_events
 
     given = InputOptions.model_validate(run_inputs(args)["input"])
-    inspect_events(events_path(args), given.merged_with(input_defaults(get_settings())))
+    return inspect_events(events_path(args), given.merged_with(input_defaults(get_settings())))
 
 
 def run_inputs(args: argparse.Namespace) -> dict[str, Any]:

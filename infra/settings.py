@@ -159,10 +159,11 @@ class HybridflowSettings(BaseSettings):
         default="4g", description="per executor on a cluster (local mode: the driver is it)"
     )
     spark_shuffle_partitions: int = Field(default=8, ge=1)
-    spark_local_java_options: str = Field(
-        default="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-        description="JVM options of a local[*] driver: the quick JIT tier only and one GC "
-        "thread cost ~40% less CPU on a run of minutes (measured); empty = the JVM's defaults",
+    spark_local_java_options: str | None = Field(
+        default=None,
+        description="JVM options of a local[*] driver; unset: chosen by the input's size when "
+        "the CLI knows it (the quick JIT tier below 5M rows, the full JIT from there, both with "
+        "one GC thread), else the quick tier; empty = the JVM's defaults",
     )
     spark_arrow_batch_size: int = Field(default=10_000, ge=100)
     progress_interval_s: float = Field(

@@ -46,13 +46,14 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline flow and print its summary."""
-    check_events(args)
+    found = check_events(args)
     from flows.pipeline import pipeline_flow
     from infra.settings import get_settings
     from infra.spark import start_spark_in_background
 
     params = pipeline_params(args)
-    start_spark_in_background(get_settings())  # the JVM boots while Prefect starts its API
+    # the JVM, sized for the input, boots while Prefect starts its API
+    start_spark_in_background(get_settings(), found.rows_estimate)
     summary = pipeline_flow(params)
     print(summary.model_dump_json() if args.json else format_summary(summary))
     return EXIT_OK

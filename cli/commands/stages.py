@@ -37,9 +37,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_features(args: argparse.Namespace) -> int:
     """Validate, build features and publish the training snapshot; print the run id."""
-    check_events(args)
+    found = check_events(args)
     from flows.params import StageParams
     from flows.prepare import prepare_flow
+    from infra.settings import get_settings
+    from infra.spark import start_spark_in_background
+
+    # the JVM, sized for the input, boots while Prefect starts its API
+    start_spark_in_background(get_settings(), found.rows_estimate)
 
     result = prepare_flow(StageParams.model_validate(run_inputs(args)))
     print(

@@ -6,7 +6,13 @@ import pytest
 from pydantic import ValidationError
 
 from infra.settings import HybridflowSettings
-from infra.spark import is_local_master, spark_conf_for
+from infra.spark import (
+    FULL_JIT_FROM_ROWS,
+    FULL_JIT_OPTIONS,
+    QUICK_JIT_OPTIONS,
+    is_local_master,
+    spark_conf_for,
+)
 
 
 def test_defaults_are_local_loopback_with_memory_partitions_and_arrow_batch(monkeypatch):
@@ -70,3 +76,22 @@ def test_spark_conf_rejects_keys_that_are_not_spark_settings():
 )
 def test_is_local_master(master, local):
     assert is_local_master(master) is local
+
+
+def test_the_local_jvm_is_sized_by_the_input_unless_set(monkeypatch):
+    monkeypatch.delenv("HYBRIDFLOW_SPARK_LOCAL_JAVA_OPTIONS", raising=False)
+    monkeypatch.delenv("HYBRIDFLOW_SPARK_MASTER", raising=False)
+    settings = HybridflowSettings(_env_file=None)
+
+    def java(rows, s=settings):
+        return spark_conf_for(s, rows).get("spark.driver.extraJavaOptions")
+
+    assert java(None) == java(FULL_JIT_FROM_ROWS - 1) == QUICK_JIT_OPTIONS  # unknown: small
+    assert java(FULL_JIT_FROM_ROWS) == java(30_000_000) == FULL_JIT_OPTIONS
+    assert "TieredStopAtLevel" not in FULL_JIT_OPTIONS and "UseSerialGC" in FULL_JIT_OPTIONS
+    monkeypatch.setenv("HYBRIDFLOW_SPARK_LOCAL_JAVA_OPTIONS", "-Xss4m")
+    assert java(30_000_000, HybridflowSettings(_env_file=None)) == "-Xss4m"
+    monkeypatch.setenv("HYBRIDFLOW_SPARK_LOCAL_JAVA_OPTIONS", "")  # the JVM's own defaults
+    assert java(None, HybridflowSettings(_env_file=None)) is None
+    monkeypatch.setenv("HYBRIDFLOW_SPARK_MASTER", "spark://127.0.0.1:7077")  # executors' JVMs
+    assert java(30_000_000, HybridflowSettings(_env_file=None)) is None
