@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 
 # A local driver's JVM options when the settings leave them open. The quick JIT tier (C1 only)
 # costs less CPU on small inputs, where compiling with C2 never pays back; from about 5M input
-# rows the full tiered JIT wins (measured on 2 cores: a tie at 4.26M events, validate 236 -> 130 s
-# and features 160 -> 90 s at 29.9M). One GC thread either way: the cores are the stages'.
+# rows the full tiered JIT wins (measured on 2 cores: a tie at 4.26M events; at 29.9M validate
+# 236 -> 129-174 s and features 160 -> 86-90 s). One GC thread either way: the cores are the stages'.
 QUICK_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 FULL_JIT_OPTIONS = "-XX:+UseSerialGC"
 FULL_JIT_FROM_ROWS = 5_000_000
