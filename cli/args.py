@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from tasks.data.input_formats import EventsInput
+from typing import Any
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_DRIFTED = 3  # `hybridflow drift`: a measure is above its threshold
@@ -54,16 +51,28 @@ def events_path(args: argparse.Namespace) -> Path:
     return Path(args.events).expanduser().resolve()
 
 
-def check_events(args: argparse.Namespace) -> EventsInput:
+def check_events_and_start_spark(args: argparse.Namespace) -> None:
     """Fail on a missing or unreadable input, a ``--map`` that does not fit it or a missing
-    required column from the files' headers and footers alone: before the flows import, the
-    JVM boots and Prefect's API starts (an input error, exit 2). Returns what was found (its
-    row count sizes the JVM)."""
+    required column from the files' headers and footers alone, before the flows import, the
+    JVM boots and Prefect's API starts (an input error, exit 2); then boot the JVM, sized for
+    the input's rows, in the background while the caller starts its flow."""
     from infra.settings import get_settings
+    from infra.spark import start_spark_in_background
     from tasks.data.input_formats import InputOptions, input_defaults, inspect_events
 
-    given = InputOptions.model_validate(run_inputs(args)["input"])
-    return inspect_events(events_path(args), given.merged_with(input_defaults(get_settings())))
+    settings = get_settings()
+    given = InputOptions.model_validate(_input_options(args))
+    found = inspect_events(events_path(args), given.merged_with(input_defaults(settings)))
+    start_spark_in_background(settings, found.rows_estimate)
+
+
+def _input_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--map``, ``--csv-delimiter`` and ``--timestamp-format`` as ``InputOptions`` fields."""
+    return {
+        "column_map": dict(args.map),
+        "csv_delimiter": args.csv_delimiter,
+        "timestamp_format": args.timestamp_format,
+    }
 
 
 def run_inputs(args: argparse.Namespace) -> dict[str, Any]:
@@ -74,11 +83,7 @@ def run_inputs(args: argparse.Namespace) -> dict[str, Any]:
         "horizon_days": args.horizon_days,
         "max_bad_fraction": args.max_bad_fraction,
         "device": args.device,
-        "input": {
-            "column_map": dict(args.map),
-            "csv_delimiter": args.csv_delimiter,
-            "timestamp_format": args.timestamp_format,
-        },
+        "input": _input_options(args),
         "use_cache": False if args.no_cache else None,
     }
 

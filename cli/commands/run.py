@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from cli.args import EXIT_OK, add_run_args, check_events, run_inputs
+from cli.args import EXIT_OK, add_run_args, check_events_and_start_spark, run_inputs
 from cli.commands.plan import parse_pins
 
 if TYPE_CHECKING:
@@ -46,15 +46,10 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline flow and print its summary."""
-    found = check_events(args)
+    check_events_and_start_spark(args)
     from flows.pipeline import pipeline_flow
-    from infra.settings import get_settings
-    from infra.spark import start_spark_in_background
 
-    params = pipeline_params(args)
-    # the JVM, sized for the input, boots while Prefect starts its API
-    start_spark_in_background(get_settings(), found.rows_estimate)
-    summary = pipeline_flow(params)
+    summary = pipeline_flow(pipeline_params(args))
     print(summary.model_dump_json() if args.json else format_summary(summary))
     return EXIT_OK
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cli.args import EXIT_OK, add_run_args, check_events, iso_date, run_inputs
+from cli.args import EXIT_OK, add_run_args, check_events_and_start_spark, iso_date, run_inputs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,14 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_features(args: argparse.Namespace) -> int:
     """Validate, build features and publish the training snapshot; print the run id."""
-    found = check_events(args)
+    check_events_and_start_spark(args)
     from flows.params import StageParams
     from flows.prepare import prepare_flow
-    from infra.settings import get_settings
-    from infra.spark import start_spark_in_background
-
-    # the JVM, sized for the input, boots while Prefect starts its API
-    start_spark_in_background(get_settings(), found.rows_estimate)
 
     result = prepare_flow(StageParams.model_validate(run_inputs(args)))
     print(

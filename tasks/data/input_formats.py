@@ -162,7 +162,7 @@ def _check_parquet_files(files: list[Path], path: Path) -> tuple[int, list[str]]
         rows += meta.num_rows
         names += [n for n in meta.schema.to_arrow_schema().names if n not in names]
     for f in files:
-        for part in f.relative_to(path).parts[:-1] if f != path else ():
+        for part in f.relative_to(path).parts[:-1]:
             key, sep, _ = part.partition("=")
             if sep and key not in names:
                 names.append(key)
