@@ -6,8 +6,8 @@ STAMP  := $(VENV)/.installed-stamp
 DEMO_CUSTOMERS ?= 20000
 DEMO_DAYS      ?= 730
 PYTEST_ARGS    ?=
-# test files run on this many processes (pytest-xdist, one file per process at a time): the
-# e2e stacks mostly wait on states, so two overlap them with the rest of the suite on 2 cores
+# test files run on this many processes (pytest-xdist, one file per process at a time), in the
+# order tests/conftest.py gives them (stack tests first), not xdist's (most tests first)
 TEST_WORKERS   ?= 2
 
 export PREFECT_HOME ?= $(CURDIR)/.hybridflow/prefect
@@ -40,7 +40,7 @@ demo: install
 
 test: install postgres
 	@mkdir -p $(PREFECT_HOME)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not integration and not e2e" $(PYTEST_ARGS)

@@ -16,6 +16,30 @@ os.environ.setdefault("HYBRIDFLOW_SPARK_DRIVER_MEMORY", "2g")
 os.environ.setdefault("HYBRIDFLOW_SPARK_SHUFFLE_PARTITIONS", "4")
 
 OUTPUT_DIR = Path(__file__).parent / "output"
+# the order test files are handed to the test processes in: longest first
+FILE_ORDER_BY_MARKER = ("e2e", "integration")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Hand the stack test files out first, then the integration files, then the rest (a file
+    ranks by its slowest marker; its tests keep their order): with ``--dist loadfile
+    --no-loadscope-reorder`` (``make test``) the minutes-long stack files start at once and the
+    short files fill in around them, so both processes finish together. (xdist's own order,
+    files with the most tests first, left the stacks for the end.)"""
+
+    def marker_rank(item: pytest.Item) -> int:
+        marks = {m.name for m in item.iter_markers()}
+        return next(
+            (i for i, m in enumerate(FILE_ORDER_BY_MARKER) if m in marks),
+            len(FILE_ORDER_BY_MARKER),
+        )
+
+    file_rank: dict[Path, int] = {}
+    for item in items:
+        file_rank[item.path] = min(
+            file_rank.get(item.path, len(FILE_ORDER_BY_MARKER)), marker_rank(item)
+        )
+    items.sort(key=lambda item: file_rank[item.path])
 
 
 @pytest.fixture(scope="session")
