@@ -255,6 +255,12 @@ class HybridflowSettings(BaseSettings):
     stack_spark_driver_memory: str = Field(
         default="1g", description="heap of the stack's Spark Connect server (the driver)"
     )
+    stack_spark_java_options: str | None = Field(
+        default=None,
+        description="JVM options of every JVM of the stack's Spark cluster (master, workers, "
+        "executors, Connect server); unset: the quick JIT tier with one GC thread, which "
+        "halves the small cluster's CPU on small inputs; empty = the JVM's defaults",
+    )
     dispatch_poll_seconds: float = Field(
         default=1.0, gt=0, description="deployed mode: how often the pipeline polls a stage run"
     )

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from infra.errors import HybridflowInputError
 from infra.settings import HybridflowSettings
-from infra.spark import CONF_DIR
+from infra.spark import CONF_DIR, QUICK_JIT_OPTIONS
 from infra.stack.processes import Launcher, ProcessRecord, Ready, is_alive, stop
 from infra.stack.services import free_port, wait_http_ok
 
@@ -44,6 +44,9 @@ class SparkClusterSpec(BaseModel):
     worker_cores: int = 1
     worker_memory: str = "1g"
     driver_memory: str = "1g"
+    # every JVM of the cluster: master, workers, their executors, the Connect server; "" = the
+    # JVM's defaults
+    java_options: str = QUICK_JIT_OPTIONS
 
     @property
     def cores(self) -> int:
@@ -60,6 +63,9 @@ def spark_spec(settings: HybridflowSettings, workers: int | None = None) -> Spar
         worker_cores=settings.stack_spark_worker_cores,
         worker_memory=settings.stack_spark_worker_memory,
         driver_memory=settings.stack_spark_driver_memory,
+        java_options=QUICK_JIT_OPTIONS
+        if settings.stack_spark_java_options is None
+        else settings.stack_spark_java_options,
     )
 
 
@@ -86,13 +92,15 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-def daemon_env(base: dict[str, str]) -> dict[str, str]:
-    """Environment of the cluster's JVMs: loopback, quiet logs, this venv's Python for workers."""
+def daemon_env(base: dict[str, str], spec: SparkClusterSpec) -> dict[str, str]:
+    """Environment of the cluster's JVMs: loopback, quiet logs, this venv's Python for workers,
+    the spec's JVM options for the master and workers."""
     return base | {
         "SPARK_HOME": str(spark_home()),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_CONF_DIR": str(CONF_DIR),
         "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+        "SPARK_DAEMON_JAVA_OPTS": spec.java_options,
         "PYSPARK_PYTHON": sys.executable,
     }
 
@@ -147,6 +155,9 @@ def connect_command(master_url: str, port: int, ui_port: int, spec: SparkCluster
         "spark.pyspark.python": sys.executable,
         "spark.sql.session.timeZone": "UTC",
     }
+    if spec.java_options:
+        conf["spark.driver.extraJavaOptions"] = spec.java_options
+        conf["spark.executor.extraJavaOptions"] = spec.java_options
     return [
         str(spark_home() / "bin" / "spark-submit"),
         *("--class", CONNECT_CLASS, "--name", APP_NAME, "--master", master_url),
@@ -234,7 +245,7 @@ def start_standalone(
 ) -> tuple[str, str]:
     """Start the master and ``spec.workers`` workers through ``launch`` (which records each
     process as it starts); returns the master URL and UI once every worker registered."""
-    env, properties = daemon_env(env), write_properties(stack_dir)
+    env, properties = daemon_env(env, spec), write_properties(stack_dir)
     port, ui_port = free_port(), free_port()
     master_url, master_ui = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}"
     launch(MASTER, master_command(port, ui_port, properties), env, _master_ready(master_ui))
@@ -251,7 +262,9 @@ def start_connect_server(
     once its executors run (so the first session finds them up)."""
     port, app_port = free_port(), free_port()
     app_ui = f"http://127.0.0.1:{app_port}"
-    driver_env = {k: v for k, v in daemon_env(env).items() if k != "SPARK_DAEMON_MEMORY"}
+    driver_env = {
+        k: v for k, v in daemon_env(env, spec).items() if not k.startswith("SPARK_DAEMON_")
+    }
     command = connect_command(master_url, port, app_port, spec)
     launch(CONNECT, command, driver_env, _connect_ready(port, app_ui, spec.workers))
     return f"sc://127.0.0.1:{port}", app_ui

@@ -106,11 +106,17 @@ def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events):
         master_url, master_ui = start_standalone(
             launch, tmp_path / "cluster", spec, dict(os.environ)
         )
+        # a client-mode driver's settings size the executors the workers launch for it
+        executor_conf = {"spark.executor.extraJavaOptions": spec.java_options}
         client = _run(
             events,
             tmp_path,
             "client-mode",
-            {"HYBRIDFLOW_SPARK_MASTER": master_url, "HYBRIDFLOW_SPARK_EXECUTOR_MEMORY": "1g"},
+            {
+                "HYBRIDFLOW_SPARK_MASTER": master_url,
+                "HYBRIDFLOW_SPARK_EXECUTOR_MEMORY": "1g",
+                "HYBRIDFLOW_SPARK_CONF": json.dumps(executor_conf),
+            },
         )
         _same_predictions(local, client, "spark:// client mode")
         executors = _executors_of(master_ui, "hybridflow")

@@ -14,6 +14,7 @@ import pytest
 
 from infra.errors import HybridflowInputError
 from infra.settings import HybridflowSettings
+from infra.spark import QUICK_JIT_OPTIONS
 from infra.stack import engines, postgres, spark_cluster
 from infra.stack.spark_cluster import SparkClusterSpec, SparkEndpoints
 
@@ -105,6 +106,14 @@ def test_the_connect_server_is_a_loopback_driver_sized_for_the_cluster():
     assert conf["spark.connect.session.manager.defaultSessionTimeout"] == "7d"
     assert command[command.index("--class") + 1] == spark_cluster.CONNECT_CLASS
     assert command[command.index("--driver-memory") + 1] == "1g"
+    # the quick JIT tier for the server's driver and its executors (and SPARK_DAEMON_JAVA_OPTS
+    # for the master and workers), unless the settings say otherwise
+    assert conf["spark.driver.extraJavaOptions"] == QUICK_JIT_OPTIONS
+    assert conf["spark.executor.extraJavaOptions"] == QUICK_JIT_OPTIONS
+    assert spark_cluster.daemon_env({}, spec)["SPARK_DAEMON_JAVA_OPTS"] == QUICK_JIT_OPTIONS
+    defaults = spec.model_copy(update={"java_options": ""})
+    plain = spark_cluster.connect_command("spark://127.0.0.1:7077", 15002, 4040, defaults)
+    assert not any("JavaOptions" in arg for arg in plain)
 
 
 def test_cluster_size_comes_from_settings_and_refuses_negative_workers():
@@ -113,6 +122,8 @@ def test_cluster_size_comes_from_settings_and_refuses_negative_workers():
         workers=3, worker_cores=1, worker_memory="2g", driver_memory="1g"
     )
     assert spark_cluster.spark_spec(settings, 0).workers == 0
+    chosen = HybridflowSettings(stack_spark_java_options="-XX:+UseSerialGC")
+    assert spark_cluster.spark_spec(chosen).java_options == "-XX:+UseSerialGC"
     with pytest.raises(HybridflowInputError, match="--spark-workers"):
         spark_cluster.spark_spec(settings, -1)
 
