@@ -47,6 +47,21 @@ def test_bin_counts_follow_the_pure_binning_rule_in_one_pass(frame):
     assert bin_counts(frame, edges, columns_per_pass=1) == counts  # passes do not matter
 
 
+def test_edges_go_to_spark_exactly(spark):
+    """Values on, just below and just above awkward edges (inexact decimals, exponents,
+    negatives, a backtick in the name) land in the bins the pure rule gives."""
+    edges = [-2.5, 1e-05, 0.1, 3.0000000000000004, 1e20]
+    values = [None, float("nan"), float("inf"), -float("inf")]
+    for edge in edges:
+        values += [edge, float(np.nextafter(edge, -np.inf)), float(np.nextafter(edge, np.inf))]
+    frame = spark.createDataFrame([(v,) for v in values], "`odd``name` double")
+    expected: dict[int, int] = {}
+    for value in values:
+        b = bin_of(value, edges)
+        expected[b] = expected.get(b, 0) + 1
+    assert bin_counts(frame, {"odd`name": edges})["odd`name"] == expected
+
+
 def test_the_same_frame_against_itself_has_no_drift_and_a_shifted_one_has(spark, frame):
     edges = quantile_edges(frame, ["x"], bins=10, accuracy=10_000)
     reference = bin_counts(frame, edges)["x"]
