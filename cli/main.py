@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from cli.args import EXIT_BAD_INPUT, EXIT_FAILURE
 from cli.commands import COMMAND_MODULES
 from infra.errors import HybridflowInputError
-from infra.prefect_env import configure_prefect_defaults
+from infra.prefect_env import configure_prefect_defaults, heartbeats_only_for_a_server
 
 NOISY_LOGGERS = ("httpx", "httpcore", "py4j", "botocore", "urllib3", "s3transfer")
 
@@ -73,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.debug:
         _install_traceback_filter()
     try:
-        return args.handler(args)
+        with heartbeats_only_for_a_server():
+            return args.handler(args)
     except HybridflowInputError as exc:
         if args.debug:
             traceback.print_exc()

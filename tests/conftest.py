@@ -65,7 +65,9 @@ def prefect_harness():
     """A temporary Prefect API (SQLite) for every flow run in the session."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    from infra.prefect_env import heartbeats_only_for_a_server
+
+    with heartbeats_only_for_a_server(), prefect_test_harness(server_startup_timeout=120):
         yield
 
 

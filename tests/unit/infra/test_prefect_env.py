@@ -1,23 +1,34 @@
-"""Prefect defaults the CLI applies before Prefect loads."""
+"""Prefect defaults the CLI applies before Prefect loads, and heartbeats only for a server."""
 
 from __future__ import annotations
 
 import os
 
-from infra.prefect_env import configure_prefect_defaults
+from infra.prefect_env import configure_prefect_defaults, heartbeats_only_for_a_server
 
 HEARTBEAT = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
+
+
+def _frequency() -> int | None:
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().flows.heartbeat_frequency
 
 
 def test_heartbeats_only_where_a_server_may_watch_them(monkeypatch, tmp_path):
     monkeypatch.delenv(HEARTBEAT, raising=False)
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     configure_prefect_defaults(tmp_path)
-    assert HEARTBEAT not in os.environ, "the ephemeral API needs no heartbeats"
+    assert HEARTBEAT not in os.environ
+    with heartbeats_only_for_a_server():
+        assert _frequency() is None, "the ephemeral API: no heartbeat thread to wait for"
+    assert _frequency() is not None, "only inside the block"
 
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")
     configure_prefect_defaults(tmp_path)
     assert os.environ[HEARTBEAT] == "30"
+    with heartbeats_only_for_a_server():
+        assert _frequency() is not None, "a server's crash detection needs them"
 
     monkeypatch.setenv(HEARTBEAT, "45")
     configure_prefect_defaults(tmp_path)
