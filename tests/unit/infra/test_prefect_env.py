@@ -20,15 +20,20 @@ def test_heartbeats_only_where_a_server_may_watch_them(monkeypatch, tmp_path):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     configure_prefect_defaults(tmp_path)
     assert HEARTBEAT not in os.environ
-    with heartbeats_only_for_a_server():
-        assert _frequency() is None, "the ephemeral API: no heartbeat thread to wait for"
-    assert _frequency() is not None, "only inside the block"
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    # Prefect's default, whatever context this test runs in (the session's harness has none)
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: 180}):
+        with heartbeats_only_for_a_server():
+            assert _frequency() is None, "the ephemeral API: no heartbeat thread to wait for"
+        assert _frequency() == 180, "only inside the block"
 
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")
     configure_prefect_defaults(tmp_path)
     assert os.environ[HEARTBEAT] == "30"
-    with heartbeats_only_for_a_server():
-        assert _frequency() is not None, "a server's crash detection needs them"
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: 30}):
+        with heartbeats_only_for_a_server():
+            assert _frequency() == 30, "a server's crash detection needs them"
 
     monkeypatch.setenv(HEARTBEAT, "45")
     configure_prefect_defaults(tmp_path)
