@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -137,6 +138,34 @@ class ScoringUnit:
 
     source_key: str
     target_key: str
+
+
+class Tally(Protocol):
+    """What counts scored rows and model loads: a Spark accumulator (or anything with ``add``)."""
+
+    def add(self, term: int) -> None: ...
+
+
+def score_units(
+    store: ObjectStore,
+    units: Iterable[ScoringUnit],
+    model: ScoringModel,
+    as_of: dt.date,
+    batch_rows: int = SCORING_BATCH_ROWS,
+    rows_done: Tally | None = None,
+    model_loads: Tally | None = None,
+) -> Iterator[int]:
+    """Score ``units`` one after another with this process's cached model (a fresh load adds 1
+    to ``model_loads``); yields each unit's rows, added to ``rows_done`` as it goes. A Spark
+    task runs it in its Python worker; a local dataset of one task's worth, in the driver."""
+    loaded, fresh = worker_model(model)
+    if fresh and model_loads is not None:
+        model_loads.add(1)
+    for unit in units:
+        rows = score_unit(store, unit, model, loaded, as_of, batch_rows)
+        if rows_done is not None:
+            rows_done.add(rows)
+        yield rows
 
 
 def score_unit(

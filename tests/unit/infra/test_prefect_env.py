@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
+from infra.prefect_env import HEARTBEAT_ENV as HEARTBEAT
 from infra.prefect_env import configure_prefect_defaults, heartbeats_only_for_a_server
-
-HEARTBEAT = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
 
 
 def _frequency() -> int | None:

@@ -3,6 +3,8 @@ the pure binning rule whatever the columns per pass, and the unseen-customers an
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -55,10 +57,7 @@ def test_edges_go_to_spark_exactly(spark):
     for edge in edges:
         values += [edge, float(np.nextafter(edge, -np.inf)), float(np.nextafter(edge, np.inf))]
     frame = spark.createDataFrame([(v,) for v in values], "`odd``name` double")
-    expected: dict[int, int] = {}
-    for value in values:
-        b = bin_of(value, edges)
-        expected[b] = expected.get(b, 0) + 1
+    expected = Counter(bin_of(value, edges) for value in values)
     assert bin_counts(frame, {"odd`name": edges})["odd`name"] == expected
 
 
