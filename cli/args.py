@@ -51,11 +51,13 @@ def events_path(args: argparse.Namespace) -> Path:
     return Path(args.events).expanduser().resolve()
 
 
-def check_events_and_start_spark(args: argparse.Namespace) -> None:
+def check_events_and_start_engines(args: argparse.Namespace) -> None:
     """Fail on a missing or unreadable input, a ``--map`` that does not fit it or a missing
     required column from the files' headers and footers alone, before the flows import, the
-    JVM boots and Prefect's API starts (an input error, exit 2); then boot the JVM, sized for
-    the input's rows, in the background while the caller starts its flow."""
+    JVM boots and Prefect's API starts (an input error, exit 2); then start Prefect's temporary
+    API (without a configured one) and the JVM, sized for the input's rows, in the background
+    while the caller imports and starts its flow."""
+    from infra.prefect_api import start_temporary_api
     from infra.settings import get_settings
     from infra.spark import start_spark_in_background
     from tasks.data.input_formats import InputOptions, input_defaults, inspect_events
@@ -63,6 +65,7 @@ def check_events_and_start_spark(args: argparse.Namespace) -> None:
     settings = get_settings()
     given = InputOptions.model_validate(_input_options(args))
     found = inspect_events(events_path(args), given.merged_with(input_defaults(settings)))
+    start_temporary_api()
     start_spark_in_background(settings, found.rows_estimate)
 
 

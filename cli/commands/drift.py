@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from cli.args import EXIT_DRIFTED, EXIT_OK, iso_date
+from infra.prefect_api import prefect_api, start_temporary_api
 
 COLUMNS = ("feature", "measure", "value", "threshold", "status")
 
@@ -42,11 +43,13 @@ def _cell(value: object) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the drift check in this process; exit 3 when anything drifted."""
+    start_temporary_api()
     from flows.artifacts import drift_table_rows
     from flows.drift import DriftParams, drift_flow
     from tasks.stages.drift import drift_status_line
 
-    report = drift_flow(DriftParams(as_of=args.as_of, model_version=args.model_version))
+    with prefect_api():
+        report = drift_flow(DriftParams(as_of=args.as_of, model_version=args.model_version))
     if args.json:
         print(report.model_dump_json())
     else:

@@ -7,6 +7,7 @@ import argparse
 
 from cli.args import EXIT_OK, events_path, fraction, iso_date
 from infra.errors import HybridflowInputError
+from infra.prefect_api import prefect_api, start_temporary_api
 from infra.routing.costs import CostReport, RefreshCount
 from infra.routing.planner import RoutingPlan
 
@@ -192,16 +193,17 @@ def run_cost(args: argparse.Namespace) -> int:
 
 def run_profile(args: argparse.Namespace) -> int:
     """Run a profiling run in this process (for the pool this machine belongs to)."""
-
+    start_temporary_api()
     from flows.profiling import ProfileParams, profile_flow
 
-    result = profile_flow(
-        ProfileParams(
-            events=str(events_path(args)),
-            sample_fraction=args.sample_fraction,
-            as_of=args.as_of,
+    with prefect_api():
+        result = profile_flow(
+            ProfileParams(
+                events=str(events_path(args)),
+                sample_fraction=args.sample_fraction,
+                as_of=args.as_of,
+            )
         )
-    )
     print(
         f"recorded {result.profiles} stage profiles for {result.pool} "
         f"from {result.sample_rows:,} sampled events"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cli.args import EXIT_OK, events_path, fraction, iso_date
+from infra.prefect_api import prefect_api, start_temporary_api
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,18 +30,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the refresh flow and print what happened."""
+    start_temporary_api()
     from flows.refresh import RefreshParams, refresh_flow
 
-    result = refresh_flow(
-        RefreshParams(
-            events=str(events_path(args)),
-            as_of=args.as_of,
-            horizon_days=args.horizon_days,
-            promote=args.promote,
-            max_bad_fraction=args.max_bad_fraction,
-            device=args.device,
+    with prefect_api():
+        result = refresh_flow(
+            RefreshParams(
+                events=str(events_path(args)),
+                as_of=args.as_of,
+                horizon_days=args.horizon_days,
+                promote=args.promote,
+                max_bad_fraction=args.max_bad_fraction,
+                device=args.device,
+            )
         )
-    )
     if args.json:
         print(result.model_dump_json())
         return EXIT_OK

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from cli.args import EXIT_OK, add_run_args, check_events_and_start_spark, run_inputs
+from cli.args import EXIT_OK, add_run_args, check_events_and_start_engines, run_inputs
 from cli.commands.plan import parse_pins
+from infra.prefect_api import prefect_api
 
 if TYPE_CHECKING:
     from flows.pipeline import PipelineParams
@@ -46,10 +47,11 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline flow and print its summary."""
-    check_events_and_start_spark(args)
+    check_events_and_start_engines(args)
     from flows.pipeline import pipeline_flow
 
-    summary = pipeline_flow(pipeline_params(args))
+    with prefect_api():
+        summary = pipeline_flow(pipeline_params(args))
     print(summary.model_dump_json() if args.json else format_summary(summary))
     return EXIT_OK
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from cli.args import EXIT_OK, add_run_args, check_events_and_start_spark, iso_date, run_inputs
+from cli.args import EXIT_OK, add_run_args, check_events_and_start_engines, iso_date, run_inputs
+from infra.prefect_api import prefect_api, start_temporary_api
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,11 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_features(args: argparse.Namespace) -> int:
     """Validate, build features and publish the training snapshot; print the run id."""
-    check_events_and_start_spark(args)
+    check_events_and_start_engines(args)
     from flows.params import StageParams
     from flows.prepare import prepare_flow
 
-    result = prepare_flow(StageParams.model_validate(run_inputs(args)))
+    with prefect_api():
+        result = prepare_flow(StageParams.model_validate(run_inputs(args)))
     print(
         f"run id: {result.run_id}\nsnapshot: {result.snapshot_prefix}\n"
         f"next: hybridflow train --run-id {result.run_id}"
@@ -51,22 +53,30 @@ def run_features(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     """Train on an earlier run's snapshot."""
+    start_temporary_api()
     from flows.params import StageParams
     from flows.train import train_flow
 
-    result = train_flow(
-        StageParams(run_id=args.run_id, device=args.device, fresh=args.fresh, scratch=args.scratch)
-    )
+    with prefect_api():
+        result = train_flow(
+            StageParams(
+                run_id=args.run_id, device=args.device, fresh=args.fresh, scratch=args.scratch
+            )
+        )
     print(result.model_dump_json(indent=2))
     return EXIT_OK
 
 
 def run_infer(args: argparse.Namespace) -> int:
     """Batch-score with production or a given version."""
+    start_temporary_api()
     from flows.batch_inference import batch_inference_flow
     from flows.params import StageParams
 
-    result = batch_inference_flow(StageParams(as_of=args.as_of, model_version=args.model_version))
+    with prefect_api():
+        result = batch_inference_flow(
+            StageParams(as_of=args.as_of, model_version=args.model_version)
+        )
     seconds = result.report.seconds
     print(
         f"scored {result.rows_scored:,} customers with {result.model_version} in {seconds:.1f}s "
