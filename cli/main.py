@@ -7,8 +7,10 @@ serving) when it runs, so ``hybridflow --help`` starts in a fraction of a second
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -87,5 +89,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
+def console_main() -> None:
+    """The ``hybridflow`` console script: :func:`main`, then exit without tearing the interpreter
+    down. Once the exit handlers ran (Prefect's log and event workers drained, the temporary API
+    stopped, logs flushed), freeing torch's, PySpark's and Prefect's modules one by one only
+    costs time: 1.3-1.7 s of every run on a 2-core box (py-spy: no Python frame left)."""
+    exit_code = EXIT_FAILURE
+
+    def exit_now() -> None:  # registered first, so it runs after every other exit handler
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+
+    atexit.register(exit_now)
+    try:
+        exit_code = main()
+    except SystemExit as exc:
+        exit_code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        raise
+    except KeyboardInterrupt:
+        exit_code = 130
+        raise
+    sys.exit(exit_code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,11 +27,31 @@ def _hybridflow(args, cwd, store, timeout=600):
     )
 
 
+def _temporary_apis(prefect_home) -> list[int]:
+    """PIDs of Prefect API servers (uvicorn) whose PREFECT_HOME is ``prefect_home``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"prefect.server.api.server:create_app" in cmdline and (
+            f"PREFECT_HOME={prefect_home}".encode() in environ
+        ):
+            found.append(int(proc.name))
+    return found
+
+
 def test_run_json_prints_the_summary_line_last(demo_events, tmp_path):
     proc = _hybridflow(
         ["run", "--events", str(demo_events), "--json"], tmp_path, tmp_path / "store"
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # the CLI exits without interpreter teardown, after its exit handlers: the temporary API
+    # it started is stopped, Prefect's workers drained without errors
+    assert _temporary_apis(tmp_path / "prefect-home") == []
+    assert "Error logging to API" not in proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     for key in (
         "status",
