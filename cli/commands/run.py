@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from cli.args import EXIT_OK, add_run_args, check_events_and_start_engines, run_inputs
 from cli.commands.plan import parse_pins
 from infra.prefect_api import prefect_api
+from infra.warm_imports import start_warm_imports
 
 if TYPE_CHECKING:
     from flows.pipeline import PipelineParams
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     check_events_and_start_engines(args)
     from flows.pipeline import pipeline_flow
 
+    start_warm_imports()  # what the train stage imports, while the Spark stages run
     with prefect_api():
         summary = pipeline_flow(pipeline_params(args))
     print(summary.model_dump_json() if args.json else format_summary(summary))

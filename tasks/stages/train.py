@@ -24,6 +24,7 @@ from infra.devices import configure_accelerator, configure_cpu_threads
 from infra.registry import AliasRecord, ModelManifest, ModelRegistry
 from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
+from infra.warm_imports import finish_warm_imports
 from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
 from tasks.ml.ddp import DistContext, init_distributed, launch_ddp_training
 from tasks.ml.evaluation import ModelEvaluation
@@ -144,6 +145,7 @@ def train_stage(
     register, and apply the gate. Returns None on ranks other than 0."""
     options = options or TrainingOptions()
     started = time.perf_counter()
+    finish_warm_imports()
     ctx, device = init_distributed(device_preference)
     configure_accelerator(device)
     snapshot = read_dataset_manifest(store, prepared.snapshot_prefix)
