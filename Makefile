@@ -21,6 +21,8 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	@echo "recording the JVM class archive local Spark drivers start from (about 45 s, once)"
+	$(BIN)/hybridflow jvm-archive
 	@touch $(STAMP)
 
 install: $(STAMP)

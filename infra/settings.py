@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -165,6 +166,16 @@ class HybridflowSettings(BaseSettings):
         "the CLI knows it (the quick JIT tier below 5M rows, the full JIT from there, both with "
         "one GC thread), else the quick tier; empty = the JVM's defaults",
     )
+    spark_class_archive: bool = Field(
+        default=True,
+        description="a local driver maps the installation's JVM class archive when there is "
+        "one (`hybridflow jvm-archive` records it; `make install` runs that)",
+    )
+    spark_class_archive_dir: Path | None = Field(
+        default=None,
+        description="where the JVM class archive lives; unset: var/hybridflow/jvm in the "
+        "Python environment (sys.prefix)",
+    )
     spark_arrow_batch_size: int = Field(default=10_000, ge=100)
     progress_interval_s: float = Field(
         default=5.0, gt=0, description="seconds between progress log lines/artifact updates"
@@ -277,6 +288,10 @@ class HybridflowSettings(BaseSettings):
         if bad:
             raise ValueError(f"spark_conf keys must start with 'spark.': {', '.join(bad)}")
         return conf
+
+    def class_archive_dir(self) -> Path:
+        """The folder of the local driver's JVM class archive (:mod:`infra.jvm_archive`)."""
+        return self.spark_class_archive_dir or Path(sys.prefix) / "var" / "hybridflow" / "jvm"
 
     def public_dict(self) -> dict[str, Any]:
         """Settings safe to record in manifests and logs (no credentials live here)."""

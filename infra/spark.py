@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra.errors import HybridflowInputError
+from infra.jvm_archive import ClassSharing, class_sharing, conf_dir
 from infra.settings import HybridflowSettings
 
 if TYPE_CHECKING:
@@ -82,31 +83,58 @@ def is_local_master(master: str) -> bool:
     return master.strip().startswith("local")
 
 
-def get_spark(settings: HybridflowSettings, input_rows: int | None = None) -> SparkSession:
-    """The process's SparkSession, created on first use (4-11 s) and reused afterwards; a Spark
+def get_spark(
+    settings: HybridflowSettings,
+    input_rows: int | None = None,
+    *,
+    record_class_archive: Path | None = None,
+) -> SparkSession:
+    """The process's SparkSession, created on first use (2-11 s) and reused afterwards; a Spark
     Connect client session when ``spark_remote`` is set (:mod:`infra.spark_connect`).
-    ``input_rows`` sizes a new local driver's JVM (:func:`local_java_options`)."""
+    ``input_rows`` sizes a new local driver's JVM (:func:`local_java_options`); a local driver
+    maps the installation's class archive when there is one (:mod:`infra.jvm_archive`), or
+    records one at ``record_class_archive``."""
     if settings.spark_remote:  # a thin client: no JVM here, no Java needed
         from infra.spark_connect import connect_session
 
         return connect_session(settings, spark_conf_for(settings))
     check_java()
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("SPARK_CONF_DIR", str(CONF_DIR))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    conf = spark_conf_for(settings, input_rows)
+    sharing = _class_sharing(settings, conf["spark.master"], record_class_archive)
+    if sharing is not None:
+        os.environ["SPARK_CONF_DIR"] = str(sharing.conf_dir)
+        java_options = f"{conf.get('spark.driver.extraJavaOptions', '')} {sharing.java_options}"
+        conf["spark.driver.extraJavaOptions"] = java_options.strip()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("SPARK_CONF_DIR", str(CONF_DIR))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
     builder = SparkSession.builder
-    for key, value in spark_conf_for(settings, input_rows).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _class_sharing(
+    settings: HybridflowSettings, master: str, record_to: Path | None
+) -> ClassSharing | None:
+    """The class archive's set-up for a local driver, unless it is switched off or the user
+    chose a ``SPARK_CONF_DIR`` (the archive's class path would not match)."""
+    if not settings.spark_class_archive or not is_local_master(master):
+        return None
+    folder = settings.class_archive_dir()
+    ours = str(conf_dir(folder))
+    if os.environ.get("SPARK_CONF_DIR", ours) != ours:
+        return None
+    return class_sharing(folder, CONF_DIR / "log4j2.properties", record_to)
 
 
 def start_spark_in_background(

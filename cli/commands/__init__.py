@@ -11,4 +11,5 @@ COMMAND_MODULES: tuple[str, ...] = (
     "cli.commands.drift",
     "cli.commands.plan",
     "cli.commands.stack",
+    "cli.commands.jvm_archive",
 )
