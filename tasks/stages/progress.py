@@ -21,6 +21,7 @@ Example (training, one update per epoch)::
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -148,8 +149,13 @@ class SparkRowProgress:
             None if self._connect else spark.sparkContext.accumulator(0)
         )
         self._stop = threading.Event()
+        # the poller runs in the caller's context (the flow run, the Prefect settings pointing
+        # at its API): the reporter's sink publishes from this thread
         self._thread = threading.Thread(
-            target=self._poll, name=f"progress-{reporter.name}", daemon=True
+            target=contextvars.copy_context().run,
+            args=(self._poll,),
+            name=f"progress-{reporter.name}",
+            daemon=True,
         )
 
     def _poll(self) -> None:

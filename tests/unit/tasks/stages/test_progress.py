@@ -43,3 +43,32 @@ def test_connect_progress_is_the_finished_share_of_the_jobs_tasks():
     assert rows_from_tasks(1000, stages) == 600
     assert rows_from_tasks(None, stages) == 0, "no total: nothing to scale"
     assert rows_from_tasks(1000, []) == 0, "no stages reported yet"
+
+
+def test_the_spark_poller_reports_in_the_callers_context(spark):
+    """Its sink publishes Prefect artifacts: it must see the caller's flow run and settings
+    (a thread of its own would see no API and start another one)."""
+    import contextvars
+    import threading
+
+    from tasks.stages.progress import ProgressReporter, SparkRowProgress
+
+    flow_run = contextvars.ContextVar("flow_run", default=None)
+    seen: list[object] = []
+
+    class Sink:
+        log_extra: dict = {}
+
+        def __call__(self, percent: float, description: str) -> None:
+            if threading.current_thread().name == "progress-probe":
+                seen.append(flow_run.get())
+
+    flow_run.set("run-42")
+    reporter = ProgressReporter("probe", total=10, min_interval_s=0.0, sink=Sink())
+    with SparkRowProgress(spark, reporter, poll_s=0.01) as progress:
+        progress.rows.add(10)
+        deadline = 200
+        while not seen and deadline:
+            progress._stop.wait(0.01)
+            deadline -= 1
+    assert seen and set(seen) == {"run-42"}, seen
