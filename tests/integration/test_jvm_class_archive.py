@@ -1,5 +1,5 @@
-"""Recording the JVM class archive and starting a local driver from it, each in a fresh process
-(the archive is written when the JVM exits); a stale archive is refused and the run goes on."""
+"""Local drivers start from the installation's JVM class archive, in a fresh process each; a
+broken archive is refused and the driver runs without it."""
 
 from __future__ import annotations
 
@@ -11,24 +11,10 @@ import textwrap
 import pytest
 
 from infra.jvm_archive import archive_path
+from infra.settings import HybridflowSettings
 
 pytestmark = pytest.mark.integration
 
-RECORD = textwrap.dedent(
-    """
-    from infra.jvm_archive import record_archive
-    from infra.settings import get_settings
-    from infra.spark import get_spark
-
-    settings = get_settings()
-    path = record_archive(
-        settings.class_archive_dir(),
-        lambda partial: get_spark(settings, record_class_archive=partial),
-        lambda spark: spark.range(1000).selectExpr("id % 7 AS k").groupBy("k").count().collect(),
-    )
-    print("RECORDED", path)
-    """
-)
 START = textwrap.dedent(
     """
     import os
@@ -56,19 +42,18 @@ def _line(out: str, tag: str) -> str:
     return next(line for line in out.splitlines() if line.startswith(tag + " "))[len(tag) + 1 :]
 
 
-def test_a_recorded_archive_is_mapped_by_the_next_driver(tmp_path):
-    recorded = _python(RECORD, tmp_path)
-    assert recorded.returncode == 0, recorded.stderr[-3000:]
-    archive = archive_path(tmp_path)
-    assert _line(recorded.stdout, "RECORDED") == str(archive)
-    assert archive.stat().st_size > 1 << 20
-    assert list(tmp_path.glob("*.partial")) == [], "the partial file became the archive"
-    assert "[cds" not in recorded.stdout + recorded.stderr, "recording is quiet"
+def test_the_installations_archive_is_mapped_by_a_new_driver():
+    """``make install`` recorded it (``hybridflow jvm-archive``; install fails if that does): a
+    new local driver starts from it, with the archive's class path, and the JVM accepts it."""
+    folder = HybridflowSettings(_env_file=None).class_archive_dir()
+    archive = archive_path(folder)
+    assert archive.exists(), f"no JVM class archive at {archive}: run `hybridflow jvm-archive`"
+    assert list(folder.glob("*.partial")) == [], "a recording left its partial file behind"
 
-    started = _python(START, tmp_path)
+    started = _python(START, folder)
     assert started.returncode == 0, started.stderr[-3000:]
     assert f"-XX:SharedArchiveFile={archive}" in _line(started.stdout, "CMDLINE")
-    assert _line(started.stdout, "CONF_DIR") == str(tmp_path / "conf")
+    assert _line(started.stdout, "CONF_DIR") == str(folder / "conf")
     assert "Unable to use shared archive" not in started.stdout + started.stderr
 
 
