@@ -98,15 +98,17 @@ def record_archive(
     partial = final.with_name(f"{final.name}.{os.getpid()}.partial")
     spark = start_session(partial)
     try:
-        workload(spark)
+        try:
+            workload(spark)
+        finally:
+            jvm = spark.sparkContext._gateway.proc  # type: ignore[union-attr]
+            spark.stop()
+            jvm.stdin.close()  # the gateway exits at the end of its input: the archive is written
+            jvm.wait(timeout=300)
+        if not partial.exists() or partial.stat().st_size == 0:
+            code = jvm.returncode
+            raise RuntimeError(f"the JVM wrote no class archive at {partial} (exit code {code})")
+        os.replace(partial, final)
     finally:
-        jvm = spark.sparkContext._gateway.proc  # type: ignore[union-attr]
-        spark.stop()
-        jvm.stdin.close()  # Spark's gateway exits at the end of its input: the archive is written
-        jvm.wait(timeout=300)
-    if not partial.exists() or partial.stat().st_size == 0:
-        raise RuntimeError(
-            f"the JVM wrote no class archive at {partial} (exit code {jvm.returncode})"
-        )
-    os.replace(partial, final)
+        partial.unlink(missing_ok=True)  # a failed recording leaves nothing behind
     return final
