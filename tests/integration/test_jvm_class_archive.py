@@ -62,32 +62,3 @@ def test_a_broken_archive_is_refused_and_the_driver_runs_without_it(tmp_path):
     started = _python(START, tmp_path)
     assert started.returncode == 0, started.stderr[-3000:]
     assert f"-XX:SharedArchiveFile={archive_path(tmp_path)}" in _line(started.stdout, "CMDLINE")
-
-
-FAILING_RECORDING = textwrap.dedent(
-    """
-    from infra.jvm_archive import record_archive
-    from infra.settings import get_settings
-    from infra.spark import get_spark
-
-    def broken_workload(spark):
-        raise ValueError("workload broke")
-
-    settings = get_settings()
-    try:
-        record_archive(
-            settings.class_archive_dir(),
-            lambda partial: get_spark(settings, record_class_archive=partial),
-            broken_workload,
-        )
-    except ValueError as exc:
-        print("RAISED", exc)
-    """
-)
-
-
-def test_a_failed_recording_leaves_nothing_behind(tmp_path):
-    done = _python(FAILING_RECORDING, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert _line(done.stdout, "RAISED") == "workload broke"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["conf"], "no archive, no partial file"

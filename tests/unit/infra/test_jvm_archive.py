@@ -63,3 +63,55 @@ def test_the_default_folder_is_in_the_python_environment():
 
     folder = HybridflowSettings(_env_file=None).class_archive_dir()
     assert folder.is_relative_to(sys.prefix)
+
+
+class _Gateway:
+    """What ``record_archive`` uses of a session: its gateway process, here a Python process
+    that, like Spark's gateway JVM, writes the archive when its input ends."""
+
+    def __init__(self, partial, writes: bool) -> None:
+        import subprocess
+        import sys
+
+        write = f"open({str(partial)!r}, 'wb').write(b'classes')" if writes else "pass"
+        code = f"import sys; sys.stdin.read(); {write}"
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+        self.stopped = False
+
+    @property
+    def sparkContext(self):  # noqa: N802 - the SparkSession attribute
+        return type("Context", (), {"_gateway": self})()
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_the_partial_file_becomes_the_archive_after_the_gateway_exits(tmp_path):
+    from infra.jvm_archive import record_archive
+
+    sessions = []
+    path = record_archive(
+        tmp_path,
+        lambda partial: sessions.append(_Gateway(partial, writes=True)) or sessions[-1],
+        lambda spark: None,
+    )
+    assert path == archive_path(tmp_path) and path.read_bytes() == b"classes"
+    assert sessions[0].stopped and sessions[0].proc.returncode == 0
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("writes", [True, False])
+def test_a_failed_recording_leaves_nothing_behind(tmp_path, writes):
+    from infra.jvm_archive import record_archive
+
+    def broken_workload(spark) -> None:
+        raise ValueError("workload broke")
+
+    def no_archive_written(spark) -> None:
+        return None
+
+    workload = broken_workload if writes else no_archive_written
+    expected = ValueError if writes else RuntimeError
+    with pytest.raises(expected, match="workload broke|wrote no class archive"):
+        record_archive(tmp_path, lambda partial: _Gateway(partial, writes=writes), workload)
+    assert list(tmp_path.iterdir()) == [], "no archive, no partial file"
