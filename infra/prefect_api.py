@@ -10,7 +10,6 @@ starts; :func:`prefect_api` waits for it (by then usually ready) and points Pref
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import socket
 import subprocess
@@ -20,8 +19,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 # what Prefect 3.9's SubprocessASGIServer sets for its temporary server (no UI)
@@ -38,9 +35,12 @@ class TemporaryApi:
     """One uvicorn subprocess serving Prefect's API on a free loopback port."""
 
     def __init__(self) -> None:
+        self._ready = False
+        self._launch()
+
+    def _launch(self) -> None:
         self.port = free_loopback_port()
         self.process = subprocess.Popen(uvicorn_command(self.port), env=server_env())
-        self._ready = False
 
     @property
     def url(self) -> str:
@@ -57,8 +57,7 @@ class TemporaryApi:
             while not self._ready:
                 code = self.process.poll()
                 if code == 3:  # uvicorn: address already in use
-                    self.port = free_loopback_port()
-                    self.process = subprocess.Popen(uvicorn_command(self.port), env=server_env())
+                    self._launch()
                 elif code is not None:
                     raise RuntimeError(f"Prefect's temporary API exited with code {code}")
                 try:
