@@ -19,9 +19,11 @@ FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 def cli(args: list[str], env: dict[str, str], timeout: float = 400) -> str:
     """Run ``hybridflow ARGS`` in the repo; its output, or an assertion error showing it."""
+    started = time.monotonic()
     proc = subprocess.run(
         [HYBRIDFLOW, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
     )
+    print(f"hybridflow {' '.join(args)}: {time.monotonic() - started:.1f}s")
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"hybridflow {' '.join(args)} exited {proc.returncode}:\n{output}"
     return output
@@ -29,10 +31,12 @@ def cli(args: list[str], env: dict[str, str], timeout: float = 400) -> str:
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
     """Poll ``probe`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while time.monotonic() < deadline:
         value = probe()
         if value:
+            print(f"waited {time.monotonic() - started:.1f}s for {what}")
             return value
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
