@@ -39,7 +39,7 @@ def drift_flow(params: DriftParams) -> DriftReport:
         raise HybridflowInputError("the drift check needs as_of (the features' date)")
     run_id = resolve_run_id(params.run_id)
     report = measure_drift(
-        get_spark(run.settings),
+        lambda: get_spark(run.settings),
         run.store,
         run_id,
         run.as_of,

@@ -131,7 +131,7 @@ def _after_promotion(run: ResolvedRun, result: RefreshResult, params: RefreshPar
     The promotion stands if the reference cannot be built; the next drift check tries again."""
     try:
         ensure_reference(
-            get_spark(run.settings), run.store, result.candidate_version, run.settings.drift
+            lambda: get_spark(run.settings), run.store, result.candidate_version, run.settings.drift
         )
     except Exception as exc:  # a side record: the promotion already happened
         log.warning("drift reference of %s not recorded: %s", result.candidate_version, exc)

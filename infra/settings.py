@@ -121,6 +121,12 @@ class DriftSettings(BaseSettings):
     quantile_accuracy: int = Field(
         default=10_000, ge=100, description="percentile_approx accuracy for the training bin edges"
     )
+    in_process_rows: int = Field(
+        default=250_000,
+        ge=0,
+        description="datasets up to this many rows are binned in this process with pyarrow and "
+        "numpy (exact quantiles), larger ones by Spark jobs (0: always Spark)",
+    )
 
 
 class RefreshSettings(BaseSettings):

@@ -24,7 +24,7 @@ from infra.layout import drift_customers_prefix, drift_reference_key, stage_mani
 from infra.settings import get_settings
 from infra.store import LocalFolderStore
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
-from tasks.stages.drift import build_reference
+from tasks.stages.drift import build_reference, measure_drift
 from tests.e2e.stack_driver import wait_for
 
 pytestmark = pytest.mark.integration
@@ -156,6 +156,34 @@ def test_cli_exits_3_on_drift_and_prints_the_table(shifted, cli_store, capsys):
     assert "drift at 2025-12-31 against" in lines[-1]
 
 
+def test_numpy_and_spark_aggregate_the_same_drift(production, shifted, store_dir, spark):
+    """Datasets this small are binned in this process; Spark's jobs (``in_process_rows=0``)
+    give the same reference (percentile_approx is exact at this size) and the same report."""
+    store = LocalFolderStore(store_dir)
+    in_process = get_settings().drift
+    assert in_process.in_process_rows >= 3000
+    in_spark = in_process.model_copy(update={"in_process_rows": 0})
+    version = production.model_version
+    sessions: list[object] = []
+
+    def session():
+        sessions.append(spark)
+        return spark
+
+    by_spark = build_reference(session, store, version, in_spark)
+    assert sessions, "in_process_rows=0 must aggregate in Spark"
+    by_numpy = build_reference(lambda: pytest.fail("needed Spark"), store, version, in_process)
+    assert by_numpy.features == by_spark.features and by_numpy.score == by_spark.score
+    reports = [
+        measure_drift(provider, store, "parity", T, settings)
+        for provider, settings in ((session, in_spark), (lambda: pytest.fail("Spark"), in_process))
+    ]
+    values = [{r.feature: r.value for r in report.rows} for report in reports]
+    assert values[0].keys() == values[1].keys() and values[0] == pytest.approx(values[1])
+    assert reports[0].rows_compared == reports[1].rows_compared == shifted.rows_compared
+    assert {r.feature for r in reports[1].drifted} == {r.feature for r in shifted.drifted}
+
+
 def test_cli_refuses_a_date_without_features(cli_store, capsys):
     assert main(["drift", "--as-of", "2020-01-01"]) == 2
     assert "no features published for as_of 2020-01-01" in capsys.readouterr().err
@@ -168,4 +196,4 @@ def test_a_reference_is_not_built_from_a_snapshot_replaced_since(
     stage = StageParams(events=str(shifted_events), store=str(store_dir), run_id="shifted", as_of=T)
     preprocess_flow(stage)  # publishes a new snapshot at the same as_of and horizon
     with pytest.raises(StoreError, match="replaced after the model was trained"):
-        build_reference(spark, store, production.model_version, get_settings().drift)
+        build_reference(lambda: spark, store, production.model_version, get_settings().drift)
