@@ -21,11 +21,13 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q --no-compile -e '.[dev]'
-	@echo "byte-compiling the packages while recording the JVM class archive Spark drivers start from (about 60 s, once)"
+	@echo "byte-compiling the packages while recording the JVM class archive Spark drivers start from and Prefect's empty database (about 60 s, once)"
 	@# pip compiles one file at a time (40 s of its 67 s); like pip, compileall's status is not
 	@# checked: files in newer Python syntax (torch's py312 test intrinsics) never compile
 	@$(BIN)/python -m compileall -qq -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" & compiling=$$!; \
-	  $(BIN)/hybridflow jvm-archive; recorded=$$?; wait $$compiling; exit $$recorded
+	  $(BIN)/python -m infra.prefect_db >/dev/null & migrating=$$!; \
+	  $(BIN)/hybridflow jvm-archive; recorded=$$?; wait $$migrating; migrated=$$?; wait $$compiling; \
+	  test $$recorded = 0 && test $$migrated = 0
 	@touch $(STAMP)
 
 install: $(STAMP)

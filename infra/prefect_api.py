@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from infra.prefect_db import configured_sqlite_file, seed_database, template_path
+
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 # what Prefect 3.9's SubprocessASGIServer sets for its temporary server (no UI)
 TEMPORARY_SERVER_ENV = {
@@ -34,13 +36,14 @@ _lock = threading.Lock()
 class TemporaryApi:
     """One uvicorn subprocess serving Prefect's API on a free loopback port."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
         self._ready = False
+        self._env = env if env is not None else server_env()
         self._launch()
 
     def _launch(self) -> None:
         self.port = free_loopback_port()
-        self.process = subprocess.Popen(uvicorn_command(self.port), env=server_env())
+        self.process = subprocess.Popen(uvicorn_command(self.port), env=self._env)
 
     @property
     def url(self) -> str:
@@ -134,11 +137,13 @@ def api_configured() -> bool:
 
 def start_temporary_api() -> None:
     """Start the temporary API subprocess now, once per process, unless an API is configured;
-    returns at once. It is stopped when the process exits."""
+    returns at once. A home without a database gets the installation's empty migrated one
+    first (:mod:`infra.prefect_db`). The subprocess is stopped when the process exits."""
     global _started
     with _lock:
         if api_configured():
             return
+        seed_database(configured_sqlite_file(), template_path())
         _started = TemporaryApi()
         atexit.register(_started.stop)
 

@@ -27,6 +27,37 @@ def no_api(monkeypatch, tmp_path):
         prefect_api_module._started.stop()
 
 
+def test_a_home_seeded_with_the_installations_empty_database_serves_flows(no_api, tmp_path):
+    """`make install` recorded the empty database; a new home starts from a copy of it, which
+    Prefect accepts as it is (already at the newest migration)."""
+    import sqlite3
+
+    from prefect import flow
+
+    from infra.prefect_db import configured_sqlite_file, template_path
+
+    template = template_path()
+    assert template.is_file(), f"make install records {template}: python -m infra.prefect_db"
+    database = configured_sqlite_file()
+    assert database == tmp_path / "prefect-home" / "prefect.db" and not database.exists()
+
+    @flow(name="seeded-home-probe", persist_result=False)
+    def probe() -> int:
+        return 3
+
+    start_temporary_api()
+    assert database.exists(), "the home was not seeded before the server started"
+    with prefect_api():
+        assert probe() == 3
+    prefect_api_module._started.stop()
+
+    def migration(path):
+        with sqlite3.connect(path) as db:
+            return db.execute("SELECT version_num FROM alembic_version").fetchall()
+
+    assert migration(database) == migration(template)
+
+
 def test_flows_inside_the_block_run_on_the_temporary_api(no_api):
     from prefect import flow, get_client
     from prefect.events.worker import EventsWorker
