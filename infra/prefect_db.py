@@ -12,6 +12,7 @@ the migrations at start-up. Other database URLs (PostgreSQL, in-memory) are left
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import shutil
@@ -56,16 +57,17 @@ def seed_database(target: Path | None, template: Path) -> bool:
         return False
     if any(Path(f"{target}{suffix}").exists() for suffix in ("", "-wal", "-shm", "-journal")):
         return False
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    shutil.copyfile(template, partial)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(template, partial)
         os.link(partial, target)  # fails if the database appeared meanwhile
-    except FileExistsError:
+        return True
+    except OSError:  # that, or a home it cannot write: the server migrates (or says why not)
         return False
     finally:
-        partial.unlink(missing_ok=True)
-    return True
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
 
 
 def record_template(template: Path) -> Path:

@@ -68,3 +68,11 @@ def test_nothing_happens_without_a_template_or_a_file(tmp_path):
     assert not seed_database(tmp_path / "prefect.db", tmp_path / "missing.db")
     assert not seed_database(None, tmp_path / "missing.db")
     assert not (tmp_path / "prefect.db").exists()
+
+
+def test_a_home_it_cannot_create_is_left_to_the_server(tmp_path, template):
+    """PREFECT_HOME names a file: no copy, no exception; the server reports the problem."""
+    not_a_folder = tmp_path / "home"
+    not_a_folder.write_text("a file, not a folder")
+    assert not seed_database(not_a_folder / "prefect.db", template)
+    assert not_a_folder.read_text() == "a file, not a folder"
