@@ -20,9 +20,13 @@ from infra.executor_io import dataset_arrow_schema, read_part_file
 from infra.store import ObjectStore
 
 
-def read_table(store: ObjectStore, manifest: DatasetManifest, columns: Sequence[str]) -> pa.Table:
-    """The ``columns`` of every row of the published dataset ``manifest`` describes."""
+def read_table(
+    store: ObjectStore, manifest: DatasetManifest, columns: Sequence[str] | None = None
+) -> pa.Table:
+    """The ``columns`` (default: all) of every row of the published dataset ``manifest``
+    describes."""
     schema = dataset_arrow_schema(store, manifest)
+    columns = schema.names if columns is None else columns
     missing = [c for c in columns if c not in schema.names]
     if missing:
         raise HybridflowInputError(

@@ -29,7 +29,6 @@ from pyspark.sql import functions as F
 from infra.arrow_datasets import read_table, write_table
 from infra.datasets import DatasetManifest, find_dataset, read_dataset_manifest
 from infra.errors import HybridflowInputError, StoreError
-from infra.executor_io import dataset_arrow_schema
 from infra.layout import (
     drift_customers_prefix,
     drift_reference_key,
@@ -140,15 +139,14 @@ def measure_drift(
             f"no features published for as_of {as_of}: run the features stage for that date first"
         )
     reference = ensure_reference(spark, store, version, settings)
-    columns = dataset_arrow_schema(store, published).names
-    edges = {f: ref.edges for f, ref in reference.features.items() if f in columns}
+    edges = {f: ref.edges for f, ref in reference.features.items()}
     known = read_dataset_manifest(store, reference.customers_prefix)
     if max(published.rows, known.rows) <= settings.in_process_rows:
         counts, unseen_customers = _features_in_process(store, published, known, edges)
     else:
         session = spark()
         features = read_dataset(session, store, features_prefix)
-        counts = bin_counts(features, edges)
+        counts = bin_counts(features, {f: e for f, e in edges.items() if f in features.columns})
         unseen_customers = unseen_count(features, read_dataset(session, store, known.prefix))
     rows = [
         DriftRow.measured(
@@ -260,8 +258,10 @@ def _features_in_process(
     known: DatasetManifest,
     edges: Mapping[str, Sequence[float]],
 ) -> tuple[dict[str, dict[int, int]], int]:
-    """Small scoring features' bin counts and how many of their customers ``known`` lacks."""
-    table = read_table(store, features, [CUSTOMER, *edges])
+    """Small scoring features' bin counts (of the columns ``edges`` names that they have) and
+    how many of their customers ``known`` lacks."""
+    table = read_table(store, features)
+    edges = {f: e for f, e in edges.items() if f in table.column_names}
     ids = pc.unique(table[CUSTOMER].cast(pa.string()))
     seen = read_table(store, known, [CUSTOMER])[CUSTOMER].cast(pa.string())
     unseen = len(ids) - int(pc.sum(pc.is_in(ids, value_set=seen)).as_py() or 0)
