@@ -4,9 +4,11 @@ DuckDB computing the same outputs with SQL in one process (:mod:`bench.duckdb_ba
 Both read the same events: the validate stage's output (Parquet bucketed by customer), which the
 stage reads without a shuffle and DuckDB reads as plain Parquet. Both compute the training
 examples (46 features at T-H, label "purchased in (T-H, T]"), the scoring features (at T) and the
-backtest's examples (at T-2H, label "purchased in (T-2H, T-H]") and write them as Parquet; the outputs must agree (relative tolerance 1e-6: sums may differ in the
-last bits from the order of addition). Prints Spark seconds / DuckDB seconds and each engine's
-events per second, for a first and a second run. ``BENCH_FEATURES_CUSTOMERS`` sets the size
+backtest's examples (at T-2H, label "purchased in (T-2H, T-H]") and write them as Parquet; the
+outputs must agree (relative tolerance 1e-6: sums may differ in the last bits from the order of
+addition). The stage runs twice per round: with Spark (``in_process_rows=0``) and in process
+(:mod:`tasks.stages.features_in_process`, what it does up to ``in_process_rows`` events). Prints
+each one's seconds against DuckDB's and the events per second, for a first and a second run. ``BENCH_FEATURES_CUSTOMERS`` sets the size
 (default 50,000 customers, about 1.08M events).
 """
 
@@ -29,12 +31,18 @@ ALL_COLUMNS = set(CONTRACT_COLUMNS)
 HORIZON_DAYS = 90
 
 
-def _spark_features(spark, store, validated) -> tuple[float, object]:
+def _stage_features(spark, store, validated, in_process_rows: int) -> tuple[float, object]:
     from tasks.stages.features import build_features
 
     started = time.perf_counter()
     result = build_features(
-        spark, store, "bench", validated, validated.last_event.date(), HORIZON_DAYS
+        spark,
+        store,
+        "bench",
+        validated,
+        validated.last_event.date(),
+        HORIZON_DAYS,
+        in_process_rows=in_process_rows,
     )
     return time.perf_counter() - started, result
 
@@ -109,44 +117,58 @@ def main(results_dir: Path) -> list[dict]:
         events = read_dataset_manifest(store, validated.events_prefix)
         glob = str(store.local_path(events.data_prefix) / "*.parquet")
         for run in ("first", "second"):  # the first Spark run pays JIT and codegen warm-up
-            spark_s, result = _spark_features(spark, store, validated)
+            spark_s, result = _stage_features(spark, store, validated, in_process_rows=0)
+            local_s, local = _stage_features(spark, store, validated, validated.rows_valid)
             out = work / f"duck-{run}"
             out.mkdir()
             duck_s = _duckdb_features(glob, result.as_of, out)
-            if result.backtest_prefix is None:
-                raise AssertionError(f"the features stage skipped the backtest: {result}")
-            worst = max(
-                compare(
-                    _published(store, prefix),
-                    pq.read_table(out / f"{name}.parquet"),
-                    [*names, "label"] if labelled else names,
+            worst = {}
+            for engine, stage in (("spark", result), ("in_process", local)):
+                if stage.backtest_prefix is None:
+                    raise AssertionError(f"the features stage skipped the backtest: {stage}")
+                worst[engine] = max(
+                    compare(
+                        _published(store, prefix),
+                        pq.read_table(out / f"{name}.parquet"),
+                        [*names, "label"] if labelled else names,
+                    )
+                    for name, prefix, labelled in (
+                        ("training", stage.training_prefix, True),
+                        ("backtest", stage.backtest_prefix, True),
+                        ("scoring", stage.scoring_prefix, False),
+                    )
                 )
-                for name, prefix, labelled in (
-                    ("training", result.training_prefix, True),
-                    ("backtest", result.backtest_prefix, True),
-                    ("scoring", result.scoring_prefix, False),
-                )
-            )
-            timings.append((run, spark_s, duck_s, worst, result.report.spark_jobs))
+            timings.append((run, spark_s, local_s, duck_s, worst, result.report.spark_jobs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     n = validated.rows_valid
-    return [
-        {
-            "benchmark": f"features ({run} run)",
-            "subject": "spark features stage (T-H + labels, T, T-2H + labels)",
-            "baseline": "duckdb SQL, same outputs",
-            "ratio": duck_s / spark_s,
-            "events": n,
-            "customers": customers,
-            "features": len(names),
-            "spark_s": spark_s,
-            "duckdb_s": duck_s,
-            "spark_events_per_s": n / spark_s,
-            "duckdb_events_per_s": n / duck_s,
-            "spark_jobs": jobs,
-            "max_rel_diff": worst,
-            "load": os.getloadavg()[0],
-        }
-        for run, spark_s, duck_s, worst, jobs in timings
-    ]
+    rows = []
+    for run, spark_s, local_s, duck_s, worst, jobs in timings:
+        common = {"events": n, "customers": customers, "features": len(names)}
+        common.update(duckdb_s=duck_s, duckdb_events_per_s=n / duck_s, load=os.getloadavg()[0])
+        rows.append(
+            {
+                "benchmark": f"features ({run} run)",
+                "subject": "spark features stage (T-H + labels, T, T-2H + labels)",
+                "baseline": "duckdb SQL, same outputs",
+                "ratio": duck_s / spark_s,
+                **common,
+                "spark_s": spark_s,
+                "spark_events_per_s": n / spark_s,
+                "spark_jobs": jobs,
+                "max_rel_diff": worst["spark"],
+            }
+        )
+        rows.append(
+            {
+                "benchmark": f"features in process ({run} run)",
+                "subject": "the same stage in process (pyarrow read, DuckDB, pyarrow write)",
+                "baseline": "duckdb SQL, same outputs",
+                "ratio": duck_s / local_s,
+                **common,
+                "in_process_s": local_s,
+                "in_process_events_per_s": n / local_s,
+                "max_rel_diff": worst["in_process"],
+            }
+        )
+    return rows

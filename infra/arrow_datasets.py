@@ -1,23 +1,28 @@
-"""Small published datasets read and written in this process with pyarrow, no Spark job.
+"""Published datasets read and written in this process with pyarrow, no Spark job.
 
-For customer-sized aggregates (the drift check's bins of a few thousand rows) a Spark job costs
-more than its rows: reading the files here takes milliseconds. Reads use the dataset's manifest
-(the same files Spark would read, partition columns added as strings); writes publish a single
-Parquet file as a new generation, as :func:`infra.datasets.publish_dataset` publishes Spark's.
+For data one machine holds easily (the drift check's bins of a few thousand rows, the features
+and snapshot of up to ``in_process_rows`` events) a Spark job costs more than its rows. Reads
+use the dataset's manifest (the same files Spark would read, partition columns added as
+strings); writes publish Parquet files as a new generation, as
+:func:`infra.datasets.publish_dataset` publishes Spark's, in Spark's partition layout.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from infra.datasets import DatasetManifest, publish_dataset
 from infra.errors import HybridflowInputError
 from infra.executor_io import dataset_arrow_schema, read_part_file
 from infra.store import ObjectStore
+
+PART_FILE = "part-00000.parquet"
 
 
 def read_table(
@@ -41,13 +46,30 @@ def read_table(
     return pa.Table.from_batches(batches, schema=wanted)
 
 
-def write_table(table: pa.Table, store: ObjectStore, prefix: str) -> DatasetManifest:
-    """Publish ``table`` as the dataset at ``prefix`` (one Parquet file)."""
+def write_table(
+    table: pa.Table,
+    store: ObjectStore,
+    prefix: str,
+    *,
+    partition_by: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> DatasetManifest:
+    """Publish ``table`` as the dataset at ``prefix``: one Parquet file, or with ``partition_by``
+    one file per value in ``<column>=<value>/`` folders without that column (Spark's layout;
+    no folder for a value without rows)."""
     staging = store.staging_dir()
     out = staging / "data"
     try:
         out.mkdir(parents=True)
-        pq.write_table(table, out / "part-00000.parquet")
-        return publish_dataset(store, out, prefix, rows=table.num_rows)
+        if partition_by is None:
+            pq.write_table(table, out / PART_FILE)
+        else:
+            rest = table.drop_columns([partition_by])
+            values = table[partition_by]
+            for value in pc.unique(values).to_pylist():
+                folder = out / f"{partition_by}={value}"
+                folder.mkdir()
+                pq.write_table(rest.filter(pc.equal(values, value)), folder / PART_FILE)
+        return publish_dataset(store, out, prefix, rows=table.num_rows, metadata=metadata)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

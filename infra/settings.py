@@ -183,6 +183,13 @@ class HybridflowSettings(BaseSettings):
         "Python environment (sys.prefix)",
     )
     spark_arrow_batch_size: int = Field(default=10_000, ge=100)
+    in_process_rows: int = Field(
+        default=5_000_000,
+        ge=0,
+        description="the features and preprocess stages compute in the flow's process (DuckDB, "
+        "pyarrow) when their input has up to this many rows (valid events; training examples), "
+        "with Spark jobs above that (0: always Spark)",
+    )
     progress_interval_s: float = Field(
         default=5.0, gt=0, description="seconds between progress log lines/artifact updates"
     )

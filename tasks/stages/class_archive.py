@@ -42,8 +42,11 @@ def run_cpu_stages_once(spark: SparkSession) -> None:
         validate_events(spark, store, "archive-csv", csv, InputOptions())
         validated = validate_events(spark, store, "archive", events, InputOptions())
         as_of = resolve_as_of(validated, None, 90)
-        features = build_features(spark, store, "archive", validated, as_of, 90)
-        prepared = preprocess_stage(spark, store, features, 7, use_cache=False, run_id="archive")
+        # Spark's own stages (in_process_rows=0): their classes are what the archive is for.
+        features = build_features(spark, store, "archive", validated, as_of, 90, in_process_rows=0)
+        prepared = preprocess_stage(
+            spark, store, features, 7, use_cache=False, run_id="archive", in_process_rows=0
+        )
         snapshot = read_dataset(spark, store, prepared.snapshot_prefix)
         columns = [c for c, t in snapshot.dtypes if t in ("double", "int", "bigint")]
         bin_counts(snapshot, quantile_edges(snapshot, columns, 10, 1000))

@@ -6,15 +6,17 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from typing import Protocol
 
 from pydantic import BaseModel
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
+from infra.settings import get_settings
 from infra.store import ObjectStore
 from tasks.data.feature_specs import feature_names
 from tasks.data.features import (
@@ -25,6 +27,7 @@ from tasks.data.features import (
     pipeline_cutoffs,
 )
 from tasks.stages.cache import load_cached, save_cached
+from tasks.stages.features_in_process import InProcessFeatureFrame
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
 from tasks.stages.spark_io import SparkJobs, read_dataset, write_dataset, write_observed
@@ -32,11 +35,29 @@ from tasks.stages.spark_io import SparkJobs, read_dataset, write_dataset, write_
 log = logging.getLogger(__name__)
 FEATURES_CODE = (
     "tasks.data.features",
+    "tasks.data.features_duckdb",
     "tasks.data.feature_specs",
     "tasks.stages.features",
+    "tasks.stages.features_in_process",
+    "infra.arrow_datasets",
     "tasks.stages.spark_io",
     "infra.datasets",
 )
+
+
+class FeatureFrame(Protocol):
+    """One engine's customer-level table of the features at the run's cutoffs (a context
+    manager); ``spark_jobs`` is the jobs it ran, known once its block is left."""
+
+    spark_jobs: int | None
+
+    def publish(self, cutoff: Cutoff, prefix: str) -> tuple[DatasetManifest, float]:
+        """Publish the customers seen at ``cutoff`` at ``prefix``; with their label rate."""
+        ...
+
+    def events_after(self) -> int:
+        """Events after the latest cutoff."""
+        ...
 
 
 def resolve_as_of(validated: ValidateResult, as_of: dt.date | None, horizon_days: int) -> dt.date:
@@ -66,6 +87,7 @@ def features_stage(
     as_of: dt.date | None,
     horizon_days: int,
     use_cache: bool = True,
+    in_process_rows: int | None = None,
 ) -> FeaturesResult:
     """Compute and publish training examples (features at T-H, labels in (T-H, T]) and the
     scoring features at T. ``as_of`` defaults to the date of the last valid event. The same
@@ -81,7 +103,9 @@ def features_stage(
     )
     result = load_cached(store, "features", fingerprint, FeaturesResult) if use_cache else None
     if result is None:
-        result = build_features(spark, store, run_id, validated, as_of, horizon_days)
+        result = build_features(
+            spark, store, run_id, validated, as_of, horizon_days, in_process_rows=in_process_rows
+        )
         save_cached(
             store,
             "features",
@@ -101,38 +125,36 @@ def build_features(
     validated: ValidateResult,
     as_of: dt.date,
     horizon_days: int,
+    *,
+    in_process_rows: int | None = None,
 ) -> FeaturesResult:
     """Compute and publish the feature sets for a resolved ``as_of``.
 
-    One pass over the events (clustered by customer by the validate stage: no shuffle) gives
-    the features at every cutoff and the labels in one customer-level frame, kept in memory
-    while each output is written from it; counts and the label rates are observed by the writes.
+    One pass over the events gives the features at every cutoff and the labels in one
+    customer-level table, which each output is then selected from. Up to ``in_process_rows``
+    valid events (default: the setting) DuckDB computes it in this process
+    (:mod:`tasks.stages.features_in_process`); above, Spark does, from the events clustered by
+    customer (no shuffle), keeping it in memory while the outputs are written and observing
+    counts and label rates in the writes.
     """
     started = time.perf_counter()
     cutoffs = pipeline_cutoffs(as_of, horizon_days)
     too_short = _history_too_short(validated, cutoffs.backtest)
     wanted = [cutoffs.train, cutoffs.score] + ([] if too_short else [cutoffs.backtest])
     available = set(validated.available_columns)
-    with SparkJobs(spark) as jobs:
-        events = read_dataset(spark, store, validated.events_prefix)
-        wide = customer_features_at(events, wanted, available).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            examples, positive_rate = _publish_training(
-                wide, cutoffs.train, store, run_id, available, (as_of, horizon_days)
-            )
-            scoring = write_dataset(
-                cutoff_features(wide, cutoffs.score, available),
-                store,
-                scoring_features_prefix(as_of),
-            )
-            backtest = (
-                BacktestExamples(skipped=too_short)
-                if too_short
-                else _publish_backtest(wide, cutoffs.backtest, store, run_id, available)
-            )
-            after = _events_after(wide, validated, cutoffs.score)
-        finally:
-            wide.unpersist()
+    limit = get_settings().in_process_rows if in_process_rows is None else in_process_rows
+    engine = InProcessFeatureFrame if validated.rows_valid <= limit else SparkFeatureFrame
+    with engine(spark, store, validated.events_prefix, wanted, available) as frame:
+        examples, positive_rate = _publish_training(
+            frame, cutoffs.train, run_id, (as_of, horizon_days)
+        )
+        scoring, _ = frame.publish(cutoffs.score, scoring_features_prefix(as_of))
+        backtest = (
+            BacktestExamples(skipped=too_short)
+            if too_short
+            else _publish_backtest(frame, cutoffs.backtest, run_id)
+        )
+        after = frame.events_after() if _events_after_possible(validated, cutoffs.score) else 0
     if after:
         log.warning("ignoring %d event(s) after as_of %s (point-in-time features)", after, as_of)
     return FeaturesResult(
@@ -141,7 +163,7 @@ def build_features(
             seconds=time.perf_counter() - started,
             rows_in=validated.rows_valid,
             rows_out=scoring.rows,
-            spark_jobs=jobs.count,
+            spark_jobs=frame.spark_jobs,
         ),
         as_of=as_of,
         horizon_days=horizon_days,
@@ -159,29 +181,60 @@ def build_features(
     )
 
 
-def _publish_labelled(
-    wide: DataFrame, cutoff: Cutoff, store: ObjectStore, prefix: str, available: set[str]
-) -> tuple[DatasetManifest, float]:
-    """Write the examples of a labelled cutoff; their label rate is observed by the write."""
-    examples, observed = write_observed(
-        cutoff_features(wide, cutoff, available), store, prefix, [F.sum("label").alias("positives")]
-    )
-    rate = float(observed["positives"]) / examples.rows if examples.rows else 0.0
-    return examples, rate
+class SparkFeatureFrame:
+    """The customer-level table of ``cutoffs`` computed by Spark and kept in memory (then disk)
+    inside the ``with`` block; ``spark_jobs`` counts the block's jobs once it is left."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        store: ObjectStore,
+        events_prefix: str,
+        cutoffs: list[Cutoff],
+        available: set[str],
+    ) -> None:
+        self._jobs = SparkJobs(spark)
+        self._store = store
+        self._available = available
+        self._wide = customer_features_at(
+            read_dataset(spark, store, events_prefix), cutoffs, available
+        )
+        self.spark_jobs: int | None = None
+
+    def __enter__(self) -> SparkFeatureFrame:
+        self._jobs.__enter__()
+        self._wide = self._wide.persist(StorageLevel.MEMORY_AND_DISK)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._wide.unpersist()
+        self._jobs.__exit__(*exc)
+        self.spark_jobs = self._jobs.count
+
+    def publish(self, cutoff: Cutoff, prefix: str) -> tuple[DatasetManifest, float]:
+        """Write the customers seen at ``cutoff``; their label rate (0.0 when unlabelled) is
+        observed by the write."""
+        rows = cutoff_features(self._wide, cutoff, self._available)
+        if cutoff.label_until is None:
+            return write_dataset(rows, self._store, prefix), 0.0
+        examples, observed = write_observed(
+            rows, self._store, prefix, [F.sum("label").alias("positives")]
+        )
+        rate = float(observed["positives"]) / examples.rows if examples.rows else 0.0
+        return examples, rate
+
+    def events_after(self) -> int:
+        """Events after the latest cutoff, summed over the customers in memory."""
+        row = self._wide.agg(F.sum("events_after").alias("n")).first()
+        return int(row["n"] or 0) if row else 0
 
 
 def _publish_training(
-    wide: DataFrame,
-    train: Cutoff,
-    store: ObjectStore,
-    run_id: str,
-    available: set[str],
-    run: tuple[dt.date, int],
+    frame: FeatureFrame, train: Cutoff, run_id: str, run: tuple[dt.date, int]
 ) -> tuple[DatasetManifest, float]:
     """Write the training examples and check they can train a model (rows, both classes);
     ``run`` is the as-of date and horizon the errors name."""
-    prefix = run_dataset_prefix(run_id, "training_examples")
-    examples, positive_rate = _publish_labelled(wide, train, store, prefix, available)
+    examples, positive_rate = frame.publish(train, run_dataset_prefix(run_id, "training_examples"))
     if examples.rows == 0:
         raise HybridflowInputError(
             f"no customer has an event on or before {train.at.date()} (as_of - horizon)"
@@ -212,14 +265,10 @@ def _history_too_short(validated: ValidateResult, backtest: Cutoff) -> str | Non
     return reason
 
 
-def _publish_backtest(
-    wide: DataFrame, backtest: Cutoff, store: ObjectStore, run_id: str, available: set[str]
-) -> BacktestExamples:
+def _publish_backtest(frame: FeatureFrame, backtest: Cutoff, run_id: str) -> BacktestExamples:
     """Publish the examples a run H days earlier would have trained on (features at T-2H,
     labels in (T-2H, T-H]); skipped, with the reason, when those labels have a single class."""
-    examples, rate = _publish_labelled(
-        wide, backtest, store, backtest_examples_prefix(run_id), available
-    )
+    examples, rate = frame.publish(backtest, backtest_examples_prefix(run_id))
     if examples.rows == 0 or rate in (0.0, 1.0):
         reason = (
             f"no backtest: the {examples.rows} customers seen by {backtest.at.date()} (as_of - 2 x "
@@ -230,14 +279,10 @@ def _publish_backtest(
     return BacktestExamples(prefix=examples.prefix, rows=examples.rows, positive_rate=rate)
 
 
-def _events_after(wide: DataFrame, validated: ValidateResult, score: Cutoff) -> int:
-    """Events after T: none when the last valid event is not after it (no job), else summed
-    over the customers already in memory."""
+def _events_after_possible(validated: ValidateResult, score: Cutoff) -> bool:
+    """Whether the last valid event is after T (else there is nothing to count)."""
     last = validated.last_event
-    if last is None or last.astimezone(dt.UTC).replace(tzinfo=None) <= score.at:
-        return 0
-    row = wide.agg(F.sum("events_after").alias("n")).first()
-    return int(row["n"] or 0) if row else 0
+    return last is not None and last.astimezone(dt.UTC).replace(tzinfo=None) > score.at
 
 
 def check_labels(positive_rate: float, n: int, as_of: dt.date, horizon_days: int) -> None:

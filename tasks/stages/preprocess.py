@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import backtest_snapshot_prefix, snapshot_prefix
+from infra.settings import get_settings
 from infra.store import ObjectStore, sha256_bytes
 from tasks.data.split import (
     SPLITS,
@@ -26,11 +27,15 @@ from tasks.ml.model import Normalizer
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
+from tasks.stages.snapshot_in_process import publish_snapshot_in_process
 from tasks.stages.spark_io import SparkJobs, read_dataset, write_observed
 
 PREPROCESS_CODE = (
     "tasks.stages.preprocess",
+    "tasks.stages.snapshot_in_process",
     "tasks.data.split",
+    "tasks.data.split_in_process",
+    "infra.arrow_datasets",
     "tasks.stages.spark_io",
     "infra.datasets",
 )
@@ -44,6 +49,7 @@ def preprocess_stage(
     *,
     use_cache: bool = True,
     run_id: str = "",
+    in_process_rows: int | None = None,
 ) -> PreprocessResult:
     """Split customers, fit the normaliser on train, publish the snapshot (split=train|val|test).
 
@@ -65,7 +71,7 @@ def preprocess_stage(
     )
     result = load_cached(store, "preprocess", fingerprint, PreprocessResult) if use_cache else None
     if result is None:
-        result = build_snapshot(spark, store, features, seed)
+        result = build_snapshot(spark, store, features, seed, in_process_rows=in_process_rows)
         outputs = [result.snapshot_prefix] + (
             [result.backtest_snapshot_prefix] if result.backtest_snapshot_prefix else []
         )
@@ -74,12 +80,19 @@ def preprocess_stage(
 
 
 def build_snapshot(
-    spark: SparkSession, store: ObjectStore, features: FeaturesResult, seed: int
+    spark: SparkSession,
+    store: ObjectStore,
+    features: FeaturesResult,
+    seed: int,
+    *,
+    in_process_rows: int | None = None,
 ) -> PreprocessResult:
     """Split, fit and publish the snapshot for ``features`` (no cache), and the backtest's: one
     job each, which writes the snapshot and observes the split counts and the normaliser's
-    statistics on the way."""
+    statistics on the way; in this process instead for up to ``in_process_rows`` examples
+    (default: the setting)."""
     started = time.perf_counter()
+    limit = get_settings().in_process_rows if in_process_rows is None else in_process_rows
     with SparkJobs(spark) as jobs:
         snapshot, counts = publish_snapshot(
             spark,
@@ -88,6 +101,7 @@ def build_snapshot(
             snapshot_prefix(features.as_of, features.horizon_days),
             features.features,
             seed,
+            limit,
         )
         missing = [split for split in SPLITS if counts[split] == 0]
         if missing:
@@ -104,6 +118,7 @@ def build_snapshot(
                 backtest_snapshot_prefix(features.as_of, features.horizon_days),
                 features.features,
                 seed,
+                limit,
             )
             empty = [split for split in SPLITS if backtest_counts[split] == 0]
             if empty:
@@ -141,19 +156,27 @@ def publish_snapshot(
     out_prefix: str,
     features: list[str],
     seed: int,
+    in_process_rows: int,
 ) -> tuple[DatasetManifest, dict[str, int]]:
     """Split the examples at ``examples_prefix`` by customer, fit the normaliser on the train
     split and publish them at ``out_prefix``: the dataset and its rows per split, from the one
-    job that writes it."""
+    job that writes it, or in this process (:mod:`tasks.stages.snapshot_in_process`) for up to
+    ``in_process_rows`` examples."""
 
     def metadata(values: dict[str, Any]) -> dict[str, Any]:
         mean, std = normalizer_from(values, features)
         normalizer = Normalizer(features=features, mean=mean, std=std)
         return {"normalizer": normalizer.model_dump(), "features": features}
 
-    examples = assign_split(read_dataset(spark, store, examples_prefix), seed)
+    examples = read_dataset_manifest(store, examples_prefix)
+    if examples.rows <= in_process_rows:
+        snapshot, values = publish_snapshot_in_process(
+            store, examples, out_prefix, features, seed, metadata
+        )
+        return snapshot, {split: int(values[f"n_{split}"]) for split in SPLITS}
+    split = assign_split(read_dataset(spark, store, examples_prefix), seed)
     snapshot, values = write_observed(
-        examples.select("customer_id", "label", *features, "split"),
+        split.select("customer_id", "label", *features, "split"),
         store,
         out_prefix,
         [*split_count_columns(), *normalizer_aggregates(features)],

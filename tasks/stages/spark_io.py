@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from infra.datasets import (
@@ -159,6 +161,12 @@ def _manifest_metadata(
     if layout is not None:
         extra[LAYOUT_KEY] = layout.to_metadata()
     return extra
+
+
+def spark_schema_metadata(schema: pa.Schema) -> dict[str, Any]:
+    """The manifest entry that lets :func:`read_dataset` read a dataset written with pyarrow
+    (schema ``schema``) without a job to infer its schema."""
+    return {SCHEMA_KEY: from_arrow_schema(schema).jsonValue()}
 
 
 def write_dataset(

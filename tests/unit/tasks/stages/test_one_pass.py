@@ -28,6 +28,11 @@ pytestmark = pytest.mark.integration
 # the snapshot write and the backtest snapshot's. (Reads of published datasets take their schema
 # from the manifest: no job.)
 JOB_BUDGET = {"validate": 4, "features": 4, "preprocess": 2}
+# Up to ``in_process_rows`` the features and preprocess stages run no Spark job at all.
+IN_PROCESS_BUDGET = {"validate": 4, "features": 0, "preprocess": 0}
+ENGINES = pytest.mark.parametrize(
+    "in_process_rows, budget", [(0, JOB_BUDGET), (10**9, IN_PROCESS_BUDGET)], ids=["spark", "local"]
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +52,20 @@ def _shuffles(df) -> int:
     return sum("ShuffledRowRDD" in line for line in lineage.splitlines())
 
 
-def test_job_budget_per_stage_and_figures_from_the_writes(spark, local_store, small_events):
+@ENGINES
+def test_job_budget_per_stage_and_figures_from_the_writes(
+    spark, local_store, small_events, in_process_rows, budget
+):
     validated = validate_stage(spark, local_store, "r", str(small_events), 0.05, use_cache=False)
-    features = features_stage(spark, local_store, "r", validated, None, 90, use_cache=False)
-    snapshot = preprocess_stage(spark, local_store, features, 7, use_cache=False, run_id="r")
+    features = features_stage(
+        spark, local_store, "r", validated, None, 90, False, in_process_rows=in_process_rows
+    )
+    snapshot = preprocess_stage(
+        spark, local_store, features, 7, use_cache=False, in_process_rows=in_process_rows
+    )
     jobs = {r.name: r.spark_jobs for r in (validated.report, features.report, snapshot.report)}
-    over = {name: n for name, n in jobs.items() if n is None or n > JOB_BUDGET[name]}
-    assert not over, f"Spark jobs over budget {JOB_BUDGET}: {jobs}"
+    over = {name: n for name, n in jobs.items() if n is None or n > budget[name]}
+    assert not over, f"Spark jobs over budget {budget}: {jobs}"
 
     # The observed figures match what was written.
     events = read_dataset(spark, local_store, validated.events_prefix)
@@ -102,7 +114,10 @@ def test_one_shuffle_in_validate_none_in_features(spark, local_store, small_even
     assert "Exchange" not in plan, plan  # no shuffle, and no broadcast either
 
 
-def test_events_after_as_of_are_counted_from_the_features_frame(spark, local_store, tmp_path):
+@ENGINES
+def test_events_after_as_of_are_counted_from_the_features_frame(
+    spark, local_store, tmp_path, in_process_rows, budget
+):
     path = tmp_path / "events.csv"
     lines = ["customer_id,event_time,amount,event_type"]
     for day in range(1, 28):
@@ -113,13 +128,22 @@ def test_events_after_as_of_are_counted_from_the_features_frame(spark, local_sto
     path.write_text("\n".join(lines) + "\n")
     validated = validate_stage(spark, local_store, "r", str(path), 0.05, use_cache=False)
     result = features_stage(
-        spark, local_store, "r", validated, dt.date(2025, 1, 20), 10, use_cache=False
+        spark,
+        local_store,
+        "r",
+        validated,
+        dt.date(2025, 1, 20),
+        10,
+        use_cache=False,
+        in_process_rows=in_process_rows,
     )
     # a and b: 7 events each in late January; a's one and c's one in February (a customer
     # seen only after T still counts). Known to exist from validate's last event: one more job.
     assert result.events_after_as_of == 2 * 7 + 2
     assert result.n_scoring == 3 and result.n_training == 3  # a, b, d; d never buys again
-    assert result.report.spark_jobs <= JOB_BUDGET["features"] + 1
+    assert result.report.spark_jobs <= budget["features"] + (1 if budget["features"] else 0)
     with SparkJobs(spark) as jobs:
-        latest = features_stage(spark, local_store, "r", validated, None, 40, use_cache=False)
+        latest = features_stage(
+            spark, local_store, "r", validated, None, 40, False, in_process_rows=in_process_rows
+        )
     assert latest.events_after_as_of == 0 and jobs.count == latest.report.spark_jobs

@@ -1,0 +1,66 @@
+"""The features stage's customer-level table computed by DuckDB in this process: the events are
+read from the store with pyarrow, each cutoff's output is published as one Parquet file with the
+Spark schema recorded (so a Spark stage reads it without a job). No Spark job, no JVM needed."""
+
+from __future__ import annotations
+
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
+
+from infra.arrow_datasets import read_table, write_table
+from infra.datasets import DatasetManifest, read_dataset_manifest
+from infra.store import ObjectStore
+from tasks.data.features import Cutoff
+from tasks.data.features_duckdb import EVENT_COLUMNS, InProcessFeatures
+from tasks.stages.spark_io import spark_schema_metadata
+
+
+class InProcessFeatureFrame:
+    """:class:`tasks.stages.features.SparkFeatureFrame`'s twin for data one process holds
+    easily: the same outputs, from :class:`tasks.data.features_duckdb.InProcessFeatures`."""
+
+    spark_jobs: int | None = 0
+
+    def __init__(
+        self,
+        spark: SparkSession | None,
+        store: ObjectStore,
+        events_prefix: str,
+        cutoffs: list[Cutoff],
+        available: set[str],
+    ) -> None:
+        del spark  # the signature of the Spark frame; nothing here needs a session
+        self._store = store
+        self._prefix = events_prefix
+        self._cutoffs = cutoffs
+        self._available = available
+        self._features: InProcessFeatures | None = None
+
+    def __enter__(self) -> InProcessFeatureFrame:
+        manifest = read_dataset_manifest(self._store, self._prefix)
+        events = read_table(self._store, manifest, EVENT_COLUMNS)
+        self._features = InProcessFeatures(events, self._cutoffs, self._available)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._features is not None:
+            self._features.close()
+
+    def _table(self) -> InProcessFeatures:
+        if self._features is None:
+            raise RuntimeError("use the frame inside its with block")
+        return self._features
+
+    def publish(self, cutoff: Cutoff, prefix: str) -> tuple[DatasetManifest, float]:
+        """Write the customers seen at ``cutoff``; with their label rate (0.0 when unlabelled)."""
+        rows = self._table().cutoff_table(cutoff)
+        manifest = write_table(
+            rows, self._store, prefix, metadata=spark_schema_metadata(rows.schema)
+        )
+        if cutoff.label_until is None or rows.num_rows == 0:
+            return manifest, 0.0
+        return manifest, float(pc.sum(rows["label"]).as_py()) / rows.num_rows
+
+    def events_after(self) -> int:
+        """Events after the latest cutoff."""
+        return self._table().events_after()
