@@ -37,21 +37,18 @@ def _warm_up_prefect() -> float:
     return time.perf_counter() - started
 
 
-def main(results_dir: Path) -> list[dict]:
-    """Run the pipeline at each size on fresh stores; rows for overhead and scaling."""
+def _run_sizes(base: int, work: Path) -> tuple[list[tuple], float, float, bool]:
+    """The pipeline at every size (events, summary, wall and CPU seconds per size), after
+    Prefect's and the JVM's one-off starts (their seconds; whether the JVM was up already)."""
+    from pyspark.sql import SparkSession
+
     from flows.pipeline import PipelineParams, pipeline_flow
     from infra.settings import get_settings
     from infra.spark import get_spark
     from tasks.data.demo_events import DemoDataParams, generate_demo_events
 
-    base = int(os.environ.get("HYBRIDFLOW_BENCH_PIPELINE_CUSTOMERS", "1500"))
-    cores = os.cpu_count() or 1
-    work = Path(tempfile.mkdtemp(prefix="hf-bench-pipeline-"))
-    rows: list[dict] = []
     try:
         prefect_start = _warm_up_prefect()
-        from pyspark.sql import SparkSession
-
         jvm_was_up = SparkSession.getActiveSession() is not None
         started = time.perf_counter()
         get_spark(get_settings())
@@ -74,7 +71,21 @@ def main(results_dir: Path) -> list[dict]:
             runs.append((k, events.events, summary, wall, cpu))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return runs, prefect_start, jvm_start, jvm_was_up
 
+
+def main(results_dir: Path) -> list[dict]:
+    """Run the pipeline at each size on fresh stores; rows for overhead and scaling."""
+    from infra.prefect_env import heartbeats_only_for_a_server
+
+    base = int(os.environ.get("HYBRIDFLOW_BENCH_PIPELINE_CUSTOMERS", "1500"))
+    cores = os.cpu_count() or 1
+    work = Path(tempfile.mkdtemp(prefix="hf-bench-pipeline-"))
+    rows: list[dict] = []
+    # as `hybridflow run` runs it: no flow-run heartbeats without a server (each flow run's
+    # end would wait up to 1 s for the heartbeat thread)
+    with heartbeats_only_for_a_server():
+        runs, prefect_start, jvm_start, jvm_was_up = _run_sizes(base, work)
     for k, n_events, summary, wall, cpu in runs:
         stage_sum = sum(s.seconds for s in summary.stages)
         rows.append(

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 from pyspark import StorageLevel
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra.datasets import DatasetManifest, read_dataset_manifest
@@ -46,10 +46,14 @@ FEATURES_CODE = (
 
 
 class FeatureFrame(Protocol):
-    """One engine's customer-level table of the features at the run's cutoffs (a context
-    manager); ``spark_jobs`` is the jobs it ran, known once its block is left."""
+    """One engine's customer-level table of the features at the run's cutoffs, inside its
+    ``with`` block; ``spark_jobs`` is the jobs it ran, known once the block is left."""
 
     spark_jobs: int | None
+
+    def __enter__(self) -> FeatureFrame: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
     def publish(self, cutoff: Cutoff, prefix: str) -> tuple[DatasetManifest, float]:
         """Publish the customers seen at ``cutoff`` at ``prefix``; with their label rate."""
@@ -143,8 +147,12 @@ def build_features(
     wanted = [cutoffs.train, cutoffs.score] + ([] if too_short else [cutoffs.backtest])
     available = set(validated.available_columns)
     limit = get_settings().in_process_rows if in_process_rows is None else in_process_rows
-    engine = InProcessFeatureFrame if validated.rows_valid <= limit else SparkFeatureFrame
-    with engine(spark, store, validated.events_prefix, wanted, available) as frame:
+    frame: FeatureFrame = (
+        InProcessFeatureFrame(store, validated.events_prefix, wanted, available)
+        if validated.rows_valid <= limit
+        else SparkFeatureFrame(spark, store, validated.events_prefix, wanted, available)
+    )
+    with frame:
         examples, positive_rate = _publish_training(
             frame, cutoffs.train, run_id, (as_of, horizon_days)
         )
@@ -193,28 +201,37 @@ class SparkFeatureFrame:
         cutoffs: list[Cutoff],
         available: set[str],
     ) -> None:
+        self._spark = spark
         self._jobs = SparkJobs(spark)
         self._store = store
+        self._events_prefix = events_prefix
+        self._cutoffs = cutoffs
         self._available = available
-        self._wide = customer_features_at(
-            read_dataset(spark, store, events_prefix), cutoffs, available
-        )
+        self._wide: DataFrame | None = None
         self.spark_jobs: int | None = None
 
     def __enter__(self) -> SparkFeatureFrame:
         self._jobs.__enter__()
-        self._wide = self._wide.persist(StorageLevel.MEMORY_AND_DISK)
+        events = read_dataset(self._spark, self._store, self._events_prefix)
+        wide = customer_features_at(events, self._cutoffs, self._available)
+        self._wide = wide.persist(StorageLevel.MEMORY_AND_DISK)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._wide.unpersist()
+        if self._wide is not None:
+            self._wide.unpersist()
         self._jobs.__exit__(*exc)
         self.spark_jobs = self._jobs.count
+
+    def _frame(self) -> DataFrame:
+        if self._wide is None:
+            raise RuntimeError("use the frame inside its with block")
+        return self._wide
 
     def publish(self, cutoff: Cutoff, prefix: str) -> tuple[DatasetManifest, float]:
         """Write the customers seen at ``cutoff``; their label rate (0.0 when unlabelled) is
         observed by the write."""
-        rows = cutoff_features(self._wide, cutoff, self._available)
+        rows = cutoff_features(self._frame(), cutoff, self._available)
         if cutoff.label_until is None:
             return write_dataset(rows, self._store, prefix), 0.0
         examples, observed = write_observed(
@@ -225,7 +242,7 @@ class SparkFeatureFrame:
 
     def events_after(self) -> int:
         """Events after the latest cutoff, summed over the customers in memory."""
-        row = self._wide.agg(F.sum("events_after").alias("n")).first()
+        row = self._frame().agg(F.sum("events_after").alias("n")).first()
         return int(row["n"] or 0) if row else 0
 
 

@@ -5,7 +5,6 @@ Spark schema recorded (so a Spark stage reads it without a job). No Spark job, n
 from __future__ import annotations
 
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
 
 from infra.arrow_datasets import read_table, write_table
 from infra.datasets import DatasetManifest, read_dataset_manifest
@@ -22,14 +21,8 @@ class InProcessFeatureFrame:
     spark_jobs: int | None = 0
 
     def __init__(
-        self,
-        spark: SparkSession | None,
-        store: ObjectStore,
-        events_prefix: str,
-        cutoffs: list[Cutoff],
-        available: set[str],
+        self, store: ObjectStore, events_prefix: str, cutoffs: list[Cutoff], available: set[str]
     ) -> None:
-        del spark  # the signature of the Spark frame; nothing here needs a session
         self._store = store
         self._prefix = events_prefix
         self._cutoffs = cutoffs
