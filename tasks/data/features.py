@@ -11,18 +11,18 @@ one pass over the events. Which features exist is declared in :mod:`tasks.data.f
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from tasks.data.feature_formulas import feature_values
 from tasks.data.feature_specs import (
     DAY_MICROS,
     EVENT_TYPE_MIX,
     MIX_COLUMNS,
-    NO_PURCHASE_DAYS,
     WINDOWS_DAYS,
     feature_names,
 )
@@ -245,83 +245,50 @@ def _mix_aggregates(prepared: DataFrame, col: str, cutoffs: Sequence[Cutoff]) ->
     return counts.groupBy("customer_id").agg(*aggs)
 
 
+class SparkOps:
+    """The formulas' operations (:class:`tasks.data.feature_formulas.Ops`) as Spark Columns over
+    a cutoff's aggregates."""
+
+    def __init__(self, cutoff: Cutoff) -> None:
+        self._cutoff = cutoff
+
+    def agg(self, name: str) -> Column:
+        return F.col(_name(self._cutoff, name))
+
+    def lit(self, value: float) -> Column:
+        return F.lit(value)
+
+    def coalesce(self, value: Column, default: Column) -> Column:
+        return F.coalesce(value, default)
+
+    def double(self, value: Column) -> Column:
+        return value.cast("double")
+
+    def greatest(self, first: Column, second: Column) -> Column:
+        return F.greatest(first, second)
+
+    def log(self, value: Column) -> Column:
+        return F.log(value)
+
+    def if_positive(self, test: Column, then: Column, otherwise: Column) -> Column:
+        return F.when(test > 0, then).otherwise(otherwise)
+
+
 def _cutoff_columns(cutoff: Cutoff, available_columns: set[str]) -> list[Column]:
     """The cutoff's features (doubles) from its aggregates, ``seen`` and ``label``."""
-    c = F.lit(cutoff.micros())
-
-    def a(name: str) -> Column:
-        return F.col(_name(cutoff, name))
-
-    def days(micros: Column) -> Column:
-        return (c - micros) / DAY_MICROS
-
-    zero, none = F.lit(0.0), F.lit(NO_PURCHASE_DAYS)
-    n_p = a("_n_p").cast("double")
-    amount = F.coalesce(a("_amount"), zero)
-    last_purchase = F.coalesce(days(a("_last_p_t")), none)
-    mean_gap = F.coalesce(a("_gap_mean"), none)
-    values = {
-        "recency_days": days(a("_last_t")),
-        "tenure_days": days(a("_first_t")),
-        "n_purchases": n_p,
-        "purchase_recency_days": last_purchase,
-        "purchase_amount_total": amount,
-        "purchase_amount_mean": _safe_div(amount, n_p),
-        "mean_interpurchase_days": mean_gap,
-        "std_interpurchase_days": F.coalesce(a("_gap_std"), zero),
-        "max_interpurchase_days": F.coalesce(a("_gap_max"), none),
-        "purchase_recency_over_gap": last_purchase / F.greatest(mean_gap, F.lit(1.0)),
-        "basket_size_mean": F.coalesce(a("_basket_mean"), zero),
-        "basket_size_max": F.coalesce(a("_basket_max"), zero),
-    }
-    for w in WINDOWS_DAYS:
-        amount_w = F.coalesce(a(f"_amount_{w}"), zero)
-        values[f"purchases_{w}d"] = a(f"_n_p_{w}").cast("double")
-        values[f"amount_{w}d"] = amount_w
-        values[f"amount_mean_{w}d"] = _safe_div(amount_w, a(f"_n_p_{w}"))
-        values[f"events_{w}d"] = a(f"_n_{w}").cast("double")
-    values["trend_30d_vs_365d"] = (values["purchases_30d"] * (365 / 30)) / (
-        values["purchases_365d"] + 1
-    )
-    values["trend_90d_vs_365d"] = (values["purchases_90d"] * (365 / 90)) / (
-        values["purchases_365d"] + 1
-    )
-    values["trend_amount_90d_vs_365d"] = (values["amount_90d"] * (365 / 90)) / (
-        values["amount_365d"] + 1.0
-    )
-    values.update(_mix_values(a, n_p))
-    columns = [a("_last_t").isNotNull().alias(_name(cutoff, "seen"))]
+    ops = SparkOps(cutoff)
+    values = feature_values(ops, cutoff.micros())
+    columns = [ops.agg("_last_t").isNotNull().alias(_name(cutoff, "seen"))]
     columns += [
         values[n].cast("double").alias(_name(cutoff, n)) for n in feature_names(available_columns)
     ]
     if cutoff.label_until is not None:
-        columns.append(F.coalesce(a("_label"), zero).alias(_name(cutoff, "label")))
+        columns.append(F.coalesce(ops.agg("_label"), F.lit(0.0)).alias(_name(cutoff, "label")))
     return columns
-
-
-def _mix_values(a: Callable[[str], Column], n_p: Column) -> dict[str, Column]:
-    """The event-type shares and the category/channel mix features from their aggregates
-    (missing optional columns: never selected, see :func:`feature_names`)."""
-    n = a("_n").cast("double")
-    values = {"n_events": n, "share_purchase": _safe_div(n_p, n)}  # n = 0: unseen customer
-    for kind in EVENT_TYPE_MIX:
-        values[f"share_{kind}"] = _safe_div(a(f"_n_{kind}"), n)
-    for col, plural in MIX_COLUMNS.items():
-        total = F.coalesce(a(f"_{col}_total"), F.lit(0)).cast("double")
-        values[f"n_{plural}"] = F.coalesce(a(f"_{col}_values"), F.lit(0)).cast("double")
-        values[f"top_{col}_share"] = _safe_div(a(f"_{col}_top"), total)
-        values[f"{col}_entropy"] = F.when(
-            total > 0, F.log(total) - a(f"_{col}_clogc") / total
-        ).otherwise(0.0)
-    return values
 
 
 def _name(cutoff: Cutoff, column: str) -> str:
     return f"{cutoff.name}__{column}"
-
-
-def _safe_div(num: Column, den: Column) -> Column:
-    return F.when(den > 0, num / den).otherwise(0.0)
 
 
 def _micros(value: dt.datetime) -> int:

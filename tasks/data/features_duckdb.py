@@ -1,27 +1,28 @@
 """The features of :mod:`tasks.data.features` computed by DuckDB in this process, for event sets
 that fit one machine comfortably (a Spark job costs more than their rows).
 
-Same definitions, same structure: one group-by of conditional aggregates per customer for every
+Same aggregates, same structure: one group-by of conditional aggregates per customer for every
 cutoff, the gaps between purchases from one window over the purchases, and per mix column the
-counts per (customer, value) aggregated again per customer; the features at a cutoff are
-expressions over that wide table. Event times are compared as integer microseconds, as in Spark,
-so a feature is the same number in both engines (``tests/unit/tasks/data/test_features_duckdb.py``
-checks them against each other).
+counts per (customer, value) aggregated again per customer. The features at a cutoff are the
+formulas of :mod:`tasks.data.feature_formulas` over that wide table, written as SQL. Event times
+are compared as integer microseconds, as in Spark, so a feature is the same number in both
+engines (``tests/unit/tasks/data/test_features_duckdb.py`` checks them against each other).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tasks.data.feature_formulas import feature_values
 from tasks.data.feature_specs import (
     DAY_MICROS,
     EVENT_TYPE_MIX,
     MIX_COLUMNS,
-    NO_PURCHASE_DAYS,
     WINDOWS_DAYS,
     feature_names,
 )
@@ -170,69 +171,74 @@ def wide_sql(source: str, cutoffs: Sequence[Cutoff]) -> str:
 {joins}"""
 
 
+@dataclass(frozen=True)
+class Sql:
+    """A DuckDB SQL expression with the arithmetic the formulas use (each operation
+    parenthesised, numbers as literals)."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+    def _op(self, op: str, other: Sql | float) -> Sql:
+        right = other.text if isinstance(other, Sql) else _literal(other)
+        return Sql(f"({self.text} {op} {right})")
+
+    def __add__(self, other: Sql | float) -> Sql:
+        return self._op("+", other)
+
+    def __sub__(self, other: Sql | float) -> Sql:
+        return self._op("-", other)
+
+    def __mul__(self, other: Sql | float) -> Sql:
+        return self._op("*", other)
+
+    def __truediv__(self, other: Sql | float) -> Sql:
+        return self._op("/", other)
+
+
+def _literal(value: float) -> str:
+    """An int as an integer literal, a float as a DOUBLE (a bare ``1.5`` is a DECIMAL)."""
+    return repr(value) if isinstance(value, int) else f"{value!r}::DOUBLE"
+
+
+class SqlOps:
+    """The formulas' operations (:class:`tasks.data.feature_formulas.Ops`) as SQL over a
+    cutoff's aggregates in :func:`wide_sql`'s table."""
+
+    def __init__(self, cutoff: Cutoff) -> None:
+        self._cutoff = cutoff
+
+    def agg(self, name: str) -> Sql:
+        return Sql(_col(self._cutoff, name))
+
+    def lit(self, value: float) -> Sql:
+        return Sql(_literal(value))
+
+    def coalesce(self, value: Sql, default: Sql) -> Sql:
+        return Sql(f"coalesce({value}, {default})")
+
+    def double(self, value: Sql) -> Sql:
+        return Sql(f"CAST({value} AS DOUBLE)")
+
+    def greatest(self, first: Sql, second: Sql) -> Sql:
+        return Sql(f"greatest({first}, {second})")
+
+    def log(self, value: Sql) -> Sql:
+        return Sql(f"ln({value})")
+
+    def if_positive(self, test: Sql, then: Sql, otherwise: Sql) -> Sql:
+        return Sql(f"(CASE WHEN {test} > 0 THEN {then} ELSE {otherwise} END)")
+
+
 def cutoff_sql(wide: str, cutoff: Cutoff, available_columns: set[str]) -> str:
     """The features of the customers seen at ``cutoff`` from :func:`wide_sql`'s table (and the
-    label of a labelled cutoff): the expressions of :func:`tasks.data.features._cutoff_columns`."""
-    c = cutoff.micros()
-
-    def a(name: str) -> str:
-        return _col(cutoff, name)
-
-    def days(micros: str) -> str:
-        return f"(({c} - {micros}) / {DAY_MICROS!r})"
-
-    def safe_div(num: str, den: str) -> str:
-        return f"(CASE WHEN {den} > 0 THEN {num} / {den} ELSE 0.0 END)"
-
-    none = repr(NO_PURCHASE_DAYS)
-    n_p = f"{a('_n_p')}::DOUBLE"
-    amount = f"coalesce({a('_amount')}, 0.0)"
-    last_purchase = f"coalesce({days(a('_last_p_t'))}, {none})"
-    mean_gap = f"coalesce({a('_gap_mean')}, {none})"
-    values = {
-        "recency_days": days(a("_last_t")),
-        "tenure_days": days(a("_first_t")),
-        "n_purchases": n_p,
-        "purchase_recency_days": last_purchase,
-        "purchase_amount_total": amount,
-        "purchase_amount_mean": safe_div(amount, n_p),
-        "mean_interpurchase_days": mean_gap,
-        "std_interpurchase_days": f"coalesce({a('_gap_std')}, 0.0)",
-        "max_interpurchase_days": f"coalesce({a('_gap_max')}, {none})",
-        "purchase_recency_over_gap": f"({last_purchase} / greatest({mean_gap}, 1.0))",
-        "basket_size_mean": f"coalesce({a('_basket_mean')}, 0.0)",
-        "basket_size_max": f"coalesce({a('_basket_max')}, 0.0)",
-    }
-    for w in WINDOWS_DAYS:
-        amount_w = f"coalesce({a(f'_amount_{w}')}, 0.0)"
-        values[f"purchases_{w}d"] = f"{a(f'_n_p_{w}')}::DOUBLE"
-        values[f"amount_{w}d"] = amount_w
-        values[f"amount_mean_{w}d"] = safe_div(amount_w, a(f"_n_p_{w}"))
-        values[f"events_{w}d"] = f"{a(f'_n_{w}')}::DOUBLE"
-    values["trend_30d_vs_365d"] = (
-        f"(({values['purchases_30d']} * {365 / 30!r}) / ({values['purchases_365d']} + 1))"
-    )
-    values["trend_90d_vs_365d"] = (
-        f"(({values['purchases_90d']} * {365 / 90!r}) / ({values['purchases_365d']} + 1))"
-    )
-    values["trend_amount_90d_vs_365d"] = (
-        f"(({values['amount_90d']} * {365 / 90!r}) / ({values['amount_365d']} + 1.0))"
-    )
-    n = f"{a('_n')}::DOUBLE"
-    values["n_events"] = n
-    values["share_purchase"] = safe_div(n_p, n)
-    for kind in EVENT_TYPE_MIX:
-        values[f"share_{kind}"] = safe_div(a(f"_n_{kind}"), n)
-    for col, plural in MIX_COLUMNS.items():
-        total = f"coalesce({a(f'_{col}_total')}, 0.0)"
-        values[f"n_{plural}"] = f"coalesce({a(f'_{col}_values')}, 0)::DOUBLE"
-        values[f"top_{col}_share"] = safe_div(a(f"_{col}_top"), total)
-        values[f"{col}_entropy"] = (
-            f"(CASE WHEN {total} > 0 THEN ln({total}) - {a(f'_{col}_clogc')} / {total} "
-            "ELSE 0.0 END)"
-        )
+    label of a labelled cutoff), by :func:`tasks.data.feature_formulas.feature_values`."""
+    ops = SqlOps(cutoff)
+    values = feature_values(ops, cutoff.micros())
     columns = ["customer_id"]
-    columns += [f"({values[n]})::DOUBLE AS {_q(n)}" for n in feature_names(available_columns)]
+    columns += [f"CAST({values[n]} AS DOUBLE) AS {_q(n)}" for n in feature_names(available_columns)]
     if cutoff.label_until is not None:
-        columns.append(f"coalesce({a('_label')}, 0.0) AS label")
-    return f"SELECT {', '.join(columns)} FROM {wide} WHERE {a('_last_t')} IS NOT NULL"
+        columns.append(f"coalesce({ops.agg('_label')}, 0.0::DOUBLE) AS label")
+    return f"SELECT {', '.join(columns)} FROM {wide} WHERE {ops.agg('_last_t')} IS NOT NULL"
