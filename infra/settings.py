@@ -188,7 +188,8 @@ class HybridflowSettings(BaseSettings):
         ge=0,
         description="the features and preprocess stages compute in the flow's process (DuckDB, "
         "pyarrow) when their input has up to this many rows (valid events; training examples), "
-        "with Spark jobs above that (0: always Spark)",
+        "and local batch inference scores up to this many rows there, with Spark jobs above "
+        "that (0: always Spark)",
     )
     progress_interval_s: float = Field(
         default=5.0, gt=0, description="seconds between progress log lines/artifact updates"

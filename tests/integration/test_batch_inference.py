@@ -17,6 +17,7 @@ from infra.datasets import read_dataset_manifest
 from infra.registry import ModelRegistry
 from infra.store import ObjectStore, open_store
 from tasks.ml.model import CustomerMLP, ModelConfig, bundle_bytes, load_bundle, predict_proba
+from tasks.stages.spark_io import SparkJobs
 
 pytestmark = pytest.mark.integration
 
@@ -189,6 +190,31 @@ def test_batch_inference_end_to_end(
         _check_predictions(task_scores, fresh, feats.as_of, expected)
         assert all(k.startswith(f"{folder}/") for k in keys)
         assert 1 <= loads.value < tasks
+
+        # 4b. Up to in_process_rows in local mode the same units are scored in this process, a
+        # thread per core: no Spark job, the model loaded once, the same scores.
+        here_loads = spark.sparkContext.accumulator(0)
+        here = _register(registry, feats.features, seed=5)
+        with SparkJobs(spark) as jobs:
+            _, here_keys, here_rows = score_dataset(
+                spark,
+                store,
+                many,
+                load_scoring_model(store, here),
+                feats.as_of,
+                "scratch/here",
+                rows_per_task=1,
+                in_process_rows=10**9,
+                model_loads=here_loads,
+            )
+        assert jobs.count == 0 and here_loads.value == 1
+        assert here_rows == rows and len(set(here_keys)) == tasks
+        expected = _plain_torch_scores(store, here, features_prefix)
+        for key in (here_keys[0], here_keys[-1]):
+            expected_file = {c: expected[c] for c in first_file.column("customer_id").to_pylist()}
+            _check_predictions(
+                pq.read_table(store.local_path(key)), here, feats.as_of, expected_file
+            )
 
         # 5. Bundle bytes that do not match their sha256 are refused by the workers (a version
         # no worker has cached; a cached one was verified when it was loaded).
