@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 FEATURES_CODE = (
     "tasks.data.features",
     "tasks.data.features_duckdb",
+    "tasks.data.feature_formulas",
     "tasks.data.feature_specs",
     "tasks.stages.features",
     "tasks.stages.features_in_process",
