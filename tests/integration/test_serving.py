@@ -282,9 +282,18 @@ def test_model_lifecycle_under_load(served):
 
     # Promotion while clients keep sending: no failed request, every client goes v1 -> v2 once.
     with Load(client.base_url) as load:
-        wait_for(lambda: len(load.versions()) > 20, 30, "load to start")
+        # every client answered before the swap (a thread can start late on a busy machine)
+        wait_for(
+            lambda: len(load.seen) == len(load.threads) and len(load.versions()) > 20,
+            30,
+            "every client to get answers",
+        )
         v2 = register_sample_model(store, table, seed=2)
-        wait_for(lambda: v2 in load.versions()[-8:], 30, "answers from the promoted model")
+        wait_for(
+            lambda: all(answers[-1][1] == v2 for answers in list(load.seen.values())),
+            30,
+            "every client's answers from the promoted model",
+        )
         n = len(load.versions())
         wait_for(lambda: len(load.versions()) > n + 20, 30, "more answers after the swap")
     load.assert_no_failures()
