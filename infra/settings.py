@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from infra.routing.pools import PoolSpec, default_pools
@@ -121,11 +121,12 @@ class DriftSettings(BaseSettings):
     quantile_accuracy: int = Field(
         default=10_000, ge=100, description="percentile_approx accuracy for the training bin edges"
     )
-    in_process_rows: int = Field(
-        default=250_000,
+    in_process_rows: int | None = Field(
+        default=None,
         ge=0,
         description="datasets up to this many rows are binned in this process with pyarrow and "
-        "numpy (exact quantiles), larger ones by Spark jobs (0: always Spark)",
+        "numpy (exact quantiles), larger ones by Spark jobs (0: always Spark); unset: the "
+        "stages' HYBRIDFLOW_IN_PROCESS_ROWS",
     )
 
 
@@ -294,6 +295,14 @@ class HybridflowSettings(BaseSettings):
         gt=0,
         description="deployed mode: a stage run no worker picks up within this is cancelled",
     )
+
+    @model_validator(mode="after")
+    def _drift_follows_in_process_rows(self) -> HybridflowSettings:
+        """The drift check's datasets stay in this process as far as the stages' do, unless
+        ``HYBRIDFLOW_DRIFT__IN_PROCESS_ROWS`` says otherwise."""
+        if self.drift.in_process_rows is None:
+            self.drift = self.drift.model_copy(update={"in_process_rows": self.in_process_rows})
+        return self
 
     @field_validator("spark_conf")
     @classmethod

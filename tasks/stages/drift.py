@@ -7,10 +7,10 @@ over the version's training snapshot, the customers it was trained on, and the b
 scores on its own test split. Later checks read that reference and aggregate only the new data:
 PSI per feature, the share of customers unseen in training, PSI of the score distribution.
 
-The data is customer-sized. Datasets up to ``DriftSettings.in_process_rows`` rows are read with
-pyarrow and aggregated with numpy in this process (exact quantiles, the same binning rule), which
-takes milliseconds where each Spark job costs a fraction of a second; larger ones are aggregated
-by Spark (``percentile_approx``, group-by bin counts, an anti-join), started only then.
+The data is customer-sized. Datasets up to ``DriftSettings.in_process_rows`` rows (unset: the
+stages' ``in_process_rows``) are read with pyarrow and aggregated with numpy in this process
+(exact quantiles, the same binning rule), which takes milliseconds where each Spark job costs a
+fraction of a second; larger ones are aggregated by Spark (``percentile_approx``, group-by bin counts, an anti-join), started only then.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from infra.layout import (
     snapshot_prefix,
 )
 from infra.registry import ModelRegistry
-from infra.settings import DriftSettings
+from infra.settings import DriftSettings, get_settings
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
 from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts
@@ -88,7 +88,7 @@ def build_reference(
         )
     model = load_scoring_model(store, version)
     target = drift_customers_prefix(version)
-    if published.rows <= settings.in_process_rows:
+    if _fits_in_process(settings, published.rows):
         edges, counts, customers, scores = _snapshot_in_process(
             store, published, model, target, settings
         )
@@ -141,7 +141,7 @@ def measure_drift(
     reference = ensure_reference(spark, store, version, settings)
     edges = {f: ref.edges for f, ref in reference.features.items()}
     known = read_dataset_manifest(store, reference.customers_prefix)
-    if max(published.rows, known.rows) <= settings.in_process_rows:
+    if _fits_in_process(settings, published.rows, known.rows):
         counts, unseen_customers = _features_in_process(store, published, known, edges)
     else:
         session = spark()
@@ -201,7 +201,7 @@ def _score_row(
     if published.metadata.get("model_version") != version:
         log.info("predictions at %s were made by another model: score drift not measured", as_of)
         return DriftRow.measured(SCORE, "psi", None, settings.score_psi_threshold)
-    if published.rows <= settings.in_process_rows:
+    if _fits_in_process(settings, published.rows):
         scores = _values(read_table(store, published, [SCORE]), SCORE)
         counts = sample_bin_counts(scores, reference.score.edges)
     else:
@@ -286,3 +286,10 @@ def drift_status_line(report: DriftReport) -> str:
         return f"no drift at {report.as_of} against {report.model_version}"
     parts = ", ".join(f"{r.feature} {r.measure} {r.value:.3f}" for r in report.drifted)
     return f"drift at {report.as_of} against {report.model_version}: {parts}"
+
+
+def _fits_in_process(settings: DriftSettings, *rows: int) -> bool:
+    """Whether datasets of ``rows`` rows are aggregated in this process (``in_process_rows``;
+    unset: the stages' setting)."""
+    limit = settings.in_process_rows
+    return max(rows) <= (get_settings().in_process_rows if limit is None else limit)
