@@ -325,3 +325,9 @@ class HybridflowSettings(BaseSettings):
 def get_settings() -> HybridflowSettings:
     """The process-wide settings (environment read once)."""
     return HybridflowSettings()
+
+
+def in_process_limit(override: int | None = None) -> int:
+    """The most rows a stage handles in the flow's process: ``override`` when given, else the
+    ``in_process_rows`` setting."""
+    return get_settings().in_process_rows if override is None else override

@@ -146,6 +146,14 @@ class Tally(Protocol):
     def add(self, term: int) -> None: ...
 
 
+def counted_worker_model(model: ScoringModel, model_loads: Tally | None) -> CustomerMLP:
+    """This process's cached model; a fresh load adds 1 to ``model_loads``."""
+    loaded, fresh = worker_model(model)
+    if fresh and model_loads is not None:
+        model_loads.add(1)
+    return loaded
+
+
 def score_units(
     store: ObjectStore,
     units: Iterable[ScoringUnit],
@@ -158,9 +166,7 @@ def score_units(
     """Score ``units`` one after another with this process's cached model (a fresh load adds 1
     to ``model_loads``); yields each unit's rows, added to ``rows_done`` as it goes. A Spark
     task runs it in its Python worker; a local dataset of one task's worth, in the driver."""
-    loaded, fresh = worker_model(model)
-    if fresh and model_loads is not None:
-        model_loads.add(1)
+    loaded = counted_worker_model(model, model_loads)
     for unit in units:
         rows = score_unit(store, unit, model, loaded, as_of, batch_rows)
         if rows_done is not None:

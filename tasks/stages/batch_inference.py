@@ -30,7 +30,7 @@ from infra.datasets import (
 from infra.errors import HybridflowInputError
 from infra.layout import predictions_prefix, scoring_features_prefix
 from infra.registry import ModelRegistry
-from infra.settings import get_settings
+from infra.settings import in_process_limit
 from infra.spark_connect import default_parallelism, runs_on_cluster
 from infra.store import ObjectStore, open_store
 from tasks.ml.scoring_worker import (
@@ -38,9 +38,9 @@ from tasks.ml.scoring_worker import (
     ScoringModel,
     ScoringUnit,
     Tally,
+    counted_worker_model,
     score_units,
     torch_threads_per_task,
-    worker_model,
 )
 from tasks.stages.progress import ProgressReporter, ProgressSink, SparkRowProgress, spark_counter
 from tasks.stages.records import InferenceResult, StageReport
@@ -174,9 +174,7 @@ def _score_in_process(
 ) -> int:
     """Score ``units`` in this process, ``workers`` threads at once (pyarrow and torch release
     the GIL), with the model loaded once; returns the rows scored."""
-    _, fresh = worker_model(model)
-    if fresh and model_loads is not None:
-        model_loads.add(1)
+    counted_worker_model(model, model_loads)  # loaded once, before the threads share it
     tally = None if rows_done is None else _LockedTally(rows_done)
 
     def score(share: list[ScoringUnit]) -> int:
@@ -244,9 +242,7 @@ def batch_inference_stage(
             target,
             torch_threads=threads,
             batch_rows=batch_rows,
-            in_process_rows=(
-                get_settings().in_process_rows if in_process_rows is None else in_process_rows
-            ),
+            in_process_rows=in_process_limit(in_process_rows),
             rows_done=progress.rows,
             model_loads=loads,
         )

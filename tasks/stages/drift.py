@@ -10,7 +10,8 @@ PSI per feature, the share of customers unseen in training, PSI of the score dis
 The data is customer-sized. Datasets up to ``DriftSettings.in_process_rows`` rows (unset: the
 stages' ``in_process_rows``) are read with pyarrow and aggregated with numpy in this process
 (exact quantiles, the same binning rule), which takes milliseconds where each Spark job costs a
-fraction of a second; larger ones are aggregated by Spark (``percentile_approx``, group-by bin counts, an anti-join), started only then.
+fraction of a second; larger ones are aggregated by Spark (``percentile_approx``, group-by bin
+counts, an anti-join), started only then.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from infra.layout import (
     snapshot_prefix,
 )
 from infra.registry import ModelRegistry
-from infra.settings import DriftSettings, get_settings
+from infra.settings import DriftSettings, in_process_limit
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
 from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts
@@ -291,5 +292,4 @@ def drift_status_line(report: DriftReport) -> str:
 def _fits_in_process(settings: DriftSettings, *rows: int) -> bool:
     """Whether datasets of ``rows`` rows are aggregated in this process (``in_process_rows``;
     unset: the stages' setting)."""
-    limit = settings.in_process_rows
-    return max(rows) <= (get_settings().in_process_rows if limit is None else limit)
+    return max(rows) <= in_process_limit(settings.in_process_rows)

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
-from infra.settings import get_settings
+from infra.settings import in_process_limit
 from infra.store import ObjectStore
 from tasks.data.feature_specs import feature_names
 from tasks.data.features import (
@@ -147,10 +147,9 @@ def build_features(
     too_short = _history_too_short(validated, cutoffs.backtest)
     wanted = [cutoffs.train, cutoffs.score] + ([] if too_short else [cutoffs.backtest])
     available = set(validated.available_columns)
-    limit = get_settings().in_process_rows if in_process_rows is None else in_process_rows
     frame: FeatureFrame = (
         InProcessFeatureFrame(store, validated.events_prefix, wanted, available)
-        if validated.rows_valid <= limit
+        if validated.rows_valid <= in_process_limit(in_process_rows)
         else SparkFeatureFrame(spark, store, validated.events_prefix, wanted, available)
     )
     with frame:

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import backtest_snapshot_prefix, snapshot_prefix
-from infra.settings import get_settings
+from infra.settings import in_process_limit
 from infra.store import ObjectStore, sha256_bytes
 from tasks.data.split import (
     SPLITS,
@@ -92,7 +92,7 @@ def build_snapshot(
     statistics on the way; in this process instead for up to ``in_process_rows`` examples
     (default: the setting)."""
     started = time.perf_counter()
-    limit = get_settings().in_process_rows if in_process_rows is None else in_process_rows
+    limit = in_process_limit(in_process_rows)
     with SparkJobs(spark) as jobs:
         snapshot, counts = publish_snapshot(
             spark,
@@ -173,14 +173,14 @@ def publish_snapshot(
         snapshot, values = publish_snapshot_in_process(
             store, examples, out_prefix, features, seed, metadata
         )
-        return snapshot, {split: int(values[f"n_{split}"]) for split in SPLITS}
-    split = assign_split(read_dataset(spark, store, examples_prefix), seed)
-    snapshot, values = write_observed(
-        split.select("customer_id", "label", *features, "split"),
-        store,
-        out_prefix,
-        [*split_count_columns(), *normalizer_aggregates(features)],
-        partition_by=["split"],
-        metadata=metadata,
-    )
+    else:
+        with_split = assign_split(read_dataset(spark, store, examples_prefix), seed)
+        snapshot, values = write_observed(
+            with_split.select("customer_id", "label", *features, "split"),
+            store,
+            out_prefix,
+            [*split_count_columns(), *normalizer_aggregates(features)],
+            partition_by=["split"],
+            metadata=metadata,
+        )
     return snapshot, {split: int(values[f"n_{split}"]) for split in SPLITS}
