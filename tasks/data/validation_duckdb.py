@@ -1,0 +1,256 @@
+"""The events contract's rules in DuckDB, for an input one process holds: the casts, defaults,
+quarantine reasons and deduplication of :mod:`tasks.data.validation`, with the same results.
+
+Only for columns whose Spark casts this reproduces exactly (:func:`in_process_type_problem`):
+native Parquet types (timestamps to the microsecond, dates, whole numbers, doubles, booleans,
+strings). Strings that need parsing (a CSV's times and amounts) stay with Spark, whose parsers
+are the contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tasks.data.contract import (
+    CONTRACT_COLUMNS,
+    OPTIONAL_DEFAULTS,
+    QUARANTINE_REASONS,
+    REASON_DUPLICATE,
+    REASON_INVALID_AMOUNT,
+    REASON_INVALID_EVENT_TIME,
+    REASON_INVALID_QUANTITY,
+    REASON_MISSING_CUSTOMER_ID,
+)
+from tasks.data.spark_text import java_double_strings
+
+MICROS = 1_000_000
+TIME_UNITS = ("s", "ms", "us")  # nanoseconds: Spark keeps micros, or refuses the file
+
+
+def _whole(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) and t != pa.uint64()  # Spark reads uint64 as a decimal
+
+
+def _text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _time(t: pa.DataType) -> bool:
+    return (pa.types.is_timestamp(t) and t.unit in TIME_UNITS) or pa.types.is_date32(t)
+
+
+def _double(t: pa.DataType) -> bool:
+    return pa.types.is_float64(t)
+
+
+def _flag(t: pa.DataType) -> bool:
+    return pa.types.is_boolean(t)
+
+
+IN_PROCESS_TYPES = {
+    "customer_id": (_text, _whole),
+    "event_time": (_time,),
+    "amount": (_double, _whole),
+    "quantity": (_double, _whole),
+    "event_type": (_text, _whole, _flag),
+    "category": (_text, _whole, _flag),
+    "channel": (_text, _whole, _flag),
+}
+
+
+def value_type(t: pa.DataType) -> pa.DataType:
+    """The type a column is validated as: a dictionary-encoded column as its values."""
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+def in_process_type_problem(schema: pa.Schema) -> str | None:
+    """Why the in-process rules cannot validate columns of ``schema`` (contract names), or None."""
+    for name in CONTRACT_COLUMNS:
+        if name not in schema.names:
+            continue
+        t = value_type(schema.field(name).type)
+        if not any(accepts(t) for accepts in IN_PROCESS_TYPES[name]):
+            return f"column {name!r} has type {t}, parsed by Spark"
+    return None
+
+
+@dataclass(frozen=True)
+class ValidationFigures:
+    """What validation counted: kept rows, the kept events' time span (micros since the epoch),
+    quarantined rows per reason."""
+
+    rows_valid: int
+    first_micros: int | None
+    last_micros: int | None
+    quarantined: dict[str, int]
+
+    @property
+    def rows_quarantined(self) -> int:
+        return sum(self.quarantined.values())
+
+
+class InProcessValidation:
+    """Validated events from an Arrow table with contract column names (other columns are
+    ignored): the good events once each, and the quarantine, as Spark's validate writes them."""
+
+    def __init__(self, events: pa.Table) -> None:
+        self._present = [c for c in CONTRACT_COLUMNS if c in events.column_names]
+        self._types = {c: value_type(events.schema.field(c).type) for c in self._present}
+        self._con = duckdb.connect()
+        self._con.create_function(
+            "java_double", java_double_strings, ["DOUBLE"], "VARCHAR", type="arrow"
+        )
+        self._con.register("input_events", _prepared(events, self._present))
+        self._con.execute(f"CREATE TEMP TABLE deduplicated AS {self._deduplicated_sql()}")
+
+    def close(self) -> None:
+        self._con.close()
+
+    def _deduplicated_sql(self) -> str:
+        typed = ",\n".join(f"{self._typed(c)} AS {c}" for c in CONTRACT_COLUMNS)
+        sources = "".join(f", {c} AS src_{c}" for c in self._present)
+        raw = "".join(
+            f", CASE WHEN reason IS NOT NULL THEN {self._raw(c)} END AS raw_{c}"
+            for c in self._present
+        )
+        keys = [c for c in CONTRACT_COLUMNS if c != "quantity"]
+        return f"""
+        WITH conformed AS (SELECT {typed}{sources} FROM input_events),
+        flagged AS (SELECT *, {self._reason()} AS reason FROM conformed)
+        SELECT {", ".join(keys)}, coalesce(quantity, 1) AS quantity{raw}, reason,
+               count(*) AS copies
+        FROM flagged GROUP BY ALL
+        """
+
+    def _typed(self, name: str) -> str:
+        """The contract's value of ``name`` (Spark's ``conform_events``)."""
+        if name not in self._present:
+            default = OPTIONAL_DEFAULTS[name]
+            if name == "quantity":
+                return f"CAST({default} AS INTEGER)"
+            return "CAST(NULL AS VARCHAR)" if default is None else f"'{default}'"
+        t = self._types[name]
+        if name == "event_time":
+            return name  # micros, converted in _prepared
+        if name == "amount":
+            return f"CAST({name} AS DOUBLE) + 0.0"  # -0.0 groups (and is kept) as 0.0
+        if name == "quantity":
+            whole = f"NOT isnan({name}) AND {name} = floor({name})" if _double(t) else "TRUE"
+            return f"CASE WHEN {whole} THEN TRY_CAST({name} AS INTEGER) END"
+        text = name if _text(t) else f"CAST({name} AS VARCHAR)"
+        if name == "customer_id":
+            return f"trim({text}, ' ')"
+        default = OPTIONAL_DEFAULTS[name]
+        fallback = "NULL" if default is None else f"'{default}'"
+        trimmed = f"trim({text}, ' ')"
+        return f"CASE WHEN coalesce({trimmed}, '') = '' THEN {fallback} ELSE {trimmed} END"
+
+    def _raw(self, name: str) -> str:
+        """The input value of ``name`` as Spark's ``CAST(... AS STRING)`` writes it."""
+        t, src = self._types[name], f"src_{name}"
+        if name == "event_time":
+            return _date_text(src) if pa.types.is_date32(t) else _timestamp_text(src)
+        if _double(t):
+            return f"java_double({src})"
+        return src if _text(t) else f"CAST({src} AS VARCHAR)"
+
+    def _reason(self) -> str:
+        quantity_given = "src_quantity IS NOT NULL" if "quantity" in self._present else "FALSE"
+        return f"""CASE
+            WHEN customer_id IS NULL OR customer_id = '' THEN '{REASON_MISSING_CUSTOMER_ID}'
+            WHEN event_time IS NULL THEN '{REASON_INVALID_EVENT_TIME}'
+            WHEN amount IS NULL OR isnan(amount) OR isinf(amount) OR amount < 0
+                THEN '{REASON_INVALID_AMOUNT}'
+            WHEN {quantity_given} AND (quantity IS NULL OR quantity < 1)
+                THEN '{REASON_INVALID_QUANTITY}'
+        END"""
+
+    def good(self) -> pa.Table:
+        """Every valid event once, contract columns, typed as Spark's validate writes them."""
+        table = self._con.sql(
+            f"SELECT {', '.join(CONTRACT_COLUMNS)} FROM deduplicated WHERE reason IS NULL"
+        ).to_arrow_table()
+        index = table.schema.get_field_index("event_time")
+        times = pc.cast(table["event_time"], pa.timestamp("us", tz="UTC"))
+        table = table.set_column(index, "event_time", times)
+        return table.set_column(
+            table.schema.get_field_index("quantity"),
+            "quantity",
+            pc.cast(table["quantity"], pa.int32()),
+        )
+
+    def quarantine(self) -> pa.Table:
+        """Rows that break a rule, as many times as they were read, with their input values;
+        and each extra copy of a valid event (``duplicate_event``), with the kept values."""
+        columns = ", ".join(
+            f"CASE WHEN reason IS NOT NULL THEN raw_{c} ELSE {self._kept_text(c)} END AS {c}"
+            for c in self._present
+        )
+        copies = "unnest(range(CASE WHEN reason IS NULL THEN 1 ELSE 0 END, copies)) AS copy"
+        return self._con.sql(
+            f"""SELECT {", ".join(self._present)}, reason FROM (
+                SELECT {columns}, coalesce(reason, '{REASON_DUPLICATE}') AS reason, {copies}
+                FROM deduplicated WHERE reason IS NOT NULL OR copies > 1
+            )"""
+        ).to_arrow_table()
+
+    def _kept_text(self, name: str) -> str:
+        """A kept (typed) value as Spark's ``CAST(... AS STRING)`` writes it."""
+        if name == "event_time":
+            return _timestamp_text(name)
+        if name == "amount":
+            return f"java_double({name})"
+        return f"CAST({name} AS VARCHAR)"
+
+    def figures(self) -> ValidationFigures:
+        """Kept rows, their first and last event time, quarantined rows per reason."""
+        by_reason = ", ".join(
+            f"sum(copies) FILTER (WHERE reason = '{r}')" for r in QUARANTINE_REASONS
+        )
+        rows, first, last, duplicates, *counts = self._con.execute(
+            f"""SELECT count(*) FILTER (WHERE reason IS NULL),
+                min(event_time) FILTER (WHERE reason IS NULL),
+                max(event_time) FILTER (WHERE reason IS NULL),
+                sum(copies - 1) FILTER (WHERE reason IS NULL), {by_reason}
+            FROM deduplicated"""
+        ).fetchall()[0]
+        quarantined = {r: int(n) for r, n in zip(QUARANTINE_REASONS, counts, strict=True) if n}
+        if duplicates:
+            quarantined[REASON_DUPLICATE] = int(duplicates)
+        return ValidationFigures(int(rows), first, last, quarantined)
+
+
+def _prepared(events: pa.Table, present: list[str]) -> pa.Table:
+    """The contract columns of ``events``, dictionaries decoded and ``event_time`` as micros
+    since the epoch (int64): UTC for zoned and naive times alike, as Spark's UTC session reads
+    them."""
+    columns = {}
+    for name in present:
+        column = events[name]
+        t = value_type(column.type)
+        if column.type != t:
+            column = pc.cast(column, t)
+        if name == "event_time":
+            zone = None if pa.types.is_date32(t) else t.tz
+            column = pc.cast(pc.cast(column, pa.timestamp("us", tz=zone)), pa.int64())
+        columns[name] = column
+    return pa.table(columns)
+
+
+def _timestamp_text(micros: str) -> str:
+    """SQL for Spark's text of a timestamp given as micros: seconds, then the fraction without
+    trailing zeros."""
+    fraction = f"(({micros} % {MICROS}) + {MICROS}) % {MICROS}"
+    return (
+        f"strftime(make_timestamp({micros}), '%Y-%m-%d %H:%M:%S') || "
+        f"CASE WHEN {fraction} = 0 THEN '' "
+        f"ELSE '.' || rtrim(lpad(CAST({fraction} AS VARCHAR), 6, '0'), '0') END"
+    )
+
+
+def _date_text(micros: str) -> str:
+    return f"strftime(make_timestamp({micros}), '%Y-%m-%d')"

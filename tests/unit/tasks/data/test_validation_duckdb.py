@@ -1,0 +1,205 @@
+"""The in-process validation (DuckDB) is Spark's validation: the same good events and the same
+quarantine (rows, reasons and the input values as text), for every column type it takes; and it
+declines the types whose parsing stays with Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from tasks.data.contract import CONTRACT_COLUMNS
+from tasks.data.demo_events import DemoDataParams, generate_demo_events
+from tasks.data.spark_text import java_double_string
+from tasks.data.validation import conform_events, split_valid_events
+from tasks.data.validation_duckdb import InProcessValidation, in_process_type_problem
+
+pytestmark = pytest.mark.integration
+
+T = dt.datetime(2025, 3, 4, 5, 6, 7, tzinfo=dt.UTC)
+US = dt.timedelta(microseconds=1)
+
+# (customer_id, event_time, amount, event_type, quantity, category, channel)
+EDGE_ROWS = [
+    ("a", T, 10.0, "purchase", 2, "x", "web"),
+    ("a", T, 10.0, "purchase", 2, "x", "web"),  # duplicate
+    ("a", T, 10.0, "purchase", 2, "x", "web"),  # and another
+    (" a ", T, 10.0, " purchase ", 2, "x", "web"),  # the same once trimmed
+    ("b", T + 120 * US, -0.0, "", None, None, " "),  # defaults; -0.0 kept as 0.0
+    ("b", T + 120 * US, 0.0, "purchase", 1, None, None),  # ... and so a duplicate of it
+    ("c", T - dt.timedelta(days=400), 1e7, "view", 1, "y", None),
+    ("c", T + 500_000 * US, 0.00099, "view", 3, "y", None),
+    ("", T, 5.0, "purchase", 1, "x", "web"),  # missing customer
+    ("  ", T, 5.0, "purchase", 1, "x", "web"),
+    (None, T, 5.0, "purchase", 1, "x", "web"),
+    ("d", None, 5.0, "purchase", 1, "x", "web"),  # invalid time
+    ("d", T, None, "purchase", 1, "x", "web"),  # invalid amounts
+    ("d", T, math.nan, "purchase", 1, "x", "web"),
+    ("d", T, math.inf, "purchase", 1, "x", "web"),
+    ("d", T, -1.5, "purchase", 1, "x", "web"),
+    ("d", T, -1.5, "purchase", 1, "x", "web"),  # a bad row twice: quarantined twice
+    ("e", T, 1.25e-5, "purchase", 0, "x", "web"),  # invalid quantities
+    ("e", T, 123456789.125, "purchase", -3, "x", "web"),
+    ("f", T, 2.5, "purchase", 1, "x", "web"),
+]
+SCHEMA = pa.schema(
+    [
+        ("customer_id", pa.string()),
+        ("event_time", pa.timestamp("us", "UTC")),
+        ("amount", pa.float64()),
+        ("event_type", pa.string()),
+        ("quantity", pa.int64()),
+        ("category", pa.string()),
+        ("channel", pa.string()),
+    ]
+)
+
+
+def _edge_table() -> pa.Table:
+    return pa.Table.from_pylist(
+        [dict(zip(SCHEMA.names, r, strict=True)) for r in EDGE_ROWS], SCHEMA
+    )
+
+
+def _variants() -> dict[str, pa.Table]:
+    """The edge rows with the column types users' files bring."""
+    edge = _edge_table()
+    quantity = edge["quantity"]
+    fractional = pc.if_else(pc.equal(quantity, 2), 2.5, pc.cast(quantity, pa.float64()))
+    huge = pa.array([3_000_000_000] + [1] * (edge.num_rows - 1), pa.int64())
+    ints = pa.array([i % 4 for i in range(edge.num_rows)], pa.int32())
+    return {
+        "typed": edge,
+        "double_quantity_ms_naive_time": edge.set_column(
+            4,
+            "quantity",
+            pc.if_else(pc.equal(pc.cast(quantity, pa.int64()), 0), math.nan, fractional),
+        ).set_column(1, "event_time", pc.cast(edge["event_time"], pa.timestamp("ms"), safe=False)),
+        "int_ids_amounts_and_mix": pa.table(
+            {
+                "customer_id": pa.array([i % 5 for i in range(edge.num_rows)], pa.int64()),
+                "event_time": pa.array(
+                    [dt.date(2025, 1, 1 + i % 3) if i != 7 else None for i in range(edge.num_rows)],
+                    pa.date32(),
+                ),
+                "amount": pa.array([(i % 3) - 1 for i in range(edge.num_rows)], pa.int16()),
+                "quantity": huge,
+                "event_type": pa.array([i % 2 == 0 for i in range(edge.num_rows)], pa.bool_()),
+                "category": ints,
+                "channel": pa.DictionaryArray.from_arrays(
+                    pa.array([i % 2 for i in range(edge.num_rows)], pa.int8()), ["web", " "]
+                ),
+            }
+        ),
+        "required_only": edge.select(["customer_id", "event_time", "amount"]),
+    }
+
+
+def _spark_results(spark, table: pa.Table, tmp_path) -> tuple[list[dict], list[dict]]:
+    path = tmp_path / "events.parquet"
+    pq.write_table(table, path)
+    parts = split_valid_events(conform_events(spark.read.parquet(str(path))), 2)
+    try:
+        good = [r.asDict() for r in parts.good.collect()]
+        quarantine = [r.asDict() for r in parts.quarantine.collect()]
+    finally:
+        parts.release()
+    return good, quarantine
+
+
+def _normalised(rows: list[dict]) -> list[tuple]:
+    """Rows comparable across engines: times as UTC micros, NaN as text."""
+    out = []
+    for row in rows:
+        values = []
+        for name, value in row.items():
+            if isinstance(value, dt.datetime):
+                aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+                value = int((aware - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) / US)
+            elif isinstance(value, float):
+                value = java_double_string(value)
+            values.append((name, value))
+        out.append(tuple(values))
+    return sorted(out, key=repr)
+
+
+@pytest.mark.parametrize("variant", list(_variants()))
+def test_duckdb_and_spark_validate_alike(spark, tmp_path, variant):
+    table = _variants()[variant]
+    assert in_process_type_problem(table.schema) is None
+    spark_good, spark_quarantine = _spark_results(spark, table, tmp_path)
+    checked = InProcessValidation(table)
+    try:
+        good, quarantine, figures = checked.good(), checked.quarantine(), checked.figures()
+    finally:
+        checked.close()
+    assert good.column_names == list(CONTRACT_COLUMNS)
+    assert _normalised(good.to_pylist()) == _normalised(spark_good)
+    assert _normalised(quarantine.to_pylist()) == _normalised(spark_quarantine)
+    assert figures.rows_valid == len(spark_good)
+    assert figures.rows_quarantined == len(spark_quarantine)
+    reasons: dict[str, int] = {}
+    for row in spark_quarantine:
+        reasons[row["reason"]] = reasons.get(row["reason"], 0) + 1
+    assert figures.quarantined == reasons
+    assert len(reasons) >= 2  # the edge rows reach several rules in every variant
+
+
+def test_demo_events_validate_alike(spark, tmp_path):
+    out = tmp_path / "demo"
+    generate_demo_events(DemoDataParams(customers=300, days=400, seed=5), out)
+    table = pa.concat_tables([pq.read_table(f) for f in sorted(out.glob("*.parquet"))])
+    spark_good, spark_quarantine = _spark_results(spark, table, tmp_path)
+    checked = InProcessValidation(table)
+    try:
+        good, quarantine, figures = checked.good(), checked.quarantine(), checked.figures()
+    finally:
+        checked.close()
+    assert _normalised(good.to_pylist()) == _normalised(spark_good)
+    assert _normalised(quarantine.to_pylist()) == _normalised(spark_quarantine)
+    assert spark_quarantine  # the demo plants bad rows and duplicates
+    times = pc.min_max(good["event_time"])
+    assert figures.first_micros == times["min"].cast(pa.int64()).as_py()
+    assert figures.last_micros == times["max"].cast(pa.int64()).as_py()
+
+
+@pytest.mark.parametrize(
+    ("column", "dtype"),
+    [
+        ("event_time", pa.string()),
+        ("event_time", pa.timestamp("ns")),
+        ("amount", pa.string()),
+        ("amount", pa.float32()),
+        ("amount", pa.decimal128(10, 2)),
+        ("customer_id", pa.uint64()),
+        ("quantity", pa.string()),
+    ],
+)
+def test_types_spark_parses_are_declined(column, dtype):
+    schema = SCHEMA.set(SCHEMA.get_field_index(column), pa.field(column, dtype))
+    problem = in_process_type_problem(schema)
+    assert problem is not None and column in problem
+
+
+def test_spark_text_of_doubles():
+    cases = [
+        (0.0, "0.0"),
+        (-0.0, "-0.0"),
+        (1.0, "1.0"),
+        (0.1, "0.1"),
+        (1e7, "1.0E7"),
+        (9999999.0, "9999999.0"),
+        (1e-3, "0.001"),
+        (0.00099, "9.9E-4"),
+        (1.5e-5, "1.5E-5"),
+        (-1e21, "-1.0E21"),
+        (123456789.123, "1.23456789123E8"),
+        (math.nan, "NaN"),
+        (math.inf, "Infinity"),
+        (-math.inf, "-Infinity"),
+    ]
+    assert [(v, java_double_string(v)) for v, _ in cases] == cases
