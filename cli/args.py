@@ -53,20 +53,24 @@ def events_path(args: argparse.Namespace) -> Path:
 
 def check_events_and_start_engines(args: argparse.Namespace) -> None:
     """Fail on a missing or unreadable input, a ``--map`` that does not fit it or a missing
-    required column from the files' headers and footers alone, before the flows import, the
-    JVM boots and Prefect's API starts (an input error, exit 2); then start Prefect's temporary
-    API (without a configured one) and the JVM, sized for the input's rows, in the background
-    while the caller imports and starts its flow."""
+    required column from the files' headers and footers alone, before the flows import and
+    Prefect's API starts (an input error, exit 2); then start Prefect's temporary API (without
+    a configured one) and, unless every CPU stage will run in this process (validate decides:
+    its input is the largest), the JVM, sized for the input's rows, in the background while the
+    caller imports and starts its flow."""
     from infra.prefect_api import start_temporary_api
-    from infra.settings import get_settings
-    from infra.spark import start_spark_in_background
+    from infra.settings import get_settings, in_process_limit
+    from infra.spark import SparkOnDemand, start_spark_in_background
     from tasks.data.input_formats import InputOptions, input_defaults, inspect_events
+    from tasks.stages.validate import validates_in_process
 
     settings = get_settings()
     given = InputOptions.model_validate(_input_options(args))
     found = inspect_events(events_path(args), given.merged_with(input_defaults(settings)))
     start_temporary_api()
-    start_spark_in_background(settings, found.rows_estimate)
+    local = SparkOnDemand(settings).local_cores() is not None
+    if not (local and validates_in_process(found, in_process_limit(None))):
+        start_spark_in_background(settings, found.rows_estimate)
 
 
 def _input_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from flows.context import record_stage_result
 from flows.dag import BATCH_INFERENCE
 from flows.params import StageParams, resolve
 from infra.errors import HybridflowInputError
-from infra.spark import get_spark
+from infra.spark import SparkOnDemand
 from tasks.stages.batch_inference import batch_inference_stage
 from tasks.stages.records import FeaturesResult, InferenceResult, read_stage_manifest
 
@@ -26,7 +26,7 @@ def batch_inference_flow(params: StageParams) -> InferenceResult:
     if as_of is None:
         raise HybridflowInputError("batch inference needs as_of (or the run_id of a features run)")
     result = batch_inference_stage(
-        get_spark(run.settings),
+        SparkOnDemand(run.settings),
         run.store,
         as_of,
         params.model_version,

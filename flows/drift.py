@@ -14,7 +14,7 @@ from flows.artifacts import publish_drift_table
 from flows.context import resolve_run_id
 from flows.params import RunInputs, resolve
 from infra.errors import HybridflowInputError
-from infra.spark import get_spark
+from infra.spark import SparkOnDemand
 from tasks.stages.drift import measure_drift
 from tasks.stages.drift_records import DriftReport
 from tasks.stages.records import write_stage_manifest
@@ -39,7 +39,7 @@ def drift_flow(params: DriftParams) -> DriftReport:
         raise HybridflowInputError("the drift check needs as_of (the features' date)")
     run_id = resolve_run_id(params.run_id)
     report = measure_drift(
-        lambda: get_spark(run.settings),
+        SparkOnDemand(run.settings),
         run.store,
         run_id,
         run.as_of,

@@ -8,7 +8,7 @@ from flows.artifacts import publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
 from flows.dag import FEATURES
 from flows.params import StageParams, resolve
-from infra.spark import get_spark
+from infra.spark import SparkOnDemand
 from tasks.stages.features import features_stage
 from tasks.stages.records import FeaturesResult, ValidateResult, read_stage_manifest
 
@@ -20,7 +20,7 @@ def features_flow(params: StageParams) -> FeaturesResult:
     run_id = resolve_run_id(params.run_id)
     validated = read_stage_manifest(run.store, run_id, "validate", ValidateResult)
     result = features_stage(
-        get_spark(run.settings),
+        SparkOnDemand(run.settings),
         run.store,
         run_id,
         validated,

@@ -8,7 +8,7 @@ from flows.artifacts import publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
 from flows.dag import PREPROCESS
 from flows.params import StageParams, resolve
-from infra.spark import get_spark
+from infra.spark import SparkOnDemand
 from tasks.stages.preprocess import preprocess_stage
 from tasks.stages.records import FeaturesResult, PreprocessResult, read_stage_manifest
 
@@ -20,7 +20,7 @@ def preprocess_flow(params: StageParams) -> PreprocessResult:
     run_id = resolve_run_id(params.run_id)
     features = read_stage_manifest(run.store, run_id, "features", FeaturesResult)
     result = preprocess_stage(
-        get_spark(run.settings),
+        SparkOnDemand(run.settings),
         run.store,
         features,
         run.settings.train.seed,

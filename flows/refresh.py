@@ -30,7 +30,7 @@ from flows.prepare import prepare_flow
 from flows.train import train_flow
 from infra.registry import ModelRegistry
 from infra.routing.accounting import account_refresh, embedded_pool
-from infra.spark import get_spark
+from infra.spark import SparkOnDemand
 from tasks.stages.drift import ensure_reference
 from tasks.stages.records import (
     FeaturesResult,
@@ -131,7 +131,7 @@ def _after_promotion(run: ResolvedRun, result: RefreshResult, params: RefreshPar
     The promotion stands if the reference cannot be built; the next drift check tries again."""
     try:
         ensure_reference(
-            lambda: get_spark(run.settings), run.store, result.candidate_version, run.settings.drift
+            SparkOnDemand(run.settings), run.store, result.candidate_version, run.settings.drift
         )
     except Exception as exc:  # a side record: the promotion already happened
         log.warning("drift reference of %s not recorded: %s", result.candidate_version, exc)

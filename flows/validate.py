@@ -9,7 +9,7 @@ from flows.context import record_stage_result, resolve_run_id
 from flows.dag import VALIDATE
 from flows.params import StageParams, resolve
 from infra.errors import HybridflowInputError
-from infra.spark import get_spark
+from infra.spark import SparkOnDemand
 from tasks.stages.records import ValidateResult
 from tasks.stages.validate import validate_stage
 
@@ -22,7 +22,7 @@ def validate_flow(params: StageParams) -> ValidateResult:
     run = resolve(params)
     run_id = resolve_run_id(params.run_id)
     result = validate_stage(
-        get_spark(run.settings),
+        SparkOnDemand(run.settings),
         run.store,
         run_id,
         params.events,

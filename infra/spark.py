@@ -7,17 +7,21 @@ import os
 import shutil
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra.errors import HybridflowInputError
 from infra.jvm_archive import ClassSharing, class_sharing, conf_dir
 from infra.settings import HybridflowSettings
+from infra.spark_connect import default_parallelism, runs_on_cluster
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 CONF_DIR = Path(__file__).parent / "conf"
+SessionProvider = Callable[[], "SparkSession"]
+"""A session started only when called: for stages that need Spark only for some inputs."""
 log = logging.getLogger(__name__)
 
 # A local driver's JVM options when the settings leave them open. The quick JIT tier (C1 only)
@@ -121,6 +125,56 @@ def get_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+class SparkOnDemand:
+    """The process's SparkSession for ``settings``, started at the first call: what the flows
+    hand stages that need Spark only for some inputs. Says without starting it whether it is
+    a local driver, how many cores that has, and the conf it gets."""
+
+    def __init__(self, settings: HybridflowSettings, input_rows: int | None = None) -> None:
+        self.settings = settings
+        self.input_rows = input_rows
+
+    def __call__(self) -> SparkSession:
+        return get_spark(self.settings, self.input_rows)
+
+    def local_cores(self) -> int | None:
+        """The cores of the local driver it starts; None for a cluster or Spark Connect."""
+        master = self.settings.spark_master.strip()
+        if self.settings.spark_remote or not master.startswith("local"):
+            return None
+        if master == "local":
+            return 1
+        cores = master.removeprefix("local[").split("]")[0].split(",")[0]
+        if master.startswith("local-cluster") or not (cores == "*" or cores.isdigit()):
+            return None
+        return (os.cpu_count() or 1) if cores == "*" else int(cores)
+
+    def conf_value(self, key: str, default: str) -> str:
+        """``key`` of the session's conf, as it is or would be started."""
+        return spark_conf_for(self.settings, self.input_rows).get(key, default)
+
+
+def session_of(spark: SparkSession | SessionProvider) -> SparkSession:
+    """The session given, or the one ``spark`` provides (started now, when it must be)."""
+    return spark() if callable(spark) else spark
+
+
+def local_cores(spark: SparkSession | SessionProvider) -> int | None:
+    """The cores of a local driver (its default parallelism); None where executors are other
+    processes. A :class:`SparkOnDemand` answers without starting its session."""
+    if isinstance(spark, SparkOnDemand):
+        return spark.local_cores()
+    session = session_of(spark)
+    return None if runs_on_cluster(session) else default_parallelism(session)
+
+
+def conf_value(spark: SparkSession | SessionProvider, key: str, default: str) -> str:
+    """``key`` of the session's conf; a :class:`SparkOnDemand` answers without starting."""
+    if isinstance(spark, SparkOnDemand):
+        return spark.conf_value(key, default)
+    return str(session_of(spark).conf.get(key, default))
 
 
 def _class_sharing(

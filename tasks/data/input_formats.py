@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 from pyspark.errors import PySparkException
@@ -102,6 +103,11 @@ class EventsInput:
     rows_estimate: int
     """Exact for Parquet (footers), from the file sizes for CSV."""
     csv_delimiter: str | None = None
+    arrow_schema: pa.Schema | None = None
+    """Parquet files that all have this one schema (contract names), without Hive partition
+    folders; else None."""
+    source_columns: dict[str, str] | None = None
+    """With ``arrow_schema``: the input's column behind each of its names."""
 
 
 @dataclass
@@ -148,10 +154,11 @@ def detect_format(files: list[Path], path: Path) -> str:
     )
 
 
-def _check_parquet_files(files: list[Path], path: Path) -> tuple[int, list[str]]:
+def _check_parquet_files(files: list[Path], path: Path) -> tuple[int, list[str], pa.Schema | None]:
     """Total rows and the column names from the footers (every file's, in first-seen order,
-    then Hive partition keys of the folders); a corrupt or non-Parquet file is named."""
-    rows, names = 0, []
+    then Hive partition keys of the folders), and the files' one schema when they agree and
+    no folder is a partition; a corrupt or non-Parquet file is named."""
+    rows, names, schemas = 0, [], []
     for f in files:
         try:
             meta = pq.read_metadata(f)
@@ -160,13 +167,17 @@ def _check_parquet_files(files: list[Path], path: Path) -> tuple[int, list[str]]
                 f"cannot read Parquet file {f}: {_first_line(exc)}"
             ) from None
         rows += meta.num_rows
-        names += [n for n in meta.schema.to_arrow_schema().names if n not in names]
+        schemas.append(meta.schema.to_arrow_schema())
+        names += [n for n in schemas[-1].names if n not in names]
+    partitioned = False
     for f in files:
         for part in f.relative_to(path).parts[:-1]:
             key, sep, _ = part.partition("=")
+            partitioned = partitioned or bool(sep)
             if sep and key not in names:
                 names.append(key)
-    return rows, names
+    uniform = not partitioned and all(s.equals(schemas[0]) for s in schemas[1:])
+    return rows, names, schemas[0].remove_metadata() if uniform else None
 
 
 def _csv_header(f: Path) -> str | None:
@@ -236,9 +247,9 @@ def inspect_events(path: str | Path, options: InputOptions) -> EventsInput:
     path = Path(path).expanduser().resolve()
     files = list_event_files(path)
     fmt = detect_format(files, path)
-    delimiter = None
+    delimiter, schema = None, None
     if fmt == "parquet":
-        rows, names = _check_parquet_files(files, path)
+        rows, names, schema = _check_parquet_files(files, path)
     else:
         delimiter, non_empty, names = _check_csv_files(
             files, options.csv_delimiter, options.column_map
@@ -248,6 +259,11 @@ def inspect_events(path: str | Path, options: InputOptions) -> EventsInput:
         raise HybridflowInputError(f"events input is empty (no rows): {path}")
     columns, _ = mapped_names(names, options.column_map, path)
     check_required_columns(columns)
+    sources = dict(zip(columns, names, strict=True)) if schema is not None else None
+    if schema is not None:
+        schema = pa.schema(
+            [schema.field(n).with_name(c) for c, n in zip(columns, names, strict=True)]
+        )
     return EventsInput(
         path=path,
         files=files,
@@ -255,6 +271,8 @@ def inspect_events(path: str | Path, options: InputOptions) -> EventsInput:
         columns=columns,
         rows_estimate=rows,
         csv_delimiter=delimiter,
+        arrow_schema=schema,
+        source_columns=sources,
     )
 
 
@@ -266,6 +284,13 @@ def check_required_columns(columns: Sequence[str]) -> None:
             f"events are missing required column(s) {', '.join(missing)}; "
             f"found: {', '.join(columns) or '(none)'} (rename with --map column=yours)"
         )
+
+
+def warn_extra_columns(columns: Sequence[str]) -> None:
+    """Log the input's columns (contract names) that validation ignores."""
+    extra = [c for c in columns if c not in CONTRACT_COLUMNS]
+    if extra:
+        log.warning("ignoring extra event columns: %s", ", ".join(extra))
 
 
 def read_events(spark: SparkSession, path: str | Path, options: InputOptions) -> RawEvents:

@@ -6,7 +6,6 @@ publishes the results is :mod:`tasks.stages.validate`.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
@@ -21,18 +20,19 @@ from tasks.data.contract import (
     REASON_INVALID_QUANTITY,
     REASON_MISSING_CUSTOMER_ID,
 )
-from tasks.data.input_formats import EPOCH_MILLIS, EPOCH_SECONDS, check_required_columns
-
-log = logging.getLogger(__name__)
+from tasks.data.input_formats import (
+    EPOCH_MILLIS,
+    EPOCH_SECONDS,
+    check_required_columns,
+    warn_extra_columns,
+)
 
 
 def conform_events(df: DataFrame, timestamp_format: str | None = None) -> DataFrame:
     """Check required columns, add defaults for missing optional ones, keep raw values as
     strings (``raw_*``) for the quarantine and typed values for everything downstream."""
     check_required_columns(df.columns)
-    extra = [c for c in df.columns if c not in CONTRACT_COLUMNS]
-    if extra:
-        log.warning("ignoring extra event columns: %s", ", ".join(extra))
+    warn_extra_columns(df.columns)
     raw = [F.col(c).cast("string").alias(f"raw_{c}") for c in CONTRACT_COLUMNS if c in df.columns]
     typed: list[Column] = [
         F.trim(F.col("customer_id").cast("string")).alias("customer_id"),

@@ -19,12 +19,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from infra.arrow_datasets import read_table, write_table
@@ -39,6 +39,7 @@ from infra.layout import (
 )
 from infra.registry import ModelRegistry
 from infra.settings import DriftSettings, in_process_limit
+from infra.spark import SessionProvider
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
 from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 SCORE = "score"
 UNSEEN = "unseen_customers"
 CUSTOMER = "customer_id"
-SessionProvider = Callable[[], SparkSession]  # called only when a dataset is too big for numpy
 
 
 def load_reference(store: ObjectStore, version: str) -> DriftReference | None:

@@ -17,6 +17,7 @@ from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
 from infra.settings import in_process_limit
+from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore
 from tasks.data.feature_specs import feature_names
 from tasks.data.features import (
@@ -85,7 +86,7 @@ def resolve_as_of(validated: ValidateResult, as_of: dt.date | None, horizon_days
 
 
 def features_stage(
-    spark: SparkSession,
+    spark: SparkSession | SessionProvider,
     store: ObjectStore,
     run_id: str,
     validated: ValidateResult,
@@ -124,7 +125,7 @@ def features_stage(
 
 
 def build_features(
-    spark: SparkSession,
+    spark: SparkSession | SessionProvider,
     store: ObjectStore,
     run_id: str,
     validated: ValidateResult,
@@ -150,7 +151,7 @@ def build_features(
     frame: FeatureFrame = (
         InProcessFeatureFrame(store, validated.events_prefix, wanted, available)
         if validated.rows_valid <= in_process_limit(in_process_rows)
-        else SparkFeatureFrame(spark, store, validated.events_prefix, wanted, available)
+        else SparkFeatureFrame(session_of(spark), store, validated.events_prefix, wanted, available)
     )
     with frame:
         examples, positive_rate = _publish_training(

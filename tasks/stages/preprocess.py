@@ -14,6 +14,7 @@ from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import backtest_snapshot_prefix, snapshot_prefix
 from infra.settings import in_process_limit
+from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore, sha256_bytes
 from tasks.data.split import (
     SPLITS,
@@ -42,7 +43,7 @@ PREPROCESS_CODE = (
 
 
 def preprocess_stage(
-    spark: SparkSession,
+    spark: SparkSession | SessionProvider,
     store: ObjectStore,
     features: FeaturesResult,
     seed: int,
@@ -80,7 +81,7 @@ def preprocess_stage(
 
 
 def build_snapshot(
-    spark: SparkSession,
+    spark: SparkSession | SessionProvider,
     store: ObjectStore,
     features: FeaturesResult,
     seed: int,
@@ -93,9 +94,14 @@ def build_snapshot(
     (default: the setting)."""
     started = time.perf_counter()
     limit = in_process_limit(in_process_rows)
-    with SparkJobs(spark) as jobs:
+    sources = [features.training_prefix] + (
+        [features.backtest_prefix] if features.backtest_prefix else []
+    )
+    rows = max(read_dataset_manifest(store, prefix).rows for prefix in sources)
+    session = session_of(spark) if rows > limit else None
+    with SparkJobs(session) as jobs:
         snapshot, counts = publish_snapshot(
-            spark,
+            session,
             store,
             features.training_prefix,
             snapshot_prefix(features.as_of, features.horizon_days),
@@ -112,7 +118,7 @@ def build_snapshot(
         backtest_prefix, backtest_counts, skipped = None, {}, features.backtest_skipped
         if features.backtest_prefix:
             backtest, backtest_counts = publish_snapshot(
-                spark,
+                session,
                 store,
                 features.backtest_prefix,
                 backtest_snapshot_prefix(features.as_of, features.horizon_days),
@@ -150,7 +156,7 @@ def build_snapshot(
 
 
 def publish_snapshot(
-    spark: SparkSession,
+    spark: SparkSession | None,
     store: ObjectStore,
     examples_prefix: str,
     out_prefix: str,
@@ -161,7 +167,7 @@ def publish_snapshot(
     """Split the examples at ``examples_prefix`` by customer, fit the normaliser on the train
     split and publish them at ``out_prefix``: the dataset and its rows per split, from the one
     job that writes it, or in this process (:mod:`tasks.stages.snapshot_in_process`) for up to
-    ``in_process_rows`` examples."""
+    ``in_process_rows`` examples (``spark`` may then be None)."""
 
     def metadata(values: dict[str, Any]) -> dict[str, Any]:
         mean, std = normalizer_from(values, features)
@@ -169,7 +175,7 @@ def publish_snapshot(
         return {"normalizer": normalizer.model_dump(), "features": features}
 
     examples = read_dataset_manifest(store, examples_prefix)
-    if examples.rows <= in_process_rows:
+    if examples.rows <= in_process_rows or spark is None:
         snapshot, values = publish_snapshot_in_process(
             store, examples, out_prefix, features, seed, metadata
         )

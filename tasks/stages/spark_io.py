@@ -80,10 +80,12 @@ class ClusteredLayout:
 
 class SparkJobs:
     """Counts the Spark jobs this thread starts inside a ``with`` block (by a job tag); the
-    count stays None on Spark Connect, whose clients see no SparkContext."""
+    count stays None on Spark Connect, whose clients see no SparkContext, and is 0 without a
+    session (a block that runs no Spark)."""
 
-    def __init__(self, spark: SparkSession) -> None:
-        self._sc = None if is_connect(spark) else spark.sparkContext
+    def __init__(self, spark: SparkSession | None) -> None:
+        self._none = spark is None
+        self._sc = None if spark is None or is_connect(spark) else spark.sparkContext
         self._tag = f"hybridflow-{uuid.uuid4().hex}"
         self.count: int | None = None
 
@@ -94,6 +96,7 @@ class SparkJobs:
 
     def __exit__(self, *exc: object) -> None:
         if self._sc is None:
+            self.count = 0 if self._none else None
             return
         self._sc.removeJobTag(self._tag)
         tracker = self._sc._jsc.sc().statusTracker()

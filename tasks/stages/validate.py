@@ -18,10 +18,19 @@ from pyspark.sql import functions as F
 from infra.datasets import DatasetManifest
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
+from infra.settings import in_process_limit
+from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore
 from tasks.data.contract import CONTRACT_COLUMNS, QUARANTINE_REASONS
-from tasks.data.input_formats import InputOptions, list_event_files, read_events
+from tasks.data.input_formats import (
+    EventsInput,
+    InputOptions,
+    inspect_events,
+    list_event_files,
+    read_events,
+)
 from tasks.data.validation import ValidatedEvents, conform_events, split_valid_events
+from tasks.data.validation_duckdb import in_process_type_problem
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, files_fingerprint, stage_fingerprint
 from tasks.stages.records import StageReport, ValidateResult
@@ -32,13 +41,17 @@ from tasks.stages.spark_io import (
     check_cluster_sees,
     write_observed,
 )
+from tasks.stages.validate_in_process import publish_validated_in_process
 
 log = logging.getLogger(__name__)
 EVENTS_KEY = "customer_id"
 VALIDATE_CODE = (
     "tasks.stages.validate",
     "tasks.data.validation",
+    "tasks.data.validation_duckdb",
+    "tasks.data.spark_text",
     "tasks.data.input_formats",
+    "tasks.stages.validate_in_process",
     "tasks.data.contract",
     "tasks.stages.spark_io",
     "infra.datasets",
@@ -46,7 +59,7 @@ VALIDATE_CODE = (
 
 
 def validate_stage(
-    spark: SparkSession,
+    spark: SparkSession | SessionProvider,
     store: ObjectStore,
     run_id: str,
     events_path: str,
@@ -54,18 +67,20 @@ def validate_stage(
     options: InputOptions | None = None,
     use_cache: bool = True,
     on_quarantine: Callable[[ValidateResult], None] | None = None,
+    in_process_rows: int | None = None,
 ) -> ValidateResult:
     """Read, validate and publish the run's good events and its quarantine.
 
-    Unchanged input files, options and code reuse an earlier run's output (``report.cached``).
-    The quarantine is published even when the bad fraction is over ``max_bad_fraction``, so the
-    user can look at it (``on_quarantine`` gets the result first); then the stage fails with an
-    input error.
+    Parquet input of up to ``in_process_rows`` rows (default: the setting) in native column
+    types is validated in this process (:mod:`tasks.stages.validate_in_process`); anything
+    else by Spark, started only then. Unchanged input files, options and code reuse an earlier
+    run's output (``report.cached``). The quarantine is published even when the bad fraction is
+    over ``max_bad_fraction``, so the user can look at it (``on_quarantine`` gets the result
+    first); then the stage fails with an input error.
     """
     options = options or InputOptions()
     path = Path(events_path).expanduser().resolve()
     files = list_event_files(path)
-    check_cluster_sees(spark, "events", str(path))
     fingerprint = stage_fingerprint(
         "validate",
         path=str(path),
@@ -75,7 +90,13 @@ def validate_stage(
     )
     result = load_cached(store, "validate", fingerprint, ValidateResult) if use_cache else None
     if result is None:
-        result = validate_events(spark, store, run_id, path, options)
+        found = inspect_events(path, options)
+        if validates_in_process(found, in_process_limit(in_process_rows)):
+            result = validate_in_process(store, run_id, found)
+        else:
+            session = session_of(spark)
+            check_cluster_sees(session, "events", str(path))
+            result = validate_events(session, store, run_id, path, options)
         save_cached(
             store,
             "validate",
@@ -88,6 +109,33 @@ def validate_stage(
         on_quarantine(result)
     check_bad_fraction(result, max_bad_fraction)
     return result
+
+
+def validates_in_process(found: EventsInput, in_process_rows: int) -> bool:
+    """Whether the input is validated in this process: Parquet files of one schema with no
+    column Spark must parse, of at most ``in_process_rows`` rows."""
+    if found.arrow_schema is None or found.rows_estimate > in_process_rows:
+        return False
+    problem = in_process_type_problem(found.arrow_schema)
+    if problem is not None:
+        log.info("validating with Spark: %s", problem)
+    return problem is None
+
+
+def validate_in_process(store: ObjectStore, run_id: str, found: EventsInput) -> ValidateResult:
+    """:func:`validate_events` in this process, for an input :func:`validates_in_process`."""
+    started = time.perf_counter()
+    events, quarantine, figures = publish_validated_in_process(store, run_id, found)
+    return _validated(
+        0,
+        started,
+        store,
+        found.path,
+        (events, quarantine),
+        figures.quarantined,
+        sorted(c for c in CONTRACT_COLUMNS if c in found.columns),
+        (figures.first_micros, figures.last_micros),
+    )
 
 
 def validate_events(
@@ -113,11 +161,34 @@ def validate_events(
             ) from None
         finally:
             parts.release()
+    return _validated(
+        jobs.count,
+        started,
+        store,
+        path,
+        (events, quarantine),
+        {r: int(counted[r]) for r in QUARANTINE_REASONS if counted.get(r)},
+        present,
+        (span["first"], span["last"]),
+    )
+
+
+def _validated(
+    spark_jobs: int | None,
+    started: float,
+    store: ObjectStore,
+    path: Path,
+    outputs: tuple[DatasetManifest, DatasetManifest],
+    reasons: dict[str, int],
+    present: list[str],
+    span_micros: tuple[int | None, int | None],
+) -> ValidateResult:
+    """The stage's result from its published outputs and figures (either engine's)."""
+    events, quarantine = outputs
     # every input row is either kept, or quarantined (invalid, or an extra duplicate copy)
     rows_read = events.rows + quarantine.rows
     if rows_read == 0:
         raise HybridflowInputError(f"events input is empty (no rows): {path}")
-    reasons = {r: int(counted[r]) for r in QUARANTINE_REASONS if counted.get(r)}
     for reason, count in sorted(reasons.items()):
         log.warning("quarantined %d row(s): %s", count, reason)
     return ValidateResult(
@@ -126,7 +197,7 @@ def validate_events(
             seconds=time.perf_counter() - started,
             rows_in=rows_read,
             rows_out=events.rows,
-            spark_jobs=jobs.count,
+            spark_jobs=spark_jobs,
         ),
         events_prefix=events.prefix,
         quarantine_prefix=quarantine.prefix,
@@ -136,8 +207,8 @@ def validate_events(
         rows_quarantined=quarantine.rows,
         quarantine_reasons=reasons,
         available_columns=present,
-        first_event=_from_micros(span["first"]),
-        last_event=_from_micros(span["last"]),
+        first_event=_from_micros(span_micros[0]),
+        last_event=_from_micros(span_micros[1]),
     )
 
 

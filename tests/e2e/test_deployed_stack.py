@@ -28,7 +28,13 @@ TRAINING = {  # long enough (200 small-batch epochs) to be killed after its firs
 
 @pytest.fixture
 def stack_env(stack_base_env) -> dict[str, str]:
-    return stack_base_env | {"HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS": "50", **TRAINING}
+    # every CPU stage on the cluster: inputs this small would otherwise be validated, featured
+    # and preprocessed in the flow run's process, and this test proves the Connect paths
+    return stack_base_env | {
+        "HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS": "50",
+        "HYBRIDFLOW_IN_PROCESS_ROWS": "0",
+        **TRAINING,
+    }
 
 
 def _children(client, parent_id) -> dict[str, object]:

@@ -3,9 +3,11 @@ an older registry version through the CLI, progress reporting, one model load pe
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import logging
 import os
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +22,23 @@ from tasks.ml.model import CustomerMLP, ModelConfig, bundle_bytes, load_bundle, 
 from tasks.stages.spark_io import SparkJobs
 
 pytestmark = pytest.mark.integration
+CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller")
+
+
+class _ContextSeen:
+    """A row tally that records the context variable and the threads it is added from."""
+
+    def __init__(self) -> None:
+        self.values: set[str | None] = set()
+        self._threads: set[int] = set()
+
+    def add(self, term: int) -> None:
+        self.values.add(CALLER.get(None))
+        self._threads.add(threading.get_ident())
+
+    @property
+    def threads(self) -> int:
+        return len(self._threads)
 
 
 def _register(registry: ModelRegistry, features: list[str], seed: int) -> str:
@@ -192,9 +211,13 @@ def test_batch_inference_end_to_end(
         assert 1 <= loads.value < tasks
 
         # 4b. Up to in_process_rows in local mode the same units are scored in this process, a
-        # thread per core: no Spark job, the model loaded once, the same scores.
+        # thread per core: no Spark job, the model loaded once, the same scores. The threads
+        # count rows in the caller's context (where a progress sink finds the flow run's API:
+        # without it Prefect starts an API of its own, and leaves it running).
         here_loads = spark.sparkContext.accumulator(0)
         here = _register(registry, feats.features, seed=5)
+        seen = _ContextSeen()
+        token = CALLER.set("the caller")
         with SparkJobs(spark) as jobs:
             _, here_keys, here_rows = score_dataset(
                 spark,
@@ -205,8 +228,11 @@ def test_batch_inference_end_to_end(
                 "scratch/here",
                 rows_per_task=1,
                 in_process_rows=10**9,
+                rows_done=seen,
                 model_loads=here_loads,
             )
+        CALLER.reset(token)
+        assert seen.values == {"the caller"} and seen.threads > 1
         assert jobs.count == 0 and here_loads.value == 1
         assert here_rows == rows and len(set(here_keys)) == tasks
         expected = _plain_torch_scores(store, here, features_prefix)

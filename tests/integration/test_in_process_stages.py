@@ -1,17 +1,21 @@
-"""The features and preprocess stages give the same outputs in this process (DuckDB, pyarrow)
-as with Spark: the same customers, features, labels and figures; the same split of every
-customer and the same normaliser; and Spark reads what the in-process stages publish."""
+"""The validate, features and preprocess stages give the same outputs in this process (DuckDB,
+pyarrow) as with Spark, without starting it: the same good events and quarantine; the same
+customers, features, labels and figures; the same split of every customer and the same
+normaliser; and Spark reads what the in-process stages publish."""
 
 from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from infra.arrow_datasets import read_table
 from infra.datasets import read_dataset_manifest
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
+from tasks.data.input_formats import InputOptions
 from tasks.stages.features import features_stage
 from tasks.stages.preprocess import preprocess_stage
 from tasks.stages.spark_io import read_dataset
@@ -23,6 +27,10 @@ SPARK = 0  # in_process_rows that makes both stages use Spark
 IN_PROCESS = 10**9
 
 
+def no_spark():
+    raise AssertionError("an in-process stage started Spark")
+
+
 def _rows(store, prefix: str) -> dict[str, dict]:
     table = read_table(store, read_dataset_manifest(store, prefix))
     return {r.pop("customer_id"): r for r in table.to_pylist()}
@@ -32,6 +40,66 @@ def _same_rows(expected: dict[str, dict], got: dict[str, dict]) -> None:
     assert list(got) == sorted(got) and set(got) == set(expected) and got
     for cid, values in got.items():
         assert values == pytest.approx(expected[cid], rel=1e-9, abs=1e-9), cid
+
+
+def _all_rows(store, prefix: str) -> list[tuple]:
+    """The rows, sorted; times as naive UTC micros (Spark writes INT96, pyarrow zoned micros)."""
+    table = read_table(store, read_dataset_manifest(store, prefix))
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type):
+            table = table.set_column(i, field.name, table[i].cast(pa.timestamp("us")))
+    return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
+
+
+def test_validate_in_process_equals_spark(spark, local_store, tmp_path):
+    """Two files, a mapped column, an extra column, planted bad rows and duplicates."""
+    demo = tmp_path / "demo"
+    generate_demo_events(DemoDataParams(customers=400, days=300, seed=4), demo)
+    table = pq.read_table(next(demo.glob("*.parquet")))
+    table = table.rename_columns(["Revenue" if c == "amount" else c for c in table.column_names])
+    table = table.append_column("note", pa.array(["x"] * table.num_rows))
+    events = tmp_path / "events"
+    events.mkdir()
+    half = table.num_rows // 2
+    pq.write_table(table.slice(0, half), events / "part-0.parquet")
+    pq.write_table(table.slice(half - 50), events / "part-1.parquet")  # 50 rows twice
+    options = InputOptions(column_map={"amount": "revenue"})
+
+    def validate(run_id: str, spark_or_none, limit: int):
+        return validate_stage(
+            spark_or_none,
+            local_store,
+            run_id,
+            str(events),
+            0.5,
+            options,
+            False,
+            in_process_rows=limit,
+        )
+
+    on_spark = validate("s", spark, SPARK)
+    here = validate("l", no_spark, IN_PROCESS)
+    assert on_spark.report.spark_jobs and here.report.spark_jobs == 0
+    figures = (
+        "rows_read",
+        "rows_valid",
+        "rows_quarantined",
+        "quarantine_reasons",
+        "available_columns",
+        "first_event",
+        "last_event",
+    )
+    assert [getattr(here, f) for f in figures] == [getattr(on_spark, f) for f in figures]
+    assert here.rows_read == table.num_rows + 50
+    assert here.quarantine_reasons["duplicate_event"] >= 50
+    for prefix in ("events_prefix", "quarantine_prefix"):
+        assert _all_rows(local_store, getattr(here, prefix)) == _all_rows(
+            local_store, getattr(on_spark, prefix)
+        )
+    events_read = read_dataset(spark, local_store, here.events_prefix)
+    assert events_read.count() == here.rows_valid
+    kept = read_table(local_store, read_dataset_manifest(local_store, here.events_prefix))
+    assert pc.min(kept["event_time"]).as_py() == here.first_event
 
 
 def test_features_and_snapshot_in_process_equal_spark(spark, local_store, tmp_path):
@@ -46,7 +114,9 @@ def test_features_and_snapshot_in_process_equal_spark(spark, local_store, tmp_pa
 
     spark_f = features("s", SPARK)
     spark_scoring = _rows(local_store, spark_f.scoring_prefix)  # T's prefix: the next run's too
-    local_f = features("l", IN_PROCESS)
+    local_f = features_stage(
+        no_spark, local_store, "l", validated, None, 90, use_cache=False, in_process_rows=IN_PROCESS
+    )
     assert spark_f.report.spark_jobs and local_f.report.spark_jobs == 0
     figures = ("n_training", "n_scoring", "n_backtest", "events_after_as_of", "features")
     assert [getattr(local_f, f) for f in figures] == [getattr(spark_f, f) for f in figures]
@@ -67,7 +137,9 @@ def test_features_and_snapshot_in_process_equal_spark(spark, local_store, tmp_pa
         )
 
     spark_p = snapshot("s", spark_f, SPARK)
-    local_p = snapshot("l", local_f, IN_PROCESS)
+    local_p = preprocess_stage(
+        no_spark, local_store, local_f, 7, use_cache=False, run_id="l", in_process_rows=IN_PROCESS
+    )
     assert local_p.report.spark_jobs == 0 and spark_p.report.spark_jobs
     assert local_p.split_counts == spark_p.split_counts
     assert local_p.backtest_split_counts == spark_p.backtest_split_counts

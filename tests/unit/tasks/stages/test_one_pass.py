@@ -28,8 +28,9 @@ pytestmark = pytest.mark.integration
 # the snapshot write and the backtest snapshot's. (Reads of published datasets take their schema
 # from the manifest: no job.)
 JOB_BUDGET = {"validate": 4, "features": 4, "preprocess": 2}
-# Up to ``in_process_rows`` the features and preprocess stages run no Spark job at all.
-IN_PROCESS_BUDGET = {"validate": 4, "features": 0, "preprocess": 0}
+# Up to ``in_process_rows`` (and for validate, Parquet in native types) the stages run no
+# Spark job at all.
+IN_PROCESS_BUDGET = {"validate": 0, "features": 0, "preprocess": 0}
 ENGINES = pytest.mark.parametrize(
     "in_process_rows, budget", [(0, JOB_BUDGET), (10**9, IN_PROCESS_BUDGET)], ids=["spark", "local"]
 )
@@ -56,7 +57,15 @@ def _shuffles(df) -> int:
 def test_job_budget_per_stage_and_figures_from_the_writes(
     spark, local_store, small_events, in_process_rows, budget
 ):
-    validated = validate_stage(spark, local_store, "r", str(small_events), 0.05, use_cache=False)
+    validated = validate_stage(
+        spark,
+        local_store,
+        "r",
+        str(small_events),
+        0.05,
+        use_cache=False,
+        in_process_rows=in_process_rows,
+    )
     features = features_stage(
         spark, local_store, "r", validated, None, 90, False, in_process_rows=in_process_rows
     )
@@ -105,7 +114,9 @@ def test_one_shuffle_in_validate_none_in_features(spark, local_store, small_even
         assert _shuffles(parts.quarantine) == 1
     finally:
         parts.release()
-    validated = validate_stage(spark, local_store, "r", str(small_events), 0.05, use_cache=False)
+    validated = validate_stage(
+        spark, local_store, "r", str(small_events), 0.05, use_cache=False, in_process_rows=0
+    )
     events = read_dataset(spark, local_store, validated.events_prefix)
     cutoffs = pipeline_cutoffs(validated.last_event.date(), 90)
     wide = customer_features_at(events, cutoffs, set(validated.available_columns))
