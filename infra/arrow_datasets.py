@@ -10,7 +10,8 @@ strings); writes publish Parquet files as a new generation, as
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -57,19 +58,36 @@ def write_table(
     """Publish ``table`` as the dataset at ``prefix``: one Parquet file, or with ``partition_by``
     one file per value in ``<column>=<value>/`` folders without that column (Spark's layout;
     no folder for a value without rows)."""
+
+    def write(out: Path) -> None:
+        if partition_by is None:
+            pq.write_table(table, out / PART_FILE)
+            return
+        rest = table.drop_columns([partition_by])
+        values = table[partition_by]
+        for value in pc.unique(values).to_pylist():
+            folder = out / f"{partition_by}={value}"
+            folder.mkdir()
+            pq.write_table(rest.filter(pc.equal(values, value)), folder / PART_FILE)
+
+    return publish_written(store, prefix, write, rows=table.num_rows, metadata=metadata)
+
+
+def publish_written(
+    store: ObjectStore,
+    prefix: str,
+    write: Callable[[Path], None],
+    *,
+    rows: int,
+    metadata: dict[str, Any] | None = None,
+) -> DatasetManifest:
+    """Publish what ``write`` puts into the (empty, local) folder it is given as the dataset at
+    ``prefix`` of ``rows`` rows; nothing is published if it fails."""
     staging = store.staging_dir()
     out = staging / "data"
     try:
         out.mkdir(parents=True)
-        if partition_by is None:
-            pq.write_table(table, out / PART_FILE)
-        else:
-            rest = table.drop_columns([partition_by])
-            values = table[partition_by]
-            for value in pc.unique(values).to_pylist():
-                folder = out / f"{partition_by}={value}"
-                folder.mkdir()
-                pq.write_table(rest.filter(pc.equal(values, value)), folder / PART_FILE)
-        return publish_dataset(store, out, prefix, rows=table.num_rows, metadata=metadata)
+        write(out)
+        return publish_dataset(store, out, prefix, rows=rows, metadata=metadata)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -9,7 +9,10 @@ are the contract.
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -28,6 +31,18 @@ from tasks.data.contract import (
 from tasks.data.spark_text import java_double_strings
 
 MICROS = 1_000_000
+GOOD_EVENTS_SCHEMA = pa.schema(
+    [
+        ("customer_id", pa.string()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("amount", pa.float64()),
+        ("event_type", pa.string()),
+        ("quantity", pa.int32()),
+        ("category", pa.string()),
+        ("channel", pa.string()),
+    ]
+)
+"""The good events' columns, as Spark's validate writes them (in the contract's order)."""
 TIME_UNITS = ("s", "ms", "us")  # nanoseconds: Spark keeps micros, or refuses the file
 
 
@@ -94,21 +109,60 @@ class ValidationFigures:
 
 
 class InProcessValidation:
-    """Validated events from an Arrow table with contract column names (other columns are
-    ignored): the good events once each, and the quarantine, as Spark's validate writes them."""
+    """Validated events, as Spark's validate writes them: the good events once each, and the
+    quarantine. DuckDB reads the input (an Arrow table, or Parquet files read where they lie)
+    and keeps only the de-duplicated rows; the outputs stream from them."""
 
-    def __init__(self, events: pa.Table) -> None:
-        self._present = [c for c in CONTRACT_COLUMNS if c in events.column_names]
-        self._types = {c: value_type(events.schema.field(c).type) for c in self._present}
-        self._con = duckdb.connect()
+    def __init__(
+        self,
+        source: str,
+        schema: pa.Schema,
+        sources: dict[str, str],
+        *,
+        tables: dict[str, pa.Table] | None = None,
+    ) -> None:
+        """``source``: a DuckDB relation (SQL) over the input, which may name ``tables``;
+        ``schema``: the input's Arrow types by contract name; ``sources``: the input's column
+        behind each contract name."""
+        self._present = [c for c in CONTRACT_COLUMNS if c in schema.names]
+        self._types = {c: value_type(schema.field(c).type) for c in self._present}
+        self._con = duckdb.connect(config={"temp_directory": tempfile.gettempdir()})
+        self._con.execute("SET TimeZone = 'UTC'")
+        for name, table in (tables or {}).items():
+            self._con.register(name, table)
         self._con.create_function(
             "java_double", java_double_strings, ["DOUBLE"], "VARCHAR", type="arrow"
         )
-        self._con.register("input_events", _prepared(events, self._present))
+        columns = ", ".join(f"{self._micros(c, _quoted(sources[c]))} AS {c}" for c in self._present)
+        self._con.execute(f"CREATE TEMP VIEW input_events AS SELECT {columns} FROM {source}")
         self._con.execute(f"CREATE TEMP TABLE deduplicated AS {self._deduplicated_sql()}")
+
+    @classmethod
+    def of_parquet(
+        cls, files: Sequence[Path], schema: pa.Schema, sources: dict[str, str]
+    ) -> InProcessValidation:
+        """Over Parquet ``files`` of one schema (Arrow types by contract name)."""
+        paths = ", ".join(_literal(str(f)) for f in files)
+        return cls(f"read_parquet([{paths}], hive_partitioning = false)", schema, sources)
+
+    @classmethod
+    def of_table(cls, events: pa.Table) -> InProcessValidation:
+        """Over an Arrow table with contract column names (other columns ignored)."""
+        names = [c for c in CONTRACT_COLUMNS if c in events.column_names]
+        table = pa.table({c: pc.cast(events[c], value_type(events[c].type)) for c in names})
+        sources = {c: c for c in names}
+        return cls("arrow_input", table.schema, sources, tables={"arrow_input": table})
 
     def close(self) -> None:
         self._con.close()
+
+    def _micros(self, name: str, column: str) -> str:
+        """An input column as the validation reads it: times as micros since the epoch."""
+        if name != "event_time":
+            return column
+        if pa.types.is_date32(self._types[name]):
+            return f"epoch_us(CAST({column} AS TIMESTAMP))"
+        return f"epoch_us({column})"
 
     def _deduplicated_sql(self) -> str:
         typed = ",\n".join(f"{self._typed(c)} AS {c}" for c in CONTRACT_COLUMNS)
@@ -169,34 +223,49 @@ class InProcessValidation:
                 THEN '{REASON_INVALID_QUANTITY}'
         END"""
 
-    def good(self) -> pa.Table:
-        """Every valid event once, contract columns, typed as Spark's validate writes them."""
-        table = self._con.sql(
-            f"SELECT {', '.join(CONTRACT_COLUMNS)} FROM deduplicated WHERE reason IS NULL"
-        ).to_arrow_table()
-        index = table.schema.get_field_index("event_time")
-        times = pc.cast(table["event_time"], pa.timestamp("us", tz="UTC"))
-        table = table.set_column(index, "event_time", times)
-        return table.set_column(
-            table.schema.get_field_index("quantity"),
-            "quantity",
-            pc.cast(table["quantity"], pa.int32()),
-        )
+    def _good_sql(self) -> str:
+        typed = {
+            "event_time": "make_timestamptz(event_time)",
+            "quantity": "CAST(quantity AS INTEGER)",
+        }
+        columns = ", ".join(f"{typed.get(c, c)} AS {c}" for c in CONTRACT_COLUMNS)
+        return f"SELECT {columns} FROM deduplicated WHERE reason IS NULL"
 
-    def quarantine(self) -> pa.Table:
-        """Rows that break a rule, as many times as they were read, with their input values;
-        and each extra copy of a valid event (``duplicate_event``), with the kept values."""
+    def _quarantine_sql(self) -> str:
         columns = ", ".join(
             f"CASE WHEN reason IS NOT NULL THEN raw_{c} ELSE {self._kept_text(c)} END AS {c}"
             for c in self._present
         )
         copies = "unnest(range(CASE WHEN reason IS NULL THEN 1 ELSE 0 END, copies)) AS copy"
-        return self._con.sql(
-            f"""SELECT {", ".join(self._present)}, reason FROM (
-                SELECT {columns}, coalesce(reason, '{REASON_DUPLICATE}') AS reason, {copies}
-                FROM deduplicated WHERE reason IS NOT NULL OR copies > 1
-            )"""
-        ).to_arrow_table()
+        return f"""SELECT {", ".join(self._present)}, reason FROM (
+            SELECT {columns}, coalesce(reason, '{REASON_DUPLICATE}') AS reason, {copies}
+            FROM deduplicated WHERE reason IS NOT NULL OR copies > 1
+        )"""
+
+    def good(self) -> pa.Table:
+        """Every valid event once, contract columns, typed as Spark's validate writes them
+        (:data:`GOOD_EVENTS_SCHEMA`)."""
+        return self._con.sql(self._good_sql()).to_arrow_table().cast(GOOD_EVENTS_SCHEMA)
+
+    def quarantine(self) -> pa.Table:
+        """Rows that break a rule, as many times as they were read, with their input values;
+        and each extra copy of a valid event (``duplicate_event``), with the kept values."""
+        return self._con.sql(self._quarantine_sql()).to_arrow_table()
+
+    def quarantine_schema(self) -> pa.Schema:
+        """The quarantine's columns: the input's contract columns and the reason, as text."""
+        return pa.schema([(c, pa.string()) for c in [*self._present, "reason"]])
+
+    def write_good(self, path: Path) -> None:
+        """:meth:`good` written to the Parquet file ``path`` (streamed: never all in memory)."""
+        self._copy(self._good_sql(), path)
+
+    def write_quarantine(self, path: Path) -> None:
+        """:meth:`quarantine` written to the Parquet file ``path`` (streamed)."""
+        self._copy(self._quarantine_sql(), path)
+
+    def _copy(self, query: str, path: Path) -> None:
+        self._con.execute(f"COPY ({query}) TO {_literal(str(path))} (FORMAT parquet)")
 
     def _kept_text(self, name: str) -> str:
         """A kept (typed) value as Spark's ``CAST(... AS STRING)`` writes it."""
@@ -224,23 +293,6 @@ class InProcessValidation:
         return ValidationFigures(int(rows), first, last, quarantined)
 
 
-def _prepared(events: pa.Table, present: list[str]) -> pa.Table:
-    """The contract columns of ``events``, dictionaries decoded and ``event_time`` as micros
-    since the epoch (int64): UTC for zoned and naive times alike, as Spark's UTC session reads
-    them."""
-    columns = {}
-    for name in present:
-        column = events[name]
-        t = value_type(column.type)
-        if column.type != t:
-            column = pc.cast(column, t)
-        if name == "event_time":
-            zone = None if pa.types.is_date32(t) else t.tz
-            column = pc.cast(pc.cast(column, pa.timestamp("us", tz=zone)), pa.int64())
-        columns[name] = column
-    return pa.table(columns)
-
-
 def _timestamp_text(micros: str) -> str:
     """SQL for Spark's text of a timestamp given as micros: seconds, then the fraction without
     trailing zeros."""
@@ -254,3 +306,13 @@ def _timestamp_text(micros: str) -> str:
 
 def _date_text(micros: str) -> str:
     return f"strftime(make_timestamp({micros}), '%Y-%m-%d')"
+
+
+def _quoted(name: str) -> str:
+    """A column name as a DuckDB identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    """A DuckDB string literal."""
+    return "'" + text.replace("'", "''") + "'"

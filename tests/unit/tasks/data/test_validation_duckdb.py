@@ -99,9 +99,7 @@ def _variants() -> dict[str, pa.Table]:
     }
 
 
-def _spark_results(spark, table: pa.Table, tmp_path) -> tuple[list[dict], list[dict]]:
-    path = tmp_path / "events.parquet"
-    pq.write_table(table, path)
+def _spark_results(spark, path) -> tuple[list[dict], list[dict]]:
     parts = split_valid_events(conform_events(spark.read.parquet(str(path))), 2)
     try:
         good = [r.asDict() for r in parts.good.collect()]
@@ -127,16 +125,28 @@ def _normalised(rows: list[dict]) -> list[tuple]:
     return sorted(out, key=repr)
 
 
-@pytest.mark.parametrize("variant", list(_variants()))
-def test_duckdb_and_spark_validate_alike(spark, tmp_path, variant):
-    table = _variants()[variant]
-    assert in_process_type_problem(table.schema) is None
-    spark_good, spark_quarantine = _spark_results(spark, table, tmp_path)
-    checked = InProcessValidation(table)
+def _in_process(table: pa.Table, path, reader: str):
+    """Good events, quarantine and figures, from the table in memory or from its file."""
+    if reader == "table":
+        checked = InProcessValidation.of_table(table)
+    else:
+        schema = pq.read_schema(path)
+        checked = InProcessValidation.of_parquet([path], schema, {c: c for c in schema.names})
     try:
-        good, quarantine, figures = checked.good(), checked.quarantine(), checked.figures()
+        return checked.good(), checked.quarantine(), checked.figures()
     finally:
         checked.close()
+
+
+@pytest.mark.parametrize("reader", ["table", "parquet"])
+@pytest.mark.parametrize("variant", list(_variants()))
+def test_duckdb_and_spark_validate_alike(spark, tmp_path, variant, reader):
+    table = _variants()[variant]
+    assert in_process_type_problem(table.schema) is None
+    path = tmp_path / "events.parquet"
+    pq.write_table(table, path)
+    spark_good, spark_quarantine = _spark_results(spark, path)
+    good, quarantine, figures = _in_process(table, path, reader)
     assert good.column_names == list(CONTRACT_COLUMNS)
     assert _normalised(good.to_pylist()) == _normalised(spark_good)
     assert _normalised(quarantine.to_pylist()) == _normalised(spark_quarantine)
@@ -152,13 +162,9 @@ def test_duckdb_and_spark_validate_alike(spark, tmp_path, variant):
 def test_demo_events_validate_alike(spark, tmp_path):
     out = tmp_path / "demo"
     generate_demo_events(DemoDataParams(customers=300, days=400, seed=5), out)
-    table = pa.concat_tables([pq.read_table(f) for f in sorted(out.glob("*.parquet"))])
-    spark_good, spark_quarantine = _spark_results(spark, table, tmp_path)
-    checked = InProcessValidation(table)
-    try:
-        good, quarantine, figures = checked.good(), checked.quarantine(), checked.figures()
-    finally:
-        checked.close()
+    path = next(out.glob("*.parquet"))
+    spark_good, spark_quarantine = _spark_results(spark, path)
+    good, quarantine, figures = _in_process(pq.read_table(path), path, "parquet")
     assert _normalised(good.to_pylist()) == _normalised(spark_good)
     assert _normalised(quarantine.to_pylist()) == _normalised(spark_quarantine)
     assert spark_quarantine  # the demo plants bad rows and duplicates
