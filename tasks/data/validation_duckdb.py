@@ -189,7 +189,7 @@ class InProcessValidation:
             return "CAST(NULL AS VARCHAR)" if default is None else f"'{default}'"
         t = self._types[name]
         if name == "event_time":
-            return name  # micros, converted in _prepared
+            return name  # micros since the epoch (the input_events view)
         if name == "amount":
             return f"CAST({name} AS DOUBLE) + 0.0"  # -0.0 groups (and is kept) as 0.0
         if name == "quantity":

@@ -28,11 +28,12 @@ TRAINING = {  # long enough (200 small-batch epochs) to be killed after its firs
 
 @pytest.fixture
 def stack_env(stack_base_env) -> dict[str, str]:
-    # every CPU stage on the cluster: inputs this small would otherwise be validated, featured
-    # and preprocessed in the flow run's process, and this test proves the Connect paths
+    # validate and features (~43k events) on the cluster: inputs this small would otherwise
+    # stay in the flow run's process, and this test proves the Connect paths (scoring runs
+    # there anyway); preprocess and drift (~2k customers) stay in process, to keep it short
     return stack_base_env | {
         "HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS": "50",
-        "HYBRIDFLOW_IN_PROCESS_ROWS": "0",
+        "HYBRIDFLOW_IN_PROCESS_ROWS": "10000",
         **TRAINING,
     }
 

@@ -15,21 +15,12 @@ from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.feature_specs import feature_names
 from tasks.data.features import customer_features_at, cutoff_features, pipeline_cutoffs
 from tasks.data.features_duckdb import InProcessFeatures
+from tasks.data.validation_duckdb import GOOD_EVENTS_SCHEMA
 
 pytestmark = pytest.mark.integration
 
 AS_OF = dt.date(2025, 6, 30)
-EVENT_SCHEMA = pa.schema(
-    [
-        ("customer_id", pa.string()),
-        ("event_time", pa.timestamp("us", "UTC")),
-        ("amount", pa.float64()),
-        ("event_type", pa.string()),
-        ("quantity", pa.int32()),
-        ("category", pa.string()),
-        ("channel", pa.string()),
-    ]
-)
+EVENT_SCHEMA = GOOD_EVENTS_SCHEMA  # the validated events, as the features stage reads them
 
 
 def _edge_rows() -> pa.Table:

@@ -16,7 +16,11 @@ from tasks.data.contract import CONTRACT_COLUMNS
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.spark_text import java_double_string
 from tasks.data.validation import conform_events, split_valid_events
-from tasks.data.validation_duckdb import InProcessValidation, in_process_type_problem
+from tasks.data.validation_duckdb import (
+    GOOD_EVENTS_SCHEMA,
+    InProcessValidation,
+    in_process_type_problem,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -46,17 +50,7 @@ EDGE_ROWS = [
     ("e", T, 123456789.125, "purchase", -3, "x", "web"),
     ("f", T, 2.5, "purchase", 1, "x", "web"),
 ]
-SCHEMA = pa.schema(
-    [
-        ("customer_id", pa.string()),
-        ("event_time", pa.timestamp("us", "UTC")),
-        ("amount", pa.float64()),
-        ("event_type", pa.string()),
-        ("quantity", pa.int64()),
-        ("category", pa.string()),
-        ("channel", pa.string()),
-    ]
-)
+SCHEMA = GOOD_EVENTS_SCHEMA.set(4, pa.field("quantity", pa.int64()))  # as users write it
 
 
 def _edge_table() -> pa.Table:
