@@ -1,7 +1,10 @@
 """`hybridflow run` against a real two-worker Spark cluster from the pyspark wheel as a
-client-mode driver (``HYBRIDFLOW_SPARK_MASTER=spark://...``) gives local mode's predictions, and
-the work ran on executors both workers launched. (The Spark Connect path runs the whole pipeline
-in ``test_deployed_stack.py``; a third pipeline run here would cost about three minutes.)"""
+client-mode driver (``HYBRIDFLOW_SPARK_MASTER=spark://...``), validate and features on its
+executors (a threshold under the ~9.5k events, over the ~600 examples), gives the predictions of
+local mode, where this input is validated, featured, preprocessed and scored in the flow's
+process: the engines agree end to end, and the work ran on executors both workers launched. (The Spark Connect path runs the
+whole pipeline in ``test_deployed_stack.py``; a third pipeline run here would cost about three
+minutes.)"""
 
 from __future__ import annotations
 
@@ -63,6 +66,12 @@ def _same_predictions(local: dict, other: dict, name: str) -> None:
     assert other["rows_quarantined"] == local["rows_quarantined"]
 
 
+def _jobs(summary: dict) -> dict[str, int | None]:
+    """Spark jobs of the stages that pick their engine by size."""
+    wanted = ("validate", "features", "preprocess")
+    return {s["name"]: s["spark_jobs"] for s in summary["stages"] if s["name"] in wanted}
+
+
 def _executors_of(master_ui: str, app_name: str) -> list[dict]:
     """Executors the workers launched for ``app_name`` (each worker's own JSON status)."""
     status = httpx.get(f"{master_ui}/json/", timeout=10).json()
@@ -115,10 +124,13 @@ def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events):
             {
                 "HYBRIDFLOW_SPARK_MASTER": master_url,
                 "HYBRIDFLOW_SPARK_EXECUTOR_MEMORY": "1g",
+                "HYBRIDFLOW_IN_PROCESS_ROWS": "5000",
                 "HYBRIDFLOW_SPARK_CONF": json.dumps(executor_conf),
             },
         )
         _same_predictions(local, client, "spark:// client mode")
+        assert _jobs(local) == {"validate": 0, "features": 0, "preprocess": 0}
+        assert _jobs(client)["validate"] and _jobs(client)["features"], _jobs(client)
         executors = _executors_of(master_ui, "hybridflow")
         assert len({e["worker"] for e in executors}) == 2, executors
     finally:

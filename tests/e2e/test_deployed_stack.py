@@ -28,14 +28,7 @@ TRAINING = {  # long enough (200 small-batch epochs) to be killed after its firs
 
 @pytest.fixture
 def stack_env(stack_base_env) -> dict[str, str]:
-    # validate and features (~43k events) on the cluster: inputs this small would otherwise
-    # stay in the flow run's process, and this test proves the Connect paths (scoring runs
-    # there anyway); preprocess and drift (~2k customers) stay in process, to keep it short
-    return stack_base_env | {
-        "HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS": "50",
-        "HYBRIDFLOW_IN_PROCESS_ROWS": "10000",
-        **TRAINING,
-    }
+    return stack_base_env | {"HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS": "50", **TRAINING}
 
 
 def _children(client, parent_id) -> dict[str, object]:
@@ -109,12 +102,14 @@ def test_deployed_pipeline_over_pools_survives_a_killed_gpu_worker(stack_env, tm
 
 def _ran_on_the_clusters_executors(spark: dict) -> None:
     """The CPU stages' Spark work ran in executors the two workers launched (the Connect
-    application's executor list), not in a JVM inside a flow run."""
+    application's executor list), not in a JVM inside a flow run. At this size that is the
+    scoring: validate, features and preprocess run in the flow run's process (the cluster
+    run in ``test_cluster_run.py`` sends them to executors)."""
     from infra.stack.spark_cluster import application_executors, master_status
 
     executors = application_executors(spark["app_ui"])
     assert len(executors) == 2, executors
-    assert all(e["completedTasks"] > 0 for e in executors), executors
+    assert sum(e["completedTasks"] for e in executors) > 0, executors
     apps = master_status(spark["master_ui"])["activeapps"]
     assert [a["name"] for a in apps] == ["hybridflow-connect"], apps
 
