@@ -142,7 +142,7 @@ class SparkOnDemand:
     def local_cores(self) -> int | None:
         """The cores of the local driver it starts; None for a cluster or Spark Connect."""
         master = self.settings.spark_master.strip()
-        if self.settings.spark_remote or not master.startswith("local"):
+        if self.settings.spark_remote or not is_local_master(master):
             return None
         if master == "local":
             return 1

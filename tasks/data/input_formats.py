@@ -293,14 +293,19 @@ def warn_extra_columns(columns: Sequence[str]) -> None:
         log.warning("ignoring extra event columns: %s", ", ".join(extra))
 
 
-def read_events(spark: SparkSession, path: str | Path, options: InputOptions) -> RawEvents:
+def read_events(
+    spark: SparkSession,
+    path: str | Path,
+    options: InputOptions,
+    found: EventsInput | None = None,
+) -> RawEvents:
     """Read a Parquet/CSV file or folder (Hive partitions included) with contract column names.
 
-    The files are checked first (:func:`inspect_events`). Column names are matched
-    case-insensitively; ``options.column_map`` renames the input's columns onto the contract.
-    CSV values are read as strings and parsed by ``conform_events``.
+    The files are checked first (:func:`inspect_events`, unless the caller did: ``found``).
+    Column names are matched case-insensitively; ``options.column_map`` renames the input's
+    columns onto the contract. CSV values are read as strings and parsed by ``conform_events``.
     """
-    found = inspect_events(path, options)
+    found = found or inspect_events(path, options)
     path = found.path
     if found.format == "parquet":
         reader = spark.read

@@ -96,7 +96,7 @@ def validate_stage(
         else:
             session = session_of(spark)
             check_cluster_sees(session, "events", str(path))
-            result = validate_events(session, store, run_id, path, options)
+            result = validate_events(session, store, run_id, path, options, found)
         save_cached(
             store,
             "validate",
@@ -139,9 +139,15 @@ def validate_in_process(store: ObjectStore, run_id: str, found: EventsInput) -> 
 
 
 def validate_events(
-    spark: SparkSession, store: ObjectStore, run_id: str, path: Path, options: InputOptions
+    spark: SparkSession,
+    store: ObjectStore,
+    run_id: str,
+    path: Path,
+    options: InputOptions,
+    found: EventsInput | None = None,
 ) -> ValidateResult:
-    """Read ``path``, split good rows from bad, publish both; figures for the summary.
+    """Read ``path`` (already inspected: ``found``), split good rows from bad, publish both;
+    figures for the summary.
 
     The good events are published clustered by customer (hash buckets): the layout the features
     stage reads without shuffling them again. Every figure (rows, per-reason counts, first and
@@ -149,7 +155,7 @@ def validate_events(
     """
     started = time.perf_counter()
     with SparkJobs(spark) as jobs:
-        raw = read_events(spark, path, options)
+        raw = read_events(spark, path, options, found)
         present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
         buckets = bucket_count(spark, raw.rows_estimate)
         parts = split_valid_events(conform_events(raw.df, raw.timestamp_format), buckets)
