@@ -31,6 +31,14 @@ def read_table(
 ) -> pa.Table:
     """The ``columns`` (default: all) of every row of the published dataset ``manifest``
     describes."""
+    return read_batches(store, manifest, columns).read_all()
+
+
+def read_batches(
+    store: ObjectStore, manifest: DatasetManifest, columns: Sequence[str] | None = None
+) -> pa.RecordBatchReader:
+    """:func:`read_table`'s rows as a stream: a file is read as the reader is consumed, so
+    memory holds one batch, not the dataset."""
     schema = dataset_arrow_schema(store, manifest)
     columns = schema.names if columns is None else columns
     missing = [c for c in columns if c not in schema.names]
@@ -39,12 +47,18 @@ def read_table(
             f"dataset {store.key_uri(manifest.prefix)} has no column(s) {missing}"
         )
     wanted = pa.schema([schema.field(c) for c in columns])
-    batches = [
+    batches = (
         batch
         for key in manifest.files
         for batch in read_part_file(store, manifest.data_prefix, key, wanted)
-    ]
-    return pa.Table.from_batches(batches, schema=wanted)
+    )
+    return pa.RecordBatchReader.from_batches(wanted, batches)
+
+
+def local_files(store: ObjectStore, manifest: DatasetManifest) -> list[Path] | None:
+    """The dataset's files on this machine's disk, or None when the store keeps them remotely."""
+    paths = [store.local_path(key) for key in manifest.files]
+    return None if any(path is None for path in paths) else [p for p in paths if p is not None]
 
 
 def write_table(

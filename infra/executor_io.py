@@ -254,10 +254,18 @@ def dataset_arrow_schema(store: ObjectStore, manifest: DatasetManifest) -> pa.Sc
 def read_part_file(
     store: ObjectStore, data_prefix: str, key: str, schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """One Parquet file's record batches with its partition columns added, cast to ``schema``."""
-    table = pq.read_table(io.BytesIO(store.get_bytes(key)))
-    for name, value in dataset_partition_values(data_prefix, key).items():
-        if name not in table.column_names:
-            table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
-    table = table.select(schema.names).cast(schema)
-    yield from table.to_batches(max_chunksize=65_536)
+    """One Parquet file's record batches with its partition columns added, cast to ``schema``;
+    only ``schema``'s columns are read, a batch at a time (a local file is not loaded whole)."""
+    local = store.local_path(key)
+    with pq.ParquetFile(local if local is not None else io.BytesIO(store.get_bytes(key))) as part:
+        stored = set(part.schema_arrow.names)
+        partitions = dataset_partition_values(data_prefix, key)
+        wanted = [name for name in schema.names if name in stored]
+        for batch in part.iter_batches(batch_size=65_536, columns=wanted):
+            columns = [
+                batch.column(name)
+                if name in stored
+                else pa.array([partitions[name]] * batch.num_rows, pa.string())
+                for name in schema.names
+            ]
+            yield pa.RecordBatch.from_arrays(columns, names=schema.names).cast(schema)

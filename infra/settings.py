@@ -185,12 +185,19 @@ class HybridflowSettings(BaseSettings):
     )
     spark_arrow_batch_size: int = Field(default=10_000, ge=100)
     in_process_rows: int = Field(
-        default=5_000_000,
+        default=50_000_000,
         ge=0,
-        description="the features and preprocess stages compute in the flow's process (DuckDB, "
-        "pyarrow) when their input has up to this many rows (valid events; training examples), "
-        "and local batch inference scores up to this many rows there, with Spark jobs above "
-        "that (0: always Spark)",
+        description="the validate, features and preprocess stages compute in the flow's process "
+        "(DuckDB, pyarrow) when their input has up to this many rows (input events, valid "
+        "events, training examples), and local batch inference scores up to this many rows "
+        "there, with Spark jobs above that (0: always Spark)",
+    )
+    in_process_memory: str | None = Field(
+        default=None,
+        pattern=r"^[0-9]+(\.[0-9]+)? ?(MB|GB|TB|MiB|GiB|TiB)$",
+        description="the most memory DuckDB holds in the flow's process (validate, features), "
+        "as a DuckDB memory_limit such as 4GB or 1500MiB; beyond it, it spills to the work dir. "
+        "Unset: 40% of this machine's memory (its cgroup limit when lower)",
     )
     progress_interval_s: float = Field(
         default=5.0, gt=0, description="seconds between progress log lines/artifact updates"

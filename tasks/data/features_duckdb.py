@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from infra.duckdb_session import duckdb_connection, parquet_files_sql
 from tasks.data.feature_formulas import feature_values
 from tasks.data.feature_specs import (
     DAY_MICROS,
@@ -32,18 +32,31 @@ EVENT_COLUMNS = ("customer_id", "event_time", "amount", "event_type", "quantity"
 
 
 class InProcessFeatures:
-    """The wide per-customer table of ``cutoffs`` over ``events`` (an Arrow table with the
-    contract's columns), from which each cutoff's features are selected; :meth:`close` it."""
+    """The wide per-customer table of ``cutoffs`` over ``events`` (an Arrow table or stream, or
+    Parquet files DuckDB reads itself, with the contract's columns), from which each cutoff's
+    features are selected; :meth:`close` it. DuckDB keeps the events in its own memory-bounded
+    storage (see :mod:`infra.duckdb_session`), so they are read once and never held in Arrow."""
 
     def __init__(
-        self, events: pa.Table, cutoffs: Sequence[Cutoff], available_columns: set[str]
+        self,
+        events: pa.Table | pa.RecordBatchReader | Sequence[Path],
+        cutoffs: Sequence[Cutoff],
+        available_columns: set[str],
     ) -> None:
         if not cutoffs or len({c.name for c in cutoffs}) != len(cutoffs):
             raise ValueError(f"cutoffs need distinct names, got {[c.name for c in cutoffs]}")
         self.available_columns = set(available_columns)
-        self._con = duckdb.connect()
-        self._con.register("prepared", _prepared(events))
+        self._con = duckdb_connection()
+        if isinstance(events, (pa.Table, pa.RecordBatchReader)):
+            self._con.register("events_input", events)
+            source = "events_input"
+        else:
+            source = parquet_files_sql(events)
+        self._con.execute(f"CREATE TEMP TABLE prepared AS {prepared_sql(source)}")
+        if source == "events_input":
+            self._con.unregister(source)
         self._con.execute(f"CREATE TEMP TABLE wide AS {wide_sql('prepared', cutoffs)}")
+        self._con.execute("DROP TABLE prepared")
 
     def cutoff_table(self, cutoff: Cutoff) -> pa.Table:
         """The customers seen at ``cutoff``: ``customer_id``, the features (doubles) and, for a
@@ -67,22 +80,13 @@ class InProcessFeatures:
         self.close()
 
 
-def _prepared(events: pa.Table) -> pa.Table:
-    """The columns the aggregates use: event time as integer microseconds (``_t``), a purchase
-    flag (``_p``) and the quantity as a double (``_q``)."""
-    time = events["event_time"]
-    micros = time.cast(pa.timestamp("us", time.type.tz), safe=False).cast(pa.int64())
-    return pa.table(
-        {
-            "customer_id": events["customer_id"],
-            "_t": micros,
-            "_p": pc.equal(events["event_type"], "purchase"),
-            "amount": events["amount"].cast(pa.float64()),
-            "_q": events["quantity"].cast(pa.float64()),
-            "event_type": events["event_type"],
-            **{c: events[c] for c in MIX_COLUMNS},
-        }
-    )
+def prepared_sql(events: str) -> str:
+    """The columns the aggregates use, from the relation ``events``: event time as integer
+    microseconds (``_t``), a purchase flag (``_p``) and the quantity as a double (``_q``)."""
+    mixes = "".join(f", {c}" for c in MIX_COLUMNS)
+    return f"""SELECT customer_id, epoch_us(event_time) AS _t, event_type = 'purchase' AS _p,
+    CAST(amount AS DOUBLE) AS amount, CAST(quantity AS DOUBLE) AS _q, event_type{mixes}
+    FROM {events}"""
 
 
 def _q(name: str) -> str:
@@ -127,7 +131,7 @@ def _event_aggregates(cutoff: Cutoff) -> list[str]:
 
 
 def wide_sql(source: str, cutoffs: Sequence[Cutoff]) -> str:
-    """One row per customer of ``source`` (see :func:`_prepared`): ``events_after`` and every
+    """One row per customer of ``source`` (see :func:`prepared_sql`): ``events_after`` and every
     cutoff's aggregates (``<cutoff>__<aggregate>``)."""
     latest = max(c.micros() for c in cutoffs)
     events = [f"count(*) FILTER (WHERE _t > {latest}) AS events_after"]

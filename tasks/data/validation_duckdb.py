@@ -9,15 +9,14 @@ are the contract.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from infra.duckdb_session import duckdb_connection, parquet_files_sql, sql_string
 from tasks.data.contract import (
     CONTRACT_COLUMNS,
     OPTIONAL_DEFAULTS,
@@ -126,8 +125,7 @@ class InProcessValidation:
         behind each contract name."""
         self._present = [c for c in CONTRACT_COLUMNS if c in schema.names]
         self._types = {c: value_type(schema.field(c).type) for c in self._present}
-        self._con = duckdb.connect(config={"temp_directory": tempfile.gettempdir()})
-        self._con.execute("SET TimeZone = 'UTC'")
+        self._con = duckdb_connection()
         for name, table in (tables or {}).items():
             self._con.register(name, table)
         self._con.create_function(
@@ -142,8 +140,7 @@ class InProcessValidation:
         cls, files: Sequence[Path], schema: pa.Schema, sources: dict[str, str]
     ) -> InProcessValidation:
         """Over Parquet ``files`` of one schema (Arrow types by contract name)."""
-        paths = ", ".join(_literal(str(f)) for f in files)
-        return cls(f"read_parquet([{paths}], hive_partitioning = false)", schema, sources)
+        return cls(parquet_files_sql(files), schema, sources)
 
     @classmethod
     def of_table(cls, events: pa.Table) -> InProcessValidation:
@@ -265,7 +262,7 @@ class InProcessValidation:
         self._copy(self._quarantine_sql(), path)
 
     def _copy(self, query: str, path: Path) -> None:
-        self._con.execute(f"COPY ({query}) TO {_literal(str(path))} (FORMAT parquet)")
+        self._con.execute(f"COPY ({query}) TO {sql_string(str(path))} (FORMAT parquet)")
 
     def _kept_text(self, name: str) -> str:
         """A kept (typed) value as Spark's ``CAST(... AS STRING)`` writes it."""
@@ -311,8 +308,3 @@ def _date_text(micros: str) -> str:
 def _quoted(name: str) -> str:
     """A column name as a DuckDB identifier."""
     return '"' + name.replace('"', '""') + '"'
-
-
-def _literal(text: str) -> str:
-    """A DuckDB string literal."""
-    return "'" + text.replace("'", "''") + "'"

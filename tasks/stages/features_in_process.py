@@ -1,13 +1,15 @@
-"""The features stage's customer-level table computed by DuckDB in this process: the events are
-read from the store with pyarrow, each cutoff's output is published as one Parquet file with the
-Spark schema recorded (so a Spark stage reads it without a job). No Spark job, no JVM needed."""
+"""The features stage's customer-level table computed by DuckDB in this process: DuckDB reads
+the events where they lie (a remote store's stream through pyarrow) into its memory-bounded
+storage, and each cutoff's output is published as one Parquet file with the Spark schema
+recorded (so a Spark stage reads it without a job). No Spark job, no JVM needed."""
 
 from __future__ import annotations
 
 import pyarrow.compute as pc
 
-from infra.arrow_datasets import read_table, write_table
+from infra.arrow_datasets import local_files, read_batches, write_table
 from infra.datasets import DatasetManifest, read_dataset_manifest
+from infra.duckdb_session import memory_bounded
 from infra.store import ObjectStore
 from tasks.data.features import Cutoff
 from tasks.data.features_duckdb import EVENT_COLUMNS, InProcessFeatures
@@ -31,8 +33,10 @@ class InProcessFeatureFrame:
 
     def __enter__(self) -> InProcessFeatureFrame:
         manifest = read_dataset_manifest(self._store, self._prefix)
-        events = read_table(self._store, manifest, EVENT_COLUMNS)
-        self._features = InProcessFeatures(events, self._cutoffs, self._available)
+        files = local_files(self._store, manifest)
+        events = files if files is not None else read_batches(self._store, manifest, EVENT_COLUMNS)
+        with memory_bounded("the features stage"):
+            self._features = InProcessFeatures(events, self._cutoffs, self._available)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -46,7 +50,8 @@ class InProcessFeatureFrame:
 
     def publish(self, cutoff: Cutoff, prefix: str) -> tuple[DatasetManifest, float]:
         """Write the customers seen at ``cutoff``; with their label rate (0.0 when unlabelled)."""
-        rows = self._table().cutoff_table(cutoff)
+        with memory_bounded("the features stage"):
+            rows = self._table().cutoff_table(cutoff)
         manifest = write_table(
             rows, self._store, prefix, metadata=spark_schema_metadata(rows.schema)
         )

@@ -9,6 +9,7 @@ import duckdb
 
 from infra.arrow_datasets import PART_FILE, publish_written
 from infra.datasets import DatasetManifest
+from infra.duckdb_session import memory_bounded
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
 from infra.store import ObjectStore
@@ -30,29 +31,32 @@ def publish_validated_in_process(
     if found.arrow_schema is None or found.source_columns is None:
         raise ValueError("only Parquet files with one schema are validated in process")
     warn_extra_columns(found.columns)
-    try:
-        checked = InProcessValidation.of_parquet(
-            found.files, found.arrow_schema, found.source_columns
-        )
-    except duckdb.Error as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise HybridflowInputError(f"cannot read events at {found.path}: {first}") from None
-    try:
-        figures = checked.figures()
-        events = publish_written(
-            store,
-            run_dataset_prefix(run_id, "events"),
-            lambda out: checked.write_good(out / PART_FILE),
-            rows=figures.rows_valid,
-            metadata=spark_schema_metadata(GOOD_EVENTS_SCHEMA),
-        )
-        quarantine = publish_written(
-            store,
-            run_dataset_prefix(run_id, "quarantine"),
-            lambda out: checked.write_quarantine(out / PART_FILE),
-            rows=figures.rows_quarantined,
-            metadata=spark_schema_metadata(checked.quarantine_schema()),
-        )
-    finally:
-        checked.close()
+    with memory_bounded(f"validating {found.path}"):
+        try:
+            checked = InProcessValidation.of_parquet(
+                found.files, found.arrow_schema, found.source_columns
+            )
+        except duckdb.OutOfMemoryException:
+            raise
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise HybridflowInputError(f"cannot read events at {found.path}: {first}") from None
+        try:
+            figures = checked.figures()
+            events = publish_written(
+                store,
+                run_dataset_prefix(run_id, "events"),
+                lambda out: checked.write_good(out / PART_FILE),
+                rows=figures.rows_valid,
+                metadata=spark_schema_metadata(GOOD_EVENTS_SCHEMA),
+            )
+            quarantine = publish_written(
+                store,
+                run_dataset_prefix(run_id, "quarantine"),
+                lambda out: checked.write_quarantine(out / PART_FILE),
+                rows=figures.rows_quarantined,
+                metadata=spark_schema_metadata(checked.quarantine_schema()),
+            )
+        finally:
+            checked.close()
     return events, quarantine, figures

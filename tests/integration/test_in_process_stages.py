@@ -14,6 +14,9 @@ import pytest
 
 from infra.arrow_datasets import read_table
 from infra.datasets import read_dataset_manifest
+from infra.errors import HybridflowInputError
+from infra.layout import run_dataset_prefix
+from infra.settings import get_settings
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.input_formats import InputOptions
 from tasks.stages.features import features_stage
@@ -163,3 +166,22 @@ def test_features_and_snapshot_in_process_equal_spark(spark, local_store, tmp_pa
     local_dir = local_store.local_path(local_m.data_prefix)
     assert pq.read_table(local_dir / "split=train").num_rows == local_p.split_counts["train"]
     assert json.dumps(local_p.features) == json.dumps(spark_p.features)
+
+
+def test_validate_out_of_memory_names_the_settings_and_publishes_nothing(
+    local_store, tmp_path, monkeypatch
+):
+    events = tmp_path / "events"
+    generate_demo_events(DemoDataParams(customers=400, days=300, seed=4), events)
+    monkeypatch.setenv("HYBRIDFLOW_IN_PROCESS_MEMORY", "4MB")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(HybridflowInputError, match="HYBRIDFLOW_IN_PROCESS_MEMORY") as caught:
+            validate_stage(
+                no_spark, local_store, "oom", str(events), 0.5, in_process_rows=IN_PROCESS
+            )
+    finally:
+        get_settings.cache_clear()
+    assert str(caught.value).startswith(f"validating {events} needs more memory")
+    assert local_store.list(run_dataset_prefix("oom", "events")) == []
+    assert local_store.list(run_dataset_prefix("oom", "quarantine")) == []

@@ -73,6 +73,40 @@ def test_part_files_written_and_read_back_through_the_store(local_store):
     assert table.column("customer_id").to_pylist() == ["a", "c", "a", "c"]
 
 
+class _RemoteView:
+    """The same store seen as a remote one: no local paths, bytes only."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def local_path(self, key):
+        return None
+
+    def get_bytes(self, key):
+        return self._store.get_bytes(key)
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_a_part_file_streams_only_the_wanted_columns_a_batch_at_a_time(local_store, where):
+    rows = 150_000
+    big = pa.RecordBatch.from_pydict(
+        {
+            "customer_id": [f"c{i}" for i in range(rows)],
+            "amount": [float(i) for i in range(rows)],
+            "note": ["unread"] * rows,
+            "split": ["train"] * rows,
+        }
+    )
+    ((key, _),) = write_part_files(local_store, "s/data-4", iter([big]), ["split"])
+    wanted = pa.schema([("split", pa.string()), ("amount", pa.float32())])
+    store = local_store if where == "local" else _RemoteView(local_store)
+    batches = list(read_part_file(store, "s/data-4", key, wanted))
+    assert len(batches) == 3 and all(b.schema == wanted for b in batches)
+    table = pa.Table.from_batches(batches)
+    assert table.column("amount").to_pylist() == [float(i) for i in range(rows)]
+    assert set(table.column("split").to_pylist()) == {"train"}
+
+
 def test_published_outputs_are_exactly_the_reported_files(local_store):
     keys = [k for k, _ in write_part_files(local_store, "p/data-2", iter([_batch()]), [])]
     local_store.put_bytes("p/data-2/part-failed-attempt.parquet", b"half a file")

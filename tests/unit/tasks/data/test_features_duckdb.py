@@ -83,3 +83,21 @@ def test_duckdb_and_spark_compute_the_same_features(spark, events, columns):
             for cid, values in _by_customer(got.to_pylist()).items():
                 assert values == pytest.approx(expected[cid], rel=1e-9, abs=1e-9), (cutoff, cid)
     wide.unpersist()
+
+
+def test_parquet_files_a_stream_and_a_table_give_the_same_features(events, tmp_path):
+    half = events.num_rows // 2
+    files = [tmp_path / "part-0.parquet", tmp_path / "part-1.parquet"]
+    pq.write_table(events.slice(0, half), files[0])
+    pq.write_table(events.slice(half), files[1], row_group_size=1000)
+    stream = pa.RecordBatchReader.from_batches(events.schema, events.to_batches(max_chunksize=700))
+    cutoffs = list(pipeline_cutoffs(AS_OF, 90))
+    available = set(CONTRACT_COLUMNS)
+    sources = {"table": events, "files": files, "stream": stream}
+    tables = {}
+    for name, source in sources.items():
+        with InProcessFeatures(source, cutoffs, available) as in_process:
+            tables[name] = [in_process.cutoff_table(c) for c in cutoffs]
+            assert in_process.events_after() > 0
+    assert tables["files"] == tables["table"] and tables["stream"] == tables["table"]
+    assert [t.num_rows > 50 for t in tables["table"]] == [True] * len(cutoffs), tables["table"]

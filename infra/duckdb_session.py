@@ -1,0 +1,80 @@
+"""DuckDB connections for the stages that compute in the flow's process: memory bounded by the
+``in_process_memory`` setting (unset: a share of the machine's memory), spilling beyond it into
+a folder of its own under the work dir (DuckDB creates the folder and removes it when the
+connection closes)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from infra.errors import HybridflowInputError
+from infra.settings import get_settings
+
+
+def duckdb_connection() -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB database with the memory limit, a private spill folder and UTC
+    as its time zone; close it when done."""
+    settings = get_settings()
+    spill_root = settings.work_dir / "spill"
+    spill_root.mkdir(parents=True, exist_ok=True)
+    spill = spill_root / f"duckdb-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    config = {"memory_limit": memory_limit(), "temp_directory": str(spill)}
+    connection = duckdb.connect(config=config)
+    connection.execute("SET TimeZone = 'UTC'")
+    return connection
+
+
+@contextmanager
+def memory_bounded(work: str) -> Iterator[None]:
+    """Report DuckDB running out of its memory limit during ``work`` as an error naming the
+    settings that fix it."""
+    try:
+        yield
+    except duckdb.OutOfMemoryException as exc:
+        raise HybridflowInputError(
+            f"{work} needs more memory than DuckDB may hold in this process ({memory_limit()}): "
+            "raise HYBRIDFLOW_IN_PROCESS_MEMORY, or lower HYBRIDFLOW_IN_PROCESS_ROWS so that "
+            "Spark computes it"
+        ) from exc
+
+
+def memory_limit() -> str:
+    """The ``in_process_memory`` setting, or :func:`default_memory_limit`."""
+    return get_settings().in_process_memory or default_memory_limit()
+
+
+DEFAULT_MEMORY_SHARE = 0.4
+"""Of the machine's memory, what DuckDB may hold by default: the flow's own Python objects (Arrow
+outputs, the model) and a train subprocess live beside it."""
+
+
+def default_memory_limit() -> str:
+    """``DEFAULT_MEMORY_SHARE`` of :func:`machine_memory_bytes`, as a DuckDB memory limit."""
+    return f"{int(machine_memory_bytes() * DEFAULT_MEMORY_SHARE) >> 20}MiB"
+
+
+def machine_memory_bytes() -> int:
+    """The memory this process may use: the machine's, or its cgroup's limit when lower."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return physical
+    return min(physical, int(limit)) if limit.isdigit() else physical
+
+
+def parquet_files_sql(files: Sequence[Path]) -> str:
+    """A DuckDB relation over the Parquet ``files`` (folder names never become columns)."""
+    paths = ", ".join(sql_string(str(path)) for path in files)
+    return f"read_parquet([{paths}], hive_partitioning = false)"
+
+
+def sql_string(text: str) -> str:
+    """``text`` as a DuckDB string literal."""
+    return "'" + text.replace("'", "''") + "'"
