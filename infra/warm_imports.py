@@ -1,9 +1,8 @@
 """Modules a later stage of this process needs, imported on a background thread while the
 process waits on Spark (a Py4J call releases the GIL; a small input leaves the second core idle).
 
-torch imports ``torch._dynamo`` when the first optimiser is created (1.2-1.9 s on a 2-core box)
-and the model card imports matplotlib (about 0.5 s); in a whole run both happen in the train
-stage, after the Spark stages. The stage that needs them calls :func:`finish_warm_imports` first,
+torch imports ``torch._dynamo`` when the first optimiser is created (1.2-1.9 s on a 2-core box);
+in a whole run that happens in the train stage, after the Spark stages. The stage that needs them calls :func:`finish_warm_imports` first,
 so that it never imports concurrently with the thread.
 """
 
@@ -16,7 +15,7 @@ from collections.abc import Sequence
 
 log = logging.getLogger(__name__)
 
-TRAINING_MODULES = ("torch._dynamo", "matplotlib.figure")
+TRAINING_MODULES = ("torch._dynamo",)
 _thread: threading.Thread | None = None
 
 

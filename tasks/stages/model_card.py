@@ -11,7 +11,7 @@ from tasks.ml.baseline import BASELINE_NAME
 from tasks.ml.evaluation import BacktestReport, ModelComparison, ModelEvaluation
 from tasks.ml.metrics import QualityMetrics
 from tasks.ml.promotion import PromotionDecision
-from tasks.stages.card_charts import lift_png, png_data_uri, reliability_png
+from tasks.stages.card_charts import lift_svg, reliability_svg, svg_data_uri
 from tasks.stages.records import FeaturesResult, TrainResult
 
 COMPARED = ("model", "model (raw)", "baseline")
@@ -168,7 +168,7 @@ def reliability_lines(metrics: QualityMetrics) -> list[str]:
 
 
 def chart_lines(comparison: ModelComparison, where: str) -> list[str]:
-    """The reliability plot and the lift chart as inline PNG images."""
+    """The reliability plot and the lift chart as inline SVG images."""
     models = dict(
         zip(
             COMPARED,
@@ -176,14 +176,14 @@ def chart_lines(comparison: ModelComparison, where: str) -> list[str]:
             strict=True,
         )
     )
-    reliability = reliability_png(
+    reliability = reliability_svg(
         {k: v.reliability for k, v in models.items()}, f"Reliability ({where})"
     )
-    lift = lift_png(
+    lift = lift_svg(
         {k: models[k].lift for k in ("model", "baseline")}, f"Lift by score decile ({where})"
     )
     return [
-        f"![reliability plot ({where})]({png_data_uri(reliability)})",
+        f"![reliability plot ({where})]({svg_data_uri(reliability)})",
         "",
-        f"![lift chart ({where})]({png_data_uri(lift)})",
+        f"![lift chart ({where})]({svg_data_uri(lift)})",
     ]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import re
+from xml.etree import ElementTree
 
 import numpy as np
+import pytest
 
 from infra.registry import ModelManifest
 from tasks.ml.calibration import Calibration
@@ -17,8 +19,18 @@ from tasks.ml.evaluation import (
     ModelComparison,
     ModelEvaluation,
 )
-from tasks.ml.metrics import quality_metrics
+from tasks.ml.metrics import LiftGroup, ReliabilityBin, quality_metrics
 from tasks.ml.promotion import BaselineCheck, decide_promotion
+from tasks.stages.card_charts import (
+    BOTTOM,
+    HEIGHT,
+    LEFT,
+    RIGHT,
+    TOP,
+    WIDTH,
+    lift_svg,
+    reliability_svg,
+)
 from tasks.stages.model_card import model_card_markdown, quality_sections
 from tasks.stages.records import FeaturesResult, StageReport, TrainResult
 
@@ -150,11 +162,44 @@ def test_model_card_shows_backtest_baseline_reliability_and_inline_charts():
     assert "| expected calibration error |" in card and "| top-decile lift |" in card
     assert "Platt sigmoid(1.1000 z -0.2000) on 300 held-out rows" in card
     assert "beats the RFM baseline" in card and "| [0.9, 1.0) |" in card
-    images = re.findall(r"!\[([^\]]+)\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", card)
+    images = re.findall(r"!\[([^\]]+)\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", card)
     assert [alt for alt, _ in images] == ["reliability plot (backtest)", "lift chart (backtest)"]
-    for _, data in images:
-        png = base64.b64decode(data)
-        assert png.startswith(b"\x89PNG\r\n\x1a\n") and 5_000 < len(png) < 120_000
+    reliability, lift = (ElementTree.fromstring(base64.b64decode(data)) for _, data in images)
+    assert _title(reliability) == "Reliability (backtest)"
+    lines = {e.get("data-model"): e for e in reliability.iter(f"{SVG}polyline")}
+    assert set(lines) == {None, "model", "model (raw)", "baseline"}  # None: the diagonal
+    filled = [b for b in comparison.model.reliability if b.mean_score is not None]
+    assert len(lines["model"].get("points").split()) == len(filled) > 3
+    assert _title(lift) == "Lift by score decile (backtest)"
+    bars = [e.get("data-model") for e in lift.iter(f"{SVG}rect") if e.get("class") == "bar"]
+    assert bars.count("model") == bars.count("baseline") == len(comparison.model.lift) == 10
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _title(svg: ElementTree.Element) -> str:
+    return next(svg.iter(f"{SVG}text")).text
+
+
+def test_the_charts_place_points_and_bars_by_their_values():
+    bins = [
+        ReliabilityBin(lower=0.0, upper=0.5, n=10, mean_score=0.25, observed_rate=0.5),
+        ReliabilityBin(lower=0.5, upper=1.0, n=0, mean_score=None, observed_rate=None),
+    ]
+    svg = ElementTree.fromstring(reliability_svg({"model": bins}, "t"))
+    (line,) = [e for e in svg.iter(f"{SVG}polyline") if e.get("data-model") == "model"]
+    ((x, y),) = [tuple(map(float, p.split(","))) for p in line.get("points").split()]
+    assert x == pytest.approx(LEFT + 0.25 * (WIDTH - LEFT - RIGHT), abs=0.1)
+    assert y == pytest.approx(HEIGHT - BOTTOM - 0.5 * (HEIGHT - TOP - BOTTOM), abs=0.1)
+    groups = [
+        LiftGroup(decile=d, n=10, mean_score=0.5, observed_rate=0.5, lift=lift, cumulative_gain=0)
+        for d, lift in ((1, 2.3), (2, 1.0), (3, 0.0))
+    ]
+    svg = ElementTree.fromstring(lift_svg({"model": groups}, "t"))
+    heights = [float(e.get("height")) for e in svg.iter(f"{SVG}rect") if e.get("class") == "bar"]
+    axis = HEIGHT - TOP - BOTTOM  # the axis ends at 2.5, the nice number above 2.3 x 1.05
+    assert heights == pytest.approx([axis * 2.3 / 2.5, axis * 1.0 / 2.5, 0.0], abs=0.1)
 
 
 def test_model_card_says_when_the_backtest_was_skipped():
