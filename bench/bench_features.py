@@ -162,7 +162,7 @@ def main(results_dir: Path) -> list[dict]:
         rows.append(
             {
                 "benchmark": f"features in process ({run} run)",
-                "subject": "the same stage in process (pyarrow read, DuckDB, pyarrow write)",
+                "subject": "the same stage in process (DuckDB reads and computes, pyarrow writes)",
                 "baseline": "duckdb SQL, same outputs",
                 "ratio": duck_s / local_s,
                 **common,
