@@ -59,14 +59,23 @@ def default_memory_limit() -> str:
     return f"{int(machine_memory_bytes() * DEFAULT_MEMORY_SHARE) >> 20}MiB"
 
 
-def machine_memory_bytes() -> int:
-    """The memory this process may use: the machine's, or its cgroup's limit when lower."""
-    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-    except OSError:
-        return physical
-    return min(physical, int(limit)) if limit.isdigit() else physical
+CGROUP_MEMORY_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),  # cgroup v2 ("max": none)
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),  # cgroup v1 (a huge number: none)
+)
+
+
+def machine_memory_bytes(cgroup_limits: Sequence[Path] = CGROUP_MEMORY_LIMITS) -> int:
+    """The memory this process may use: the machine's, or its container's limit when lower."""
+    usable = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in cgroup_limits:
+        try:
+            limit = path.read_text().strip()
+        except OSError:
+            continue
+        if limit.isdigit():
+            usable = min(usable, int(limit))
+    return usable
 
 
 def parquet_files_sql(files: Sequence[Path]) -> str:

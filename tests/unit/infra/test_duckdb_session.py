@@ -89,6 +89,18 @@ def test_running_out_names_the_settings(settings_env):
         assert named in message
 
 
+def test_a_containers_memory_limit_lowers_the_machines(tmp_path):
+    physical = machine_memory_bytes(cgroup_limits=())
+    v2, v1, missing = tmp_path / "memory.max", tmp_path / "limit_in_bytes", tmp_path / "none"
+    v2.write_text("max\n")
+    v1.write_text(f"{physical * 4}\n")  # v1 writes a huge number for "no limit"
+    assert machine_memory_bytes(cgroup_limits=(v2, v1, missing)) == physical
+    v1.write_text(f"{2 << 30}\n")
+    assert machine_memory_bytes(cgroup_limits=(v2, v1, missing)) == 2 << 30
+    v2.write_text(f"{1 << 30}\n")
+    assert machine_memory_bytes(cgroup_limits=(v2, v1)) == 1 << 30
+
+
 @pytest.mark.parametrize("value", ["lots", "4", "4 gigabytes", "-1GB"])
 def test_a_limit_duckdb_would_not_read_is_refused(value):
     with pytest.raises(pydantic.ValidationError, match="in_process_memory"):
