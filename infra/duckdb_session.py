@@ -87,3 +87,8 @@ def parquet_files_sql(files: Sequence[Path]) -> str:
 def sql_string(text: str) -> str:
     """``text`` as a DuckDB string literal."""
     return "'" + text.replace("'", "''") + "'"
+
+
+def sql_identifier(name: str) -> str:
+    """``name`` as a DuckDB identifier (a column or table name)."""
+    return '"' + name.replace('"', '""') + '"'

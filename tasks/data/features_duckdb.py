@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from infra.duckdb_session import duckdb_connection, parquet_files_sql
+from infra.duckdb_session import duckdb_connection, parquet_files_sql, sql_identifier
 from tasks.data.feature_formulas import feature_values
 from tasks.data.feature_specs import (
     DAY_MICROS,
@@ -49,12 +49,11 @@ class InProcessFeatures:
         self._con = duckdb_connection()
         if isinstance(events, (pa.Table, pa.RecordBatchReader)):
             self._con.register("events_input", events)
-            source = "events_input"
+            self._con.execute(f"CREATE TEMP TABLE prepared AS {prepared_sql('events_input')}")
+            self._con.unregister("events_input")
         else:
-            source = parquet_files_sql(events)
-        self._con.execute(f"CREATE TEMP TABLE prepared AS {prepared_sql(source)}")
-        if source == "events_input":
-            self._con.unregister(source)
+            prepared = prepared_sql(parquet_files_sql(events))
+            self._con.execute(f"CREATE TEMP TABLE prepared AS {prepared}")
         self._con.execute(f"CREATE TEMP TABLE wide AS {wide_sql('prepared', cutoffs)}")
         self._con.execute("DROP TABLE prepared")
 
@@ -89,12 +88,8 @@ def prepared_sql(events: str) -> str:
     FROM {events}"""
 
 
-def _q(name: str) -> str:
-    return f'"{name}"'
-
-
 def _col(cutoff: Cutoff, name: str) -> str:
-    return _q(f"{cutoff.name}__{name}")
+    return sql_identifier(f"{cutoff.name}__{name}")
 
 
 def _agg(fn: str, cutoff: Cutoff, condition: str, value: str, name: str) -> str:
@@ -144,7 +139,7 @@ def wide_sql(source: str, cutoffs: Sequence[Cutoff]) -> str:
             _agg("stddev_pop", cutoff, past, "_gap", "_gap_std"),
             _agg("max", cutoff, past, "_gap", "_gap_max"),
         ]
-        n = _q(cutoff.name)
+        n = sql_identifier(cutoff.name)
         for col in MIX_COLUMNS:
             mixes[col] += [
                 _agg("count", cutoff, f"{n} > 0", "*", f"_{col}_values"),
@@ -153,7 +148,7 @@ def wide_sql(source: str, cutoffs: Sequence[Cutoff]) -> str:
                 _agg("sum", cutoff, f"{n} > 0", f"{n} * ln({n})", f"_{col}_clogc"),
             ]
     per_value = ", ".join(
-        f"count(*) FILTER (WHERE _t <= {c.micros()}) AS {_q(c.name)}" for c in cutoffs
+        f"count(*) FILTER (WHERE _t <= {c.micros()}) AS {sql_identifier(c.name)}" for c in cutoffs
     )
     branches = [
         f"""(SELECT customer_id, {", ".join(gaps)}
@@ -242,7 +237,10 @@ def cutoff_sql(wide: str, cutoff: Cutoff, available_columns: set[str]) -> str:
     ops = SqlOps(cutoff)
     values = feature_values(ops, cutoff.micros())
     columns = ["customer_id"]
-    columns += [f"CAST({values[n]} AS DOUBLE) AS {_q(n)}" for n in feature_names(available_columns)]
+    columns += [
+        f"CAST({values[n]} AS DOUBLE) AS {sql_identifier(n)}"
+        for n in feature_names(available_columns)
+    ]
     if cutoff.label_until is not None:
         columns.append(f"coalesce({ops.agg('_label')}, 0.0::DOUBLE) AS label")
     return f"SELECT {', '.join(columns)} FROM {wide} WHERE {ops.agg('_last_t')} IS NOT NULL"

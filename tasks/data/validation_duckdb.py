@@ -16,7 +16,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from infra.duckdb_session import duckdb_connection, parquet_files_sql, sql_string
+from infra.duckdb_session import (
+    duckdb_connection,
+    parquet_files_sql,
+    sql_identifier,
+    sql_string,
+)
 from tasks.data.contract import (
     CONTRACT_COLUMNS,
     OPTIONAL_DEFAULTS,
@@ -131,7 +136,9 @@ class InProcessValidation:
         self._con.create_function(
             "java_double", java_double_strings, ["DOUBLE"], "VARCHAR", type="arrow"
         )
-        columns = ", ".join(f"{self._micros(c, _quoted(sources[c]))} AS {c}" for c in self._present)
+        columns = ", ".join(
+            f"{self._micros(c, sql_identifier(sources[c]))} AS {c}" for c in self._present
+        )
         self._con.execute(f"CREATE TEMP VIEW input_events AS SELECT {columns} FROM {source}")
         self._con.execute(f"CREATE TEMP TABLE deduplicated AS {self._deduplicated_sql()}")
 
@@ -303,8 +310,3 @@ def _timestamp_text(micros: str) -> str:
 
 def _date_text(micros: str) -> str:
     return f"strftime(make_timestamp({micros}), '%Y-%m-%d')"
-
-
-def _quoted(name: str) -> str:
-    """A column name as a DuckDB identifier."""
-    return '"' + name.replace('"', '""') + '"'

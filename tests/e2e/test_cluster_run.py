@@ -2,9 +2,9 @@
 client-mode driver (``HYBRIDFLOW_SPARK_MASTER=spark://...``), validate and features on its
 executors (a threshold under the ~9.5k events, over the ~600 examples), gives the predictions of
 local mode, where this input is validated, featured, preprocessed and scored in the flow's
-process: the engines agree end to end, and the work ran on executors both workers launched. (The Spark Connect path runs the
-whole pipeline in ``test_deployed_stack.py``; a third pipeline run here would cost about three
-minutes.)"""
+process: the engines agree end to end, and the work ran on executors both workers launched.
+(The Spark Connect path runs the whole pipeline in ``test_deployed_stack.py``; a third pipeline
+run here would cost about three minutes.)"""
 
 from __future__ import annotations
 
