@@ -50,7 +50,7 @@ def _stage_features(spark, store, validated, in_process_rows: int) -> tuple[floa
 def _duckdb_features(events_glob: str, as_of, out: Path) -> float:
     import duckdb
 
-    from tasks.data.features import pipeline_cutoffs
+    from tasks.data.cutoffs import pipeline_cutoffs
 
     cutoffs = pipeline_cutoffs(as_of, HORIZON_DAYS)
     con = duckdb.connect()

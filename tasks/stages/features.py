@@ -19,14 +19,9 @@ from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_f
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore
+from tasks.data.cutoffs import Cutoff, end_of_day, pipeline_cutoffs
 from tasks.data.feature_specs import feature_names
-from tasks.data.features import (
-    Cutoff,
-    customer_features_at,
-    cutoff_features,
-    end_of_day,
-    pipeline_cutoffs,
-)
+from tasks.data.features import customer_features_at, cutoff_features
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.features_in_process import InProcessFeatureFrame
 from tasks.stages.fingerprint import code_version, stage_fingerprint
@@ -35,7 +30,9 @@ from tasks.stages.spark_io import SparkJobs, read_dataset, write_dataset, write_
 
 log = logging.getLogger(__name__)
 FEATURES_CODE = (
+    "tasks.data.cutoffs",
     "tasks.data.features",
+    "tasks.data.feature_sql",
     "tasks.data.features_duckdb",
     "tasks.data.feature_formulas",
     "tasks.data.feature_specs",

@@ -11,7 +11,7 @@ from infra.arrow_datasets import local_files, read_batches, write_table
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.duckdb_session import memory_bounded
 from infra.store import ObjectStore
-from tasks.data.features import Cutoff
+from tasks.data.cutoffs import Cutoff
 from tasks.data.features_duckdb import EVENT_COLUMNS, InProcessFeatures
 from tasks.stages.spark_io import spark_schema_metadata
 

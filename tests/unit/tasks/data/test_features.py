@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
+from tasks.data.cutoffs import Cutoff
 from tasks.data.feature_specs import NO_PURCHASE_DAYS, feature_names
 from tasks.data.features import (
-    Cutoff,
     customer_features,
     customer_features_at,
     cutoff_features,

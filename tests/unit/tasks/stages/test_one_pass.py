@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from infra.datasets import read_dataset_manifest
+from tasks.data.cutoffs import pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
-from tasks.data.features import customer_features_at, pipeline_cutoffs
+from tasks.data.features import customer_features_at
 from tasks.data.input_formats import InputOptions, read_events
 from tasks.data.validation import conform_events, split_valid_events
 from tasks.stages.features import features_stage
