@@ -1,8 +1,9 @@
 """The features stage on about a million events: Spark (``tasks.stages.features``, local[*]) against
 DuckDB computing the same outputs with SQL in one process (:mod:`bench.duckdb_baseline`).
 
-Both read the same events: the validate stage's output (Parquet bucketed by customer), which the
-stage reads without a shuffle and DuckDB reads as plain Parquet. Both compute the training
+Both read the same events: the validate stage's output, validated by Spark as it is wherever the
+features stage runs on Spark (above ``in_process_rows``), so Parquet bucketed by customer, which
+the stage reads without a shuffle and DuckDB reads as plain Parquet. Both compute the training
 examples (46 features at T-H, label "purchased in (T-H, T]"), the scoring features (at T) and the
 backtest's examples (at T-2H, label "purchased in (T-2H, T-H]") and write them as Parquet; the
 outputs must agree (relative tolerance 1e-6: sums may differ in the last bits from the order of
@@ -113,7 +114,11 @@ def main(results_dir: Path) -> list[dict]:
         )
         spark = get_spark(get_settings())
         store = LocalFolderStore(work / "store")
-        validated = validate_stage(spark, store, "bench", str(work / "raw"), 0.05, use_cache=False)
+        # on Spark, as above in_process_rows, so the Spark arm reads what it reads there:
+        # the events bucketed by customer
+        validated = validate_stage(
+            spark, store, "bench", str(work / "raw"), 0.05, use_cache=False, in_process_rows=0
+        )
         events = read_dataset_manifest(store, validated.events_prefix)
         glob = str(store.local_path(events.data_prefix) / "*.parquet")
         for run in ("first", "second"):  # the first Spark run pays JIT and codegen warm-up

@@ -4,6 +4,9 @@
   (``StageReport.seconds``); the rest is orchestration (flow/subflow runs, artifacts), Spark
   session look-ups and hand-offs through the store. Spark's JVM start and Prefect's temporary
   API start are measured once, up front, and reported on their own rows.
+* Prefect's floor: a flow with as many empty subflows and one-row artifacts as the 1x run made
+  (read back from the API), measured in the same process. It is what any pipeline of this shape
+  pays on this API, whatever its stages do; ``beyond_floor_pct`` is the overhead left above it.
 * Scaling: total time per size, next to each stage's seconds, so a stage whose time does not
   grow with the data (fixed cost: task scheduling, Python workers) stands out from one that does.
 * CPU: CPU seconds of this process tree (driver, JVM, Python workers) / (wall x cores).
@@ -37,9 +40,63 @@ def _warm_up_prefect() -> float:
     return time.perf_counter() - started
 
 
-def _run_sizes(base: int, work: Path) -> tuple[list[tuple], float, float, bool]:
+def _run_shape(pipeline_run_id: str) -> tuple[int, int]:
+    """Subflows and artifacts of a pipeline flow run (its own and its subflows'), from the API."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        FlowRunFilter,
+        FlowRunFilterParentFlowRunId,
+    )
+
+    parent = UUID(pipeline_run_id)
+    with get_client(sync_client=True) as client:
+        children = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent])
+            )
+        )
+        runs = [parent, *(c.id for c in children)]
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=runs))
+        )
+    return len(children), len(artifacts)
+
+
+def _prefect_floor(subflows: int, artifacts: int, repeats: int = 3) -> float:
+    """Median seconds of a flow with ``subflows`` empty subflows and ``artifacts`` one-row table
+    artifacts: Prefect's own cost of a run of that shape on this API."""
+    from prefect import flow
+    from prefect.artifacts import create_table_artifact
+
+    @flow(name="bench-floor-stage")
+    def empty_stage() -> None:
+        return None
+
+    @flow(name="bench-floor-pipeline")
+    def empty_pipeline() -> None:
+        for _ in range(subflows):
+            empty_stage()
+        for i in range(artifacts):
+            create_table_artifact(table=[{"metric": "i", "value": i}], key=f"bench-floor-{i}")
+
+    seconds = []
+    for _ in range(repeats + 1):  # the first call registers the flows
+        started = time.perf_counter()
+        empty_pipeline()
+        seconds.append(time.perf_counter() - started)
+    return sorted(seconds[1:])[repeats // 2]
+
+
+def _run_sizes(
+    base: int, work: Path
+) -> tuple[list[tuple], tuple[float, float, bool], tuple[float, int, int]]:
     """The pipeline at every size (events, summary, wall and CPU seconds per size), after
-    Prefect's and the JVM's one-off starts (their seconds; whether the JVM was up already)."""
+    Prefect's and the JVM's one-off starts (their seconds; whether the JVM was up already);
+    then Prefect's floor for the 1x run's shape (seconds, subflows, artifacts)."""
     from pyspark.sql import SparkSession
 
     from flows.pipeline import PipelineParams, pipeline_flow
@@ -69,9 +126,11 @@ def _run_sizes(base: int, work: Path) -> tuple[list[tuple], float, float, bool]:
             wall = time.perf_counter() - started
             cpu = tree_cpu_seconds() - cpu_before
             runs.append((k, events.events, summary, wall, cpu))
+        shape = _run_shape(runs[0][2].run_id)
+        floor = (_prefect_floor(*shape), *shape)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return runs, prefect_start, jvm_start, jvm_was_up
+    return runs, (prefect_start, jvm_start, jvm_was_up), floor
 
 
 def main(results_dir: Path) -> list[dict]:
@@ -85,7 +144,8 @@ def main(results_dir: Path) -> list[dict]:
     # as `hybridflow run` runs it: no flow-run heartbeats without a server (each flow run's
     # end would wait up to 1 s for the heartbeat thread)
     with heartbeats_only_for_a_server():
-        runs, prefect_start, jvm_start, jvm_was_up = _run_sizes(base, work)
+        runs, (prefect_start, jvm_start, jvm_was_up), floor = _run_sizes(base, work)
+    floor_s, subflows, artifacts = floor
     for k, n_events, summary, wall, cpu in runs:
         stage_sum = sum(s.seconds for s in summary.stages)
         rows.append(
@@ -97,6 +157,8 @@ def main(results_dir: Path) -> list[dict]:
                 "seconds": wall,
                 "stage_seconds": stage_sum,
                 "overhead_pct": 100.0 * (wall - stage_sum) / wall,
+                "prefect_floor_s": floor_s,
+                "beyond_floor_pct": 100.0 * (wall - stage_sum - floor_s) / wall,
                 "cpu_util_pct": 100.0 * cpu / (wall * cores),
             }
         )
@@ -114,6 +176,16 @@ def main(results_dir: Path) -> list[dict]:
                 **{f"{name}_s": by_stage.get(name, 0.0) for name in STAGES},
             }
         )
+    rows.append(
+        {
+            "benchmark": "pipeline_overhead",
+            "subject": f"Prefect floor: a flow, {subflows} empty subflows, {artifacts} artifacts",
+            "baseline": "1x wall",
+            "ratio": floor_s / wall_1x,
+            "seconds": floor_s,
+            "note": "the 1x run's shape, read from the API; median of 3",
+        }
+    )
     rows.append(
         {
             "benchmark": "pipeline_overhead",
