@@ -1,10 +1,9 @@
 """Every feature's formula over its cutoff's aggregates, written once for both engines.
 
-:mod:`tasks.data.features` (Spark) and :mod:`tasks.data.features_duckdb` (DuckDB) compute the
-same aggregates per customer and cutoff (``_last_t``, ``_n_p``, ``_amount_30``, ...);
-:func:`feature_values` turns them into features through an engine's :class:`Ops`. The formulas
-use ``+ - * /`` between expressions and with numbers, which Spark's ``Column`` has and the SQL
-expressions of :mod:`tasks.data.features_duckdb` add.
+:mod:`tasks.data.feature_sql` computes the aggregates per customer and cutoff (``_last_t``,
+``_n_p``, ``_amount_30``, ...); :func:`feature_values` turns them into features through an
+:class:`Ops`, there :class:`tasks.data.feature_sql.SqlOps`. The formulas use ``+ - * /`` between
+expressions and with numbers, which its SQL expressions add.
 """
 
 from __future__ import annotations
