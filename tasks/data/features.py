@@ -11,7 +11,6 @@ Which features exist is declared in :mod:`tasks.data.feature_specs`.
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from collections.abc import Sequence
 
 from pyspark.sql import DataFrame
@@ -79,13 +78,9 @@ def customer_features_at(
         "event_type",
         *mixes,
     )
-    view = f"hybridflow_events_{uuid.uuid4().hex}"
-    sql = wide_sql(view, cutoffs, mixes)
-    prepared.createOrReplaceTempView(view)
-    try:  # the statement is analysed here, so the view is not needed afterwards
-        return events.sparkSession.sql(sql)
-    finally:
-        events.sparkSession.catalog.dropTempView(view)
+    # the prepared frame goes in as a parameter: no temp view outlives (or, with Spark Connect,
+    # falls short of) the lazily analysed result
+    return events.sparkSession.sql(wide_sql("{events}", cutoffs, mixes), events=prepared)
 
 
 def cutoff_features(wide: DataFrame, cutoff: Cutoff, available_columns: set[str]) -> DataFrame:

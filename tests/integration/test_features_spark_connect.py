@@ -1,0 +1,116 @@
+"""The features run on Spark Connect as on a classic session: the customer-level table is one
+SQL statement whose input goes in as a parameter (Spark Connect analyses lazily, so a temp view
+dropped after ``spark.sql`` would be missing when a job runs). A child process runs it through
+a Connect server it starts on a free loopback port, and its features must equal DuckDB's for the same rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pyarrow as pa
+import pytest
+
+from tasks.data.cutoffs import pipeline_cutoffs
+from tasks.data.features_duckdb import InProcessFeatures
+from tasks.data.validation_duckdb import GOOD_EVENTS_SCHEMA
+
+pytestmark = pytest.mark.integration
+
+AS_OF = dt.date(2025, 1, 27)
+HORIZON_DAYS = 5
+ALL = {"event_type", "quantity", "category", "channel"}
+
+
+def _rows() -> list[tuple]:
+    rows = [
+        (
+            "a",
+            dt.datetime(2025, 1, d, 10, tzinfo=dt.UTC),
+            2.0 + d,
+            "purchase" if d % 3 else "view",
+            1 + d % 2,
+            "x" if d % 2 else "y",
+            "web",
+        )
+        for d in range(1, 29)
+    ]
+    rows += [("b", dt.datetime(2025, 1, 3, tzinfo=dt.UTC), 5.0, "purchase", 2, "y", None)]
+    rows += [("c", dt.datetime(2025, 1, 20, tzinfo=dt.UTC), 1.0, "add_to_cart", 1, None, "app")]
+    return rows
+
+
+CHILD = textwrap.dedent(
+    """
+    import datetime as dt, json, os, sys
+    from pyspark.sql import SparkSession
+    from tasks.data.cutoffs import pipeline_cutoffs
+    from tasks.data.features import customer_features_at, cutoff_features
+    port, rows = int(sys.argv[1]), json.loads(sys.stdin.read())
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+    conf = SparkConf().setMaster("local[2]").setAll([
+        ("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin"),
+        ("spark.connect.grpc.binding.address", "127.0.0.1"),
+        ("spark.connect.grpc.binding.port", str(port)),
+        ("spark.driver.host", "127.0.0.1"), ("spark.driver.bindAddress", "127.0.0.1"),
+        ("spark.sql.session.timeZone", "UTC"), ("spark.ui.enabled", "false"),
+    ])
+    SparkSession(SparkContext.getOrCreate(conf))  # the server: a local driver with Connect
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # functions build Connect columns from here
+    spark = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
+    assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
+    rows = [(r[0], dt.datetime.fromisoformat(r[1]), *r[2:]) for r in rows]
+    events = spark.createDataFrame(rows, "customer_id string, event_time timestamp, "
+        "amount double, event_type string, quantity int, category string, channel string")
+    available = {"event_type", "quantity", "category", "channel"}
+    wide = customer_features_at(events, list(pipeline_cutoffs(dt.date(2025, 1, 27), 5)), available)
+    out = {}
+    for cutoff in pipeline_cutoffs(dt.date(2025, 1, 27), 5):
+        rows = cutoff_features(wide, cutoff, available).collect()
+        out[cutoff.name] = {r["customer_id"]: r.asDict() for r in rows}
+    print("FEATURES " + json.dumps(out))
+    spark.stop()
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_features_on_spark_connect_equal_duckdb():
+    rows = _rows()
+    payload = json.dumps([(r[0], r[1].isoformat(), *r[2:]) for r in rows])
+    env = os.environ | {"SPARK_LOCAL_IP": "127.0.0.1", "PYARROW_IGNORE_TIMEZONE": "1"}
+    env.pop("SPARK_REMOTE", None)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(_free_port())],
+        input=payload,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("FEATURES ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    on_connect = json.loads(lines[0].removeprefix("FEATURES "))
+
+    table = pa.Table.from_pylist(
+        [dict(zip(GOOD_EVENTS_SCHEMA.names, r, strict=True)) for r in rows], GOOD_EVENTS_SCHEMA
+    )
+    with InProcessFeatures(table, list(pipeline_cutoffs(AS_OF, HORIZON_DAYS)), ALL) as duck:
+        for cutoff in pipeline_cutoffs(AS_OF, HORIZON_DAYS):
+            expected = {r.pop("customer_id"): r for r in duck.cutoff_table(cutoff).to_pylist()}
+            got = on_connect[cutoff.name]
+            assert set(got) == set(expected), cutoff.name
+            for customer, features in expected.items():
+                got[customer].pop("customer_id")
+                assert got[customer] == pytest.approx(features, rel=1e-9), (cutoff.name, customer)
