@@ -24,9 +24,10 @@ class SplitFractions(BaseModel):
     val: float = 0.15
 
 
-def signed_log1p(col: Column) -> Column:
-    """``sign(x) * log1p(|x|)``: tames heavy tails (amounts, counts) and keeps the sign."""
-    return F.signum(col) * F.log1p(F.abs(col))
+def signed_log1p_sql(column: str) -> str:
+    """``sign(x) * log1p(|x|)`` of the column ``column`` as Spark SQL: tames heavy tails
+    (amounts, counts) and keeps the sign."""
+    return f"signum(`{column}`) * log1p(abs(`{column}`))"
 
 
 def assign_split(df: DataFrame, seed: int, fractions: SplitFractions | None = None) -> DataFrame:
@@ -48,12 +49,12 @@ def split_count_columns() -> list[Column]:
 
 def normalizer_aggregates(features: list[str]) -> list[Column]:
     """Aggregates of ``signed_log1p`` of each feature over the rows of the train split
-    (``m_<feature>``, ``s_<feature>``): computed by the job that writes the snapshot."""
-    train = F.col("split") == "train"
+    (``m_<feature>``, ``s_<feature>``): computed by the job that writes the snapshot. Written as
+    SQL: one Py4J call per aggregate, where a ``Column`` expression costs one per operation."""
     aggs = []
     for f in features:
-        x = F.when(train, signed_log1p(F.col(f)))
-        aggs += [F.avg(x).alias(f"m_{f}"), F.stddev_pop(x).alias(f"s_{f}")]
+        x = f"CASE WHEN split = 'train' THEN {signed_log1p_sql(f)} END"
+        aggs += [F.expr(f"avg({x}) AS `m_{f}`"), F.expr(f"stddev_pop({x}) AS `s_{f}`")]
     return aggs
 
 
