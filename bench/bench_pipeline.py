@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -83,20 +84,18 @@ def _prefect_floor(subflows: int, artifacts: int, repeats: int = 3) -> float:
         for i in range(artifacts):
             create_table_artifact(table=[{"metric": "i", "value": i}], key=f"bench-floor-{i}")
 
+    empty_pipeline()  # registers the flows
     seconds = []
-    for _ in range(repeats + 1):  # the first call registers the flows
+    for _ in range(repeats):
         started = time.perf_counter()
         empty_pipeline()
         seconds.append(time.perf_counter() - started)
-    return sorted(seconds[1:])[repeats // 2]
+    return statistics.median(seconds)
 
 
-def _run_sizes(
-    base: int, work: Path
-) -> tuple[list[tuple], tuple[float, float, bool], tuple[float, int, int]]:
+def _run_sizes(base: int, work: Path) -> tuple[list[tuple], float, float, bool]:
     """The pipeline at every size (events, summary, wall and CPU seconds per size), after
-    Prefect's and the JVM's one-off starts (their seconds; whether the JVM was up already);
-    then Prefect's floor for the 1x run's shape (seconds, subflows, artifacts)."""
+    Prefect's and the JVM's one-off starts (their seconds; whether the JVM was up already)."""
     from pyspark.sql import SparkSession
 
     from flows.pipeline import PipelineParams, pipeline_flow
@@ -126,11 +125,9 @@ def _run_sizes(
             wall = time.perf_counter() - started
             cpu = tree_cpu_seconds() - cpu_before
             runs.append((k, events.events, summary, wall, cpu))
-        shape = _run_shape(runs[0][2].run_id)
-        floor = (_prefect_floor(*shape), *shape)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return runs, (prefect_start, jvm_start, jvm_was_up), floor
+    return runs, prefect_start, jvm_start, jvm_was_up
 
 
 def main(results_dir: Path) -> list[dict]:
@@ -144,8 +141,9 @@ def main(results_dir: Path) -> list[dict]:
     # as `hybridflow run` runs it: no flow-run heartbeats without a server (each flow run's
     # end would wait up to 1 s for the heartbeat thread)
     with heartbeats_only_for_a_server():
-        runs, (prefect_start, jvm_start, jvm_was_up), floor = _run_sizes(base, work)
-    floor_s, subflows, artifacts = floor
+        runs, prefect_start, jvm_start, jvm_was_up = _run_sizes(base, work)
+        subflows, artifacts = _run_shape(runs[0][2].run_id)
+        floor_s = _prefect_floor(subflows, artifacts)
     for k, n_events, summary, wall, cpu in runs:
         stage_sum = sum(s.seconds for s in summary.stages)
         rows.append(

@@ -2,8 +2,8 @@
 process waits on Spark (a Py4J call releases the GIL; a small input leaves the second core idle).
 
 torch imports ``torch._dynamo`` when the first optimiser is created (1.2-1.9 s on a 2-core box);
-in a whole run that happens in the train stage, after the Spark stages. The stage that needs them calls :func:`finish_warm_imports` first,
-so that it never imports concurrently with the thread.
+in a whole run that happens in the train stage, after the Spark stages. The stage that needs it
+calls :func:`finish_warm_imports` first, so that it never imports concurrently with the thread.
 """
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ SECONDS_PER_DAY = 86_400.0
 DAY_MICROS = SECONDS_PER_DAY * 1e6
 
 
+def present_mix_columns(available_columns: set[str]) -> list[str]:
+    """The mix columns (:data:`MIX_COLUMNS`) an input with ``available_columns`` has."""
+    return [c for c in MIX_COLUMNS if c in available_columns]
+
+
 @dataclass(frozen=True)
 class FeatureSpec:
     """One feature: its column name, the optional input column it needs, what it means."""

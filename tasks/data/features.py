@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from tasks.data.cutoffs import Cutoff, as_naive_utc
-from tasks.data.feature_specs import MIX_COLUMNS
+from tasks.data.feature_specs import present_mix_columns
 from tasks.data.feature_sql import cutoff_columns, seen_condition, wide_sql
 
 
@@ -68,7 +68,7 @@ def customer_features_at(
     customer and joined on it, so events clustered by customer (a bucketed read) are never
     shuffled.
     """
-    mixes = [c for c in MIX_COLUMNS if c in available_columns]
+    mixes = present_mix_columns(available_columns)
     prepared = events.select(
         "customer_id",
         F.unix_micros("event_time").alias("_t"),

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from infra.duckdb_session import duckdb_connection, parquet_files_sql
 from tasks.data.cutoffs import Cutoff
-from tasks.data.feature_specs import MIX_COLUMNS
+from tasks.data.feature_specs import MIX_COLUMNS, present_mix_columns
 from tasks.data.feature_sql import cutoff_sql, wide_sql
 
 EVENT_COLUMNS = ("customer_id", "event_time", "amount", "event_type", "quantity", *MIX_COLUMNS)
@@ -35,8 +35,9 @@ class InProcessFeatures:
         available_columns: set[str],
     ) -> None:
         self.available_columns = set(available_columns)
-        mixes = [c for c in MIX_COLUMNS if c in self.available_columns]
-        wide = wide_sql("prepared", cutoffs, mixes)  # refuses bad cutoffs before DuckDB opens
+        wide = wide_sql(
+            "prepared", cutoffs, present_mix_columns(self.available_columns)
+        )  # refuses bad cutoffs before DuckDB opens
         self._con = duckdb_connection()
         if isinstance(events, (pa.Table, pa.RecordBatchReader)):
             self._con.register("events_input", events)

@@ -20,6 +20,7 @@ from tasks.ml.metrics import LiftGroup, ReliabilityBin
 
 COLOURS = {"model": "#1f77b4", "model (raw)": "#aec7e8", "baseline": "#ff7f0e"}
 REFERENCE = "#999999"
+DASHED = ' stroke-dasharray="4 3"'
 WIDTH, HEIGHT = 420, 310
 LEFT, RIGHT, TOP, BOTTOM = 52, 12, 30, 44  # the plot area's margins
 
@@ -51,7 +52,7 @@ def reliability_svg(curves: dict[str, list[ReliabilityBin]], title: str) -> str:
     """Observed rate against mean score per bin, one line per model, with the diagonal a
     perfectly calibrated model lies on."""
     plot = _Plot(0.0, 1.0, 0.0, 1.0)
-    ticks = [i / 5 for i in range(6)]
+    ticks = _ticks(1.0)
     parts = _axes(plot, ticks, ticks, "mean predicted probability", "observed rate")
     parts.append(_line([(0.0, 0.0), (1.0, 1.0)], plot, REFERENCE, dashed=True))
     legend = [("perfect", REFERENCE, True)]
@@ -148,7 +149,7 @@ def _line(
     name: str | None = None,
 ) -> str:
     coordinates = " ".join(f"{plot.x(x):.1f},{plot.y(y):.1f}" for x, y in points)
-    dash = ' stroke-dasharray="4 3"' if dashed else ""
+    dash = DASHED if dashed else ""
     model = f" data-model={quoteattr(name)}" if name is not None else ""
     return (
         f'<polyline{model} points="{coordinates}" fill="none" stroke="{colour}" '
@@ -162,7 +163,7 @@ def _legend(entries: list[tuple[str, str, bool]], *, right: bool = False) -> lis
     parts = []
     for i, (name, colour, dashed) in enumerate(entries):
         y = TOP + 12 + i * 14
-        dash = ' stroke-dasharray="4 3"' if dashed else ""
+        dash = DASHED if dashed else ""
         parts.append(
             f'<line x1="{x}" y1="{y - 4}" x2="{x + 16}" y2="{y - 4}" '
             f'stroke="{colour}" stroke-width="3"{dash}/>'

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ import textwrap
 import pyarrow as pa
 import pytest
 
+from infra.stack.services import free_port
 from tasks.data.cutoffs import pipeline_cutoffs
 from tasks.data.features_duckdb import InProcessFeatures
 from tasks.data.validation_duckdb import GOOD_EVENTS_SCHEMA
@@ -80,19 +80,13 @@ CHILD = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_features_on_spark_connect_equal_duckdb():
     rows = _rows()
     payload = json.dumps([(r[0], r[1].isoformat(), *r[2:]) for r in rows])
     env = os.environ | {"SPARK_LOCAL_IP": "127.0.0.1", "PYARROW_IGNORE_TIMEZONE": "1"}
     env.pop("SPARK_REMOTE", None)
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(_free_port())],
+        [sys.executable, "-c", CHILD, str(free_port())],
         input=payload,
         capture_output=True,
         text=True,
