@@ -17,14 +17,22 @@ from infra.errors import HybridflowInputError
 from infra.settings import get_settings
 
 
-def duckdb_connection() -> duckdb.DuckDBPyConnection:
-    """A new in-memory DuckDB database with the memory limit, a private spill folder and UTC
-    as its time zone; close it when done."""
+def duckdb_connection(
+    *, threads: int | None = None, memory: str | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB database with the memory limit (``memory``, default
+    :func:`memory_limit`), a private spill folder and UTC as its time zone, on ``threads``
+    threads (default: DuckDB's, one per core); close it when done."""
     settings = get_settings()
     spill_root = settings.work_dir / "spill"
     spill_root.mkdir(parents=True, exist_ok=True)
     spill = spill_root / f"duckdb-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    config = {"memory_limit": memory_limit(), "temp_directory": str(spill)}
+    config: dict[str, str | int] = {
+        "memory_limit": memory or memory_limit(),
+        "temp_directory": str(spill),
+    }
+    if threads is not None:
+        config["threads"] = threads
     connection = duckdb.connect(config=config)
     connection.execute("SET TimeZone = 'UTC'")
     return connection
@@ -54,9 +62,17 @@ DEFAULT_MEMORY_SHARE = 0.4
 outputs, the model) and a train subprocess live beside it."""
 
 
-def default_memory_limit() -> str:
-    """``DEFAULT_MEMORY_SHARE`` of :func:`machine_memory_bytes`, as a DuckDB memory limit."""
-    return f"{int(machine_memory_bytes() * DEFAULT_MEMORY_SHARE) >> 20}MiB"
+def default_memory_limit(sharers: int = 1) -> str:
+    """``DEFAULT_MEMORY_SHARE`` of :func:`machine_memory_bytes`, split between ``sharers``
+    processes that hold it at once, as a DuckDB memory limit."""
+    return f"{int(machine_memory_bytes() * DEFAULT_MEMORY_SHARE / max(1, sharers)) >> 20}MiB"
+
+
+def task_memory_limit(slots: int) -> str:
+    """What DuckDB may hold in a Spark task's Python worker while ``slots`` tasks run at once on
+    its machine: the ``in_process_memory`` setting (each worker is a process of its own), or the
+    default share of this machine's memory split between them."""
+    return get_settings().in_process_memory or default_memory_limit(slots)
 
 
 CGROUP_MEMORY_LIMITS = (

@@ -25,7 +25,8 @@ EVENT_COLUMNS = ("customer_id", "event_time", "amount", "event_type", "quantity"
 class InProcessFeatures:
     """The wide per-customer table of ``cutoffs`` over ``events`` (an Arrow table or stream, or
     Parquet files DuckDB reads itself, with the contract's columns), from which each cutoff's
-    features are selected; :meth:`close` it. DuckDB keeps the events in its own memory-bounded
+    features are selected; :meth:`close` it. ``threads`` and ``memory`` bound DuckDB (default:
+    every core, the ``in_process_memory`` setting). DuckDB keeps the events in its own memory-bounded
     storage (see :mod:`infra.duckdb_session`), so they are read once and never held in Arrow."""
 
     def __init__(
@@ -33,12 +34,15 @@ class InProcessFeatures:
         events: pa.Table | pa.RecordBatchReader | Sequence[Path],
         cutoffs: Sequence[Cutoff],
         available_columns: set[str],
+        *,
+        threads: int | None = None,
+        memory: str | None = None,
     ) -> None:
         self.available_columns = set(available_columns)
         wide = wide_sql(
             "prepared", cutoffs, present_mix_columns(self.available_columns)
         )  # refuses bad cutoffs before DuckDB opens
-        self._con = duckdb_connection()
+        self._con = duckdb_connection(threads=threads, memory=memory)
         if isinstance(events, (pa.Table, pa.RecordBatchReader)):
             self._con.register("events_input", events)
             self._con.execute(f"CREATE TEMP TABLE prepared AS {prepared_sql('events_input')}")

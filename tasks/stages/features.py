@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from typing import Protocol
 
 from pydantic import BaseModel
 from pyspark import StorageLevel
@@ -23,10 +22,19 @@ from tasks.data.cutoffs import Cutoff, end_of_day, pipeline_cutoffs
 from tasks.data.feature_specs import feature_names
 from tasks.data.features import customer_features_at, cutoff_features
 from tasks.stages.cache import load_cached, save_cached
+from tasks.stages.feature_frame import FeatureFrame, FeatureOutput
 from tasks.stages.features_in_process import InProcessFeatureFrame
+from tasks.stages.features_per_bucket import BucketFeatureFrame
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
-from tasks.stages.spark_io import SparkJobs, read_dataset, write_dataset, write_observed
+from tasks.stages.spark_io import (
+    SparkJobs,
+    customer_clustered_files,
+    read_dataset,
+    write_dataset,
+    write_observed,
+)
+from tasks.stages.validate import EVENTS_KEY
 
 log = logging.getLogger(__name__)
 FEATURES_CODE = (
@@ -37,30 +45,13 @@ FEATURES_CODE = (
     "tasks.data.feature_formulas",
     "tasks.data.feature_specs",
     "tasks.stages.features",
+    "tasks.stages.feature_frame",
     "tasks.stages.features_in_process",
+    "tasks.stages.features_per_bucket",
     "infra.arrow_datasets",
     "tasks.stages.spark_io",
     "infra.datasets",
 )
-
-
-class FeatureFrame(Protocol):
-    """One engine's customer-level table of the features at the run's cutoffs, inside its
-    ``with`` block; ``spark_jobs`` is the jobs it ran, known once the block is left."""
-
-    spark_jobs: int | None
-
-    def __enter__(self) -> FeatureFrame: ...
-
-    def __exit__(self, *exc: object) -> None: ...
-
-    def publish(self, cutoff: Cutoff, prefix: str) -> tuple[DatasetManifest, float]:
-        """Publish the customers seen at ``cutoff`` at ``prefix``; with their label rate."""
-        ...
-
-    def events_after(self) -> int:
-        """Events after the latest cutoff."""
-        ...
 
 
 def resolve_as_of(validated: ValidateResult, as_of: dt.date | None, horizon_days: int) -> dt.date:
@@ -134,31 +125,22 @@ def build_features(
     """Compute and publish the feature sets for a resolved ``as_of``.
 
     One pass over the events gives the features at every cutoff and the labels in one
-    customer-level table, which each output is then selected from. Up to ``in_process_rows``
-    valid events (default: the setting) DuckDB computes it in this process
-    (:mod:`tasks.stages.features_in_process`); above, Spark does, from the events clustered by
-    customer (no shuffle), keeping it in memory while the outputs are written and observing
-    counts and label rates in the writes.
+    customer-level table, which each output is then selected from (:func:`feature_frame`).
     """
     started = time.perf_counter()
     cutoffs = pipeline_cutoffs(as_of, horizon_days)
     too_short = _history_too_short(validated, cutoffs.backtest)
-    wanted = [cutoffs.train, cutoffs.score] + ([] if too_short else [cutoffs.backtest])
-    available = set(validated.available_columns)
-    frame: FeatureFrame = (
-        InProcessFeatureFrame(store, validated.events_prefix, wanted, available)
-        if validated.rows_valid <= in_process_limit(in_process_rows)
-        else SparkFeatureFrame(session_of(spark), store, validated.events_prefix, wanted, available)
-    )
-    with frame:
-        examples, positive_rate = _publish_training(
-            frame, cutoffs.train, run_id, (as_of, horizon_days)
-        )
-        scoring, _ = frame.publish(cutoffs.score, scoring_features_prefix(as_of))
+    training = FeatureOutput(cutoffs.train, run_dataset_prefix(run_id, "training_examples"))
+    scoring_output = FeatureOutput(cutoffs.score, scoring_features_prefix(as_of))
+    backtest_output = FeatureOutput(cutoffs.backtest, backtest_examples_prefix(run_id))
+    outputs = [training, scoring_output] + ([] if too_short else [backtest_output])
+    with feature_frame(spark, store, validated, outputs, in_process_rows) as frame:
+        examples, positive_rate = _publish_training(frame, training, (as_of, horizon_days))
+        scoring, _ = frame.publish(scoring_output)
         backtest = (
             BacktestExamples(skipped=too_short)
             if too_short
-            else _publish_backtest(frame, cutoffs.backtest, run_id)
+            else _publish_backtest(frame, backtest_output)
         )
         after = frame.events_after() if _events_after_possible(validated, cutoffs.score) else 0
     if after:
@@ -173,7 +155,7 @@ def build_features(
         ),
         as_of=as_of,
         horizon_days=horizon_days,
-        features=feature_names(available),
+        features=feature_names(set(validated.available_columns)),
         training_prefix=examples.prefix,
         scoring_prefix=scoring.prefix,
         n_training=examples.rows,
@@ -187,23 +169,47 @@ def build_features(
     )
 
 
+def feature_frame(
+    spark: SparkSession | SessionProvider,
+    store: ObjectStore,
+    validated: ValidateResult,
+    outputs: list[FeatureOutput],
+    in_process_rows: int | None,
+) -> FeatureFrame:
+    """The engine for the run's events: up to ``in_process_rows`` valid events (default: the
+    setting) DuckDB in this process (:mod:`tasks.stages.features_in_process`); above, a Spark
+    task per bucket of the events clustered by customer, each running DuckDB
+    (:mod:`tasks.stages.features_per_bucket`); events not clustered by customer (an S3 store
+    on a cluster), Spark SQL (:class:`SparkFeatureFrame`)."""
+    available = set(validated.available_columns)
+    if validated.rows_valid <= in_process_limit(in_process_rows):
+        return InProcessFeatureFrame(store, validated.events_prefix, outputs, available)
+    session = session_of(spark)
+    manifest = read_dataset_manifest(store, validated.events_prefix)
+    buckets = customer_clustered_files(manifest, EVENTS_KEY)
+    if buckets is not None:
+        return BucketFeatureFrame(session, store, buckets, outputs, available)
+    return SparkFeatureFrame(session, store, validated.events_prefix, outputs, available)
+
+
 class SparkFeatureFrame:
-    """The customer-level table of ``cutoffs`` computed by Spark and kept in memory (then disk)
-    inside the ``with`` block; ``spark_jobs`` counts the block's jobs once it is left."""
+    """The customer-level table of the outputs' cutoffs computed by Spark SQL and kept in
+    memory (then disk) inside the ``with`` block; ``spark_jobs`` counts the block's jobs once
+    it is left."""
 
     def __init__(
         self,
         spark: SparkSession,
         store: ObjectStore,
         events_prefix: str,
-        cutoffs: list[Cutoff],
+        outputs: list[FeatureOutput],
         available: set[str],
     ) -> None:
         self._spark = spark
         self._jobs = SparkJobs(spark)
         self._store = store
         self._events_prefix = events_prefix
-        self._cutoffs = cutoffs
+        self._cutoffs: list[Cutoff] = [output.cutoff for output in outputs]
         self._available = available
         self._wide: DataFrame | None = None
         self.spark_jobs: int | None = None
@@ -226,14 +232,14 @@ class SparkFeatureFrame:
             raise RuntimeError("use the frame inside its with block")
         return self._wide
 
-    def publish(self, cutoff: Cutoff, prefix: str) -> tuple[DatasetManifest, float]:
-        """Write the customers seen at ``cutoff``; their label rate (0.0 when unlabelled) is
-        observed by the write."""
-        rows = cutoff_features(self._frame(), cutoff, self._available)
-        if cutoff.label_until is None:
-            return write_dataset(rows, self._store, prefix), 0.0
+    def publish(self, output: FeatureOutput) -> tuple[DatasetManifest, float]:
+        """Write the customers seen at the output's cutoff; their label rate (0.0 when
+        unlabelled) is observed by the write."""
+        rows = cutoff_features(self._frame(), output.cutoff, self._available)
+        if output.cutoff.label_until is None:
+            return write_dataset(rows, self._store, output.prefix), 0.0
         examples, observed = write_observed(
-            rows, self._store, prefix, [F.sum("label").alias("positives")]
+            rows, self._store, output.prefix, [F.sum("label").alias("positives")]
         )
         rate = float(observed["positives"]) / examples.rows if examples.rows else 0.0
         return examples, rate
@@ -245,14 +251,14 @@ class SparkFeatureFrame:
 
 
 def _publish_training(
-    frame: FeatureFrame, train: Cutoff, run_id: str, run: tuple[dt.date, int]
+    frame: FeatureFrame, training: FeatureOutput, run: tuple[dt.date, int]
 ) -> tuple[DatasetManifest, float]:
     """Write the training examples and check they can train a model (rows, both classes);
     ``run`` is the as-of date and horizon the errors name."""
-    examples, positive_rate = frame.publish(train, run_dataset_prefix(run_id, "training_examples"))
+    examples, positive_rate = frame.publish(training)
     if examples.rows == 0:
         raise HybridflowInputError(
-            f"no customer has an event on or before {train.at.date()} (as_of - horizon)"
+            f"no customer has an event on or before {training.cutoff.at.date()} (as_of - horizon)"
         )
     check_labels(positive_rate, examples.rows, *run)
     return examples, positive_rate
@@ -280,13 +286,14 @@ def _history_too_short(validated: ValidateResult, backtest: Cutoff) -> str | Non
     return reason
 
 
-def _publish_backtest(frame: FeatureFrame, backtest: Cutoff, run_id: str) -> BacktestExamples:
+def _publish_backtest(frame: FeatureFrame, backtest: FeatureOutput) -> BacktestExamples:
     """Publish the examples a run H days earlier would have trained on (features at T-2H,
     labels in (T-2H, T-H]); skipped, with the reason, when those labels have a single class."""
-    examples, rate = frame.publish(backtest, backtest_examples_prefix(run_id))
+    examples, rate = frame.publish(backtest)
     if examples.rows == 0 or rate in (0.0, 1.0):
         reason = (
-            f"no backtest: the {examples.rows} customers seen by {backtest.at.date()} (as_of - 2 x "
+            f"no backtest: the {examples.rows} customers seen by {backtest.cutoff.at.date()} "
+            "(as_of - 2 x "
             "horizon) have a single label class in the horizon after it"
         )
         log.warning("%s", reason)

@@ -13,21 +13,26 @@ from infra.duckdb_session import memory_bounded
 from infra.store import ObjectStore
 from tasks.data.cutoffs import Cutoff
 from tasks.data.features_duckdb import EVENT_COLUMNS, InProcessFeatures
+from tasks.stages.feature_frame import FeatureOutput
 from tasks.stages.spark_io import spark_schema_metadata
 
 
 class InProcessFeatureFrame:
-    """:class:`tasks.stages.features.SparkFeatureFrame`'s twin for data one process holds
-    easily: the same outputs, from :class:`tasks.data.features_duckdb.InProcessFeatures`."""
+    """A :class:`tasks.stages.feature_frame.FeatureFrame` for data one process holds easily:
+    :class:`tasks.data.features_duckdb.InProcessFeatures` over all the events."""
 
     spark_jobs: int | None = 0
 
     def __init__(
-        self, store: ObjectStore, events_prefix: str, cutoffs: list[Cutoff], available: set[str]
+        self,
+        store: ObjectStore,
+        events_prefix: str,
+        outputs: list[FeatureOutput],
+        available: set[str],
     ) -> None:
         self._store = store
         self._prefix = events_prefix
-        self._cutoffs = cutoffs
+        self._cutoffs: list[Cutoff] = [output.cutoff for output in outputs]
         self._available = available
         self._features: InProcessFeatures | None = None
 
@@ -48,14 +53,15 @@ class InProcessFeatureFrame:
             raise RuntimeError("use the frame inside its with block")
         return self._features
 
-    def publish(self, cutoff: Cutoff, prefix: str) -> tuple[DatasetManifest, float]:
-        """Write the customers seen at ``cutoff``; with their label rate (0.0 when unlabelled)."""
+    def publish(self, output: FeatureOutput) -> tuple[DatasetManifest, float]:
+        """Write the customers seen at the output's cutoff; with their label rate (0.0 when
+        unlabelled)."""
         with memory_bounded("the features stage"):
-            rows = self._table().cutoff_table(cutoff)
+            rows = self._table().cutoff_table(output.cutoff)
         manifest = write_table(
-            rows, self._store, prefix, metadata=spark_schema_metadata(rows.schema)
+            rows, self._store, output.prefix, metadata=spark_schema_metadata(rows.schema)
         )
-        if cutoff.label_until is None or rows.num_rows == 0:
+        if output.cutoff.label_until is None or rows.num_rows == 0:
             return manifest, 0.0
         return manifest, float(pc.sum(rows["label"]).as_py()) / rows.num_rows
 

@@ -16,6 +16,7 @@ without a declared layout (its files are still one per task).
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
@@ -76,6 +77,27 @@ class ClusteredLayout:
         if not entry:
             return None
         return cls(key=entry["key"], buckets=int(entry["buckets"]), sort=tuple(entry["sort"]))
+
+
+# Spark's bucketed writes end each file name in ``_<bucket id>`` before the extensions
+# (``part-00000-<uuid>_00003.c000.snappy.parquet``), as Spark itself reads it back.
+_BUCKET_ID = re.compile(r"_(\d+)(?:\..*)?$")
+
+
+def customer_clustered_files(manifest: DatasetManifest, key: str) -> list[list[str]] | None:
+    """The dataset's files in groups that each hold every row of their ``key`` values: one
+    group per bucket of a dataset clustered by ``key``, or the one file of a single-file
+    dataset; None when the rows of a ``key`` value may lie in several groups."""
+    layout = ClusteredLayout.from_metadata(manifest.metadata.get(LAYOUT_KEY))
+    if layout is None or layout.key != key:
+        return [list(manifest.files)] if len(manifest.files) == 1 else None
+    buckets: dict[int, list[str]] = {}
+    for file in manifest.files:
+        found = _BUCKET_ID.search(file.rsplit("/", 1)[-1])
+        if found is None:
+            return None
+        buckets.setdefault(int(found.group(1)), []).append(file)
+    return [buckets[bucket] for bucket in sorted(buckets)]
 
 
 class SparkJobs:
