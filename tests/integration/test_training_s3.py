@@ -18,7 +18,6 @@ import threading
 import time
 from pathlib import Path
 
-import boto3
 import pytest
 import torch
 
@@ -28,51 +27,11 @@ from infra.settings import HybridflowSettings
 from infra.store import S3Store
 from tasks.ml.checkpoints import CheckpointStore
 from tasks.stages.train import train_stage
+from tests.fixtures.moto_s3 import BUCKET, start_moto
 from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
 pytestmark = pytest.mark.integration
-BUCKET = "hf-train"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _start_moto():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    return server, f"http://{host}:{port}"
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint():
-    """A moto S3 server for the session, with dummy credentials and the bucket created."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server, endpoint = _start_moto()
-    env = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        boto3.client("s3").create_bucket(Bucket=BUCKET)
-        yield endpoint
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@pytest.fixture
-def s3_store(s3_endpoint, request) -> S3Store:
-    """A store under a prefix of its own."""
-    return S3Store(f"s3://{BUCKET}/{request.node.name}", retries=2, backoff_s=0.05)
 
 
 def _settings(**train) -> HybridflowSettings:
@@ -195,7 +154,7 @@ def test_training_killed_with_sigkill_resumes_from_its_last_checkpoint(s3_store,
 def test_store_down_during_training_retries_then_fails_with_nothing_half_written(
     s3_endpoint, tmp_path, monkeypatch, caplog
 ):
-    server, endpoint = _start_moto()  # shares moto's in-process state, dies on its own
+    server, endpoint = start_moto()  # shares moto's in-process state, dies on its own
     stopped = False
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)

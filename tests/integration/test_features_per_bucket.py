@@ -1,0 +1,138 @@
+"""The features stage on Spark: a task per bucket of the customer-clustered events (DuckDB in
+each), or Spark SQL for events that are not clustered, gives what the in-process stage gives;
+a failed task publishes nothing; a task reads and writes a remote store through its client."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.arrow_datasets import read_table
+from infra.datasets import find_dataset, read_dataset_manifest
+from infra.layout import run_dataset_prefix
+from tasks.data.cutoffs import pipeline_cutoffs
+from tasks.data.demo_events import DemoDataParams, generate_demo_events
+from tasks.stages.feature_frame import FeatureOutput
+from tasks.stages.features import SparkFeatureFrame, feature_frame, features_stage
+from tasks.stages.features_in_process import InProcessFeatureFrame
+from tasks.stages.features_per_bucket import BucketFeatureFrame, bucket_features
+from tasks.stages.records import ValidateResult
+from tasks.stages.spark_io import ClusteredLayout, read_dataset, write_dataset, write_observed
+from tasks.stages.validate import validate_stage
+
+pytestmark = pytest.mark.integration
+
+SPARK = 0  # in_process_rows that sends the stage to Spark
+IN_PROCESS = 10**9
+
+
+@pytest.fixture(scope="module")
+def demo_events(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bucket-features") / "events"
+    generate_demo_events(DemoDataParams(customers=500, days=400, seed=17), out)
+    return out
+
+
+@pytest.fixture
+def validated(spark, local_store, demo_events) -> ValidateResult:
+    return validate_stage(spark, local_store, "v", str(demo_events), 0.05, use_cache=False)
+
+
+def _republished(spark, store, validated: ValidateResult, name: str, buckets: int | None):
+    """The valid events published again at a prefix of their own: hash-bucketed by customer
+    into ``buckets`` files, or (None) two files that split customers between them."""
+    events = read_dataset(spark, store, validated.events_prefix)
+    prefix = run_dataset_prefix("v", name)
+    if buckets is None:
+        write_dataset(events.repartition(2), store, prefix)
+    else:
+        layout = ClusteredLayout("customer_id", buckets)
+        write_observed(events.repartition(buckets, "customer_id"), store, prefix, layout=layout)
+    return validated.model_copy(update={"events_prefix": prefix})
+
+
+def _rows(store, prefix: str) -> dict[str, dict]:
+    table = read_table(store, read_dataset_manifest(store, prefix))
+    rows = {r.pop("customer_id"): r for r in table.to_pylist()}
+    assert len(rows) == table.num_rows
+    return rows
+
+
+def _same(expected: dict[str, dict], got: dict[str, dict]) -> None:
+    assert set(got) == set(expected) and got
+    for customer, values in got.items():
+        assert values == pytest.approx(expected[customer], rel=1e-9, abs=1e-9), customer
+
+
+def test_each_engine_is_chosen_by_size_and_layout(spark, local_store, validated):
+    outputs = [
+        FeatureOutput(c, f"x/{c.name}") for c in pipeline_cutoffs(validated.last_event.date(), 30)
+    ]
+    clustered = _republished(spark, local_store, validated, "clustered", 3)
+    plain = _republished(spark, local_store, validated, "plain", None)
+    chosen = {
+        "small": feature_frame(spark, local_store, clustered, outputs, IN_PROCESS),
+        "clustered": feature_frame(spark, local_store, clustered, outputs, SPARK),
+        "validated": feature_frame(spark, local_store, validated, outputs, SPARK),
+        "plain": feature_frame(spark, local_store, plain, outputs, SPARK),
+    }
+    assert {name: type(frame) for name, frame in chosen.items()} == {
+        "small": InProcessFeatureFrame,
+        "clustered": BucketFeatureFrame,
+        "validated": BucketFeatureFrame,
+        "plain": SparkFeatureFrame,
+    }
+
+
+def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, validated):
+    here = features_stage(spark, local_store, "l", validated, None, 90, False, IN_PROCESS)
+    expected = {
+        "training_prefix": _rows(local_store, here.training_prefix),
+        "backtest_prefix": _rows(local_store, here.backtest_prefix),
+        "scoring_prefix": _rows(local_store, here.scoring_prefix),
+    }
+    figures = ("n_training", "n_scoring", "n_backtest", "events_after_as_of", "features")
+    for name, buckets in (("clustered", 3), ("plain", None)):
+        events = _republished(spark, local_store, validated, name, buckets)
+        result = features_stage(spark, local_store, name, events, None, 90, False, SPARK)
+        # one job of a task per bucket; Spark SQL shuffles the unclustered events first
+        assert (result.report.spark_jobs == 1) == (buckets is not None), result.report
+        assert [getattr(result, f) for f in figures] == [getattr(here, f) for f in figures]
+        assert result.positive_rate == pytest.approx(here.positive_rate, rel=1e-12)
+        assert result.backtest_positive_rate == pytest.approx(here.backtest_positive_rate)
+        for prefix, rows in expected.items():
+            _same(rows, _rows(local_store, getattr(result, prefix)))
+        if buckets is not None:
+            manifest = read_dataset_manifest(local_store, result.training_prefix)
+            assert len(manifest.files) == buckets  # a part per bucket
+        # Spark reads the parts with the schema the manifest records.
+        training = read_dataset(spark, local_store, result.training_prefix)
+        assert training.count() == result.n_training
+        assert training.schema["label"].dataType.typeName() == "double"
+
+
+def test_a_failed_task_publishes_nothing(spark, local_store, validated):
+    events = _republished(spark, local_store, validated, "broken", 2)
+    manifest = read_dataset_manifest(local_store, events.events_prefix)
+    local_store.put_bytes(manifest.files[-1], b"not parquet")
+    with pytest.raises(Exception, match="parquet|Parquet"):
+        features_stage(spark, local_store, "broken", events, None, 90, False, SPARK)
+    assert find_dataset(local_store, run_dataset_prefix("broken", "training_examples")) is None
+    assert find_dataset(local_store, run_dataset_prefix("broken", "backtest_examples")) is None
+
+
+def test_a_task_reads_and_writes_a_remote_store(spark, local_store, validated, s3_store):
+    """What a task does with an S3 store (local mode and clusters alike): download its bucket,
+    put its parts; the same rows as from the folder store."""
+    events = _republished(spark, local_store, validated, "to-s3", 1)
+    key = read_dataset_manifest(local_store, events.events_prefix).files[0]
+    s3_store.put_file("events/part-0.parquet", local_store.local_path(key))
+    cutoffs = pipeline_cutoffs(validated.last_event.date(), 90)
+    available = set(validated.available_columns)
+    targets = [(c, f"out/{c.name}.parquet") for c in cutoffs]
+    remote, remote_after = bucket_features(s3_store, ["events/part-0.parquet"], available, targets)
+    local, local_after = bucket_features(local_store, [key], available, targets)
+    assert [p.rows for p in remote] == [p.rows for p in local] and remote[0].rows
+    assert [p.positives for p in remote] == [p.positives for p in local]
+    assert remote_after == local_after
+    for _, target in targets:
+        assert s3_store.get_bytes(target) == local_store.get_bytes(target)
