@@ -1,7 +1,9 @@
 """The features run on Spark Connect as on a classic session: the customer-level table is one
 SQL statement whose input goes in as a parameter (Spark Connect analyses lazily, so a temp view
-dropped after ``spark.sql`` would be missing when a job runs). A child process runs it through
-a Connect server it starts on a free loopback port, and its features must equal DuckDB's for the same rows."""
+dropped after ``spark.sql`` would be missing when a job runs), and the stage's task per bucket
+runs its DuckDB in the server's Python workers. A child process runs both through a Connect
+server it starts on a free loopback port; their features must equal DuckDB's in this process
+for the same rows."""
 
 from __future__ import annotations
 
@@ -75,6 +77,23 @@ CHILD = textwrap.dedent(
         rows = cutoff_features(wide, cutoff, available).collect()
         out[cutoff.name] = {r["customer_id"]: r.asDict() for r in rows}
     print("FEATURES " + json.dumps(out))
+    # the stage's Spark path: a task per bucket (one file here), DuckDB in each
+    import tempfile
+    import pyarrow.parquet as pq
+    from infra.arrow_datasets import read_table
+    from infra.store import LocalFolderStore
+    from tasks.stages.feature_frame import FeatureOutput
+    from tasks.stages.features_per_bucket import BucketFeatureFrame
+    store = LocalFolderStore(tempfile.mkdtemp())
+    store.local_path("events").mkdir()
+    pq.write_table(events.toArrow(), store.local_path("events/part-0.parquet"))
+    outputs = [FeatureOutput(c, f"out/{c.name}") for c in pipeline_cutoffs(dt.date(2025, 1, 27), 5)]
+    with BucketFeatureFrame(spark, store, [["events/part-0.parquet"]], outputs, available) as frame:
+        published = {o.cutoff.name: frame.publish(o)[0] for o in outputs}
+        assert frame.spark_jobs is None  # Connect: no SparkContext to count them
+    out = {name: {r["customer_id"]: r for r in read_table(store, m).to_pylist()}
+           for name, m in published.items()}
+    print("BUCKETS " + json.dumps(out))
     spark.stop()
     """
 )
@@ -83,7 +102,11 @@ CHILD = textwrap.dedent(
 def test_features_on_spark_connect_equal_duckdb():
     rows = _rows()
     payload = json.dumps([(r[0], r[1].isoformat(), *r[2:]) for r in rows])
-    env = os.environ | {"SPARK_LOCAL_IP": "127.0.0.1", "PYARROW_IGNORE_TIMEZONE": "1"}
+    env = os.environ | {
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYARROW_IGNORE_TIMEZONE": "1",
+        "PYSPARK_PYTHON": sys.executable,  # the server's Python workers (Connect reads the env)
+    }
     env.pop("SPARK_REMOTE", None)
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(free_port())],
@@ -93,9 +116,12 @@ def test_features_on_spark_connect_equal_duckdb():
         env=env,
         timeout=180,
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("FEATURES ")]
-    assert done.returncode == 0 and lines, done.stderr[-3000:]
-    on_connect = json.loads(lines[0].removeprefix("FEATURES "))
+    printed = {
+        line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
+        for line in done.stdout.splitlines()
+        if line.startswith(("FEATURES ", "BUCKETS "))
+    }
+    assert done.returncode == 0 and len(printed) == 2, done.stderr[-3000:]
 
     table = pa.Table.from_pylist(
         [dict(zip(GOOD_EVENTS_SCHEMA.names, r, strict=True)) for r in rows], GOOD_EVENTS_SCHEMA
@@ -103,8 +129,9 @@ def test_features_on_spark_connect_equal_duckdb():
     with InProcessFeatures(table, list(pipeline_cutoffs(AS_OF, HORIZON_DAYS)), ALL) as duck:
         for cutoff in pipeline_cutoffs(AS_OF, HORIZON_DAYS):
             expected = {r.pop("customer_id"): r for r in duck.cutoff_table(cutoff).to_pylist()}
-            got = on_connect[cutoff.name]
-            assert set(got) == set(expected), cutoff.name
-            for customer, features in expected.items():
-                got[customer].pop("customer_id")
-                assert got[customer] == pytest.approx(features, rel=1e-9), (cutoff.name, customer)
+            for way, on_connect in printed.items():
+                got = on_connect[cutoff.name]
+                assert set(got) == set(expected), (way, cutoff.name)
+                for customer, features in expected.items():
+                    got[customer].pop("customer_id")
+                    assert got[customer] == pytest.approx(features, rel=1e-9), (way, customer)
