@@ -28,13 +28,13 @@ from tasks.stages.features_per_bucket import BucketFeatureFrame
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
 from tasks.stages.spark_io import (
+    EVENTS_KEY,
     SparkJobs,
     customer_clustered_files,
     read_dataset,
     write_dataset,
     write_observed,
 )
-from tasks.stages.validate import EVENTS_KEY
 
 log = logging.getLogger(__name__)
 FEATURES_CODE = (

@@ -79,6 +79,8 @@ class ClusteredLayout:
         return cls(key=entry["key"], buckets=int(entry["buckets"]), sort=tuple(entry["sort"]))
 
 
+# The key validate clusters the published events by: a bucket holds all of a customer's events.
+EVENTS_KEY = "customer_id"
 # Spark's bucketed writes end each file name in ``_<bucket id>`` before the extensions
 # (``part-00000-<uuid>_00003.c000.snappy.parquet``), as Spark itself reads it back.
 _BUCKET_ID = re.compile(r"_(\d+)(?:\..*)?$")

@@ -35,6 +35,7 @@ from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, files_fingerprint, stage_fingerprint
 from tasks.stages.records import StageReport, ValidateResult
 from tasks.stages.spark_io import (
+    EVENTS_KEY,
     ClusteredLayout,
     SparkJobs,
     bucket_count,
@@ -44,7 +45,6 @@ from tasks.stages.spark_io import (
 from tasks.stages.validate_in_process import publish_validated_in_process
 
 log = logging.getLogger(__name__)
-EVENTS_KEY = "customer_id"
 VALIDATE_CODE = (
     "tasks.stages.validate",
     "tasks.data.validation",
