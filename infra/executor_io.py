@@ -85,8 +85,9 @@ def shares_filesystem(settings: HybridflowSettings) -> bool:
 
 
 def check_shared_filesystem(settings: HybridflowSettings, what: str, path: str) -> None:
-    """Refuse a local folder a cluster's executors cannot see, naming what to configure."""
-    if shares_filesystem(settings):
+    """Refuse a local folder a cluster's executors cannot see, naming what to configure; a
+    remote ``path`` (``s3://``, ``s3a://``) is the executors' to reach."""
+    if urlsplit(path).scheme not in ("", "file") or shares_filesystem(settings):
         return
     raise HybridflowInputError(
         f"{what} {path} is a folder on this machine, which the Spark cluster at "

@@ -42,7 +42,7 @@ from infra.store import ObjectStore
 from tasks.data.cutoffs import Cutoff
 from tasks.data.features_duckdb import InProcessFeatures
 from tasks.stages.feature_frame import FeatureOutput
-from tasks.stages.spark_io import SparkJobs, spark_schema_metadata
+from tasks.stages.spark_io import SparkJobs, check_cluster_sees, spark_schema_metadata
 
 # What a task hands back to the driver per output of its bucket.
 PART_DONE = StructType(
@@ -158,6 +158,7 @@ class BucketFeatureFrame:
         self.spark_jobs: int | None = None
 
     def __enter__(self) -> BucketFeatureFrame:
+        check_cluster_sees(self._spark, "the store", self._store.uri)
         published = [_Published(new_data_prefix(o.prefix), [], 0, 0.0, None) for o in self._outputs]
         done = self._run([p.data_prefix for p in published])
         after: dict[int, int] = {}

@@ -164,3 +164,5 @@ def test_a_folder_a_remote_cluster_cannot_see_is_refused_with_what_to_set():
     assert "HYBRIDFLOW_STORE=s3://" in message
     assert "HYBRIDFLOW_SPARK_SHARED_FILESYSTEM=true" in message
     check_shared_filesystem(HybridflowSettings(), "the store", "/data/store")  # local: fine
+    for remote in ("s3://bucket/store", "s3a://bucket/events"):  # the executors reach these
+        check_shared_filesystem(s, "the store", remote)
