@@ -38,17 +38,24 @@ def duckdb_connection(
     return connection
 
 
+IN_PROCESS_REMEDY = (
+    "raise HYBRIDFLOW_IN_PROCESS_MEMORY, or lower HYBRIDFLOW_IN_PROCESS_ROWS so that Spark "
+    "computes it"
+)
+
+
 @contextmanager
-def memory_bounded(work: str) -> Iterator[None]:
-    """Report DuckDB running out of its memory limit during ``work`` as an error naming the
-    settings that fix it."""
+def memory_bounded(
+    work: str, limit: str | None = None, remedy: str = IN_PROCESS_REMEDY
+) -> Iterator[None]:
+    """Report DuckDB running out of its memory limit (``limit``, default :func:`memory_limit`)
+    during ``work`` as an error naming the settings that fix it (``remedy``)."""
     try:
         yield
     except duckdb.OutOfMemoryException as exc:
         raise HybridflowInputError(
-            f"{work} needs more memory than DuckDB may hold in this process ({memory_limit()}): "
-            "raise HYBRIDFLOW_IN_PROCESS_MEMORY, or lower HYBRIDFLOW_IN_PROCESS_ROWS so that "
-            "Spark computes it"
+            f"{work} needs more memory than DuckDB may hold in this process "
+            f"({limit or memory_limit()}): {remedy}"
         ) from exc
 
 

@@ -44,6 +44,10 @@ from tasks.data.features_duckdb import InProcessFeatures
 from tasks.stages.feature_frame import FeatureOutput
 from tasks.stages.spark_io import SparkJobs, check_cluster_sees, spark_schema_metadata
 
+TASK_REMEDY = (
+    "raise HYBRIDFLOW_IN_PROCESS_MEMORY, which bounds each features task's DuckDB too (unset: "
+    "40% of the machine split between the tasks running on it)"
+)
 # What a task hands back to the driver per output of its bucket.
 PART_DONE = StructType(
     [
@@ -107,7 +111,7 @@ def bucket_features(
         cutoffs = [cutoff for cutoff, _ in targets]
         parts = []
         with (
-            memory_bounded("a features task"),
+            memory_bounded("a features task", memory, TASK_REMEDY),
             InProcessFeatures(paths, cutoffs, available, threads=threads, memory=memory) as table,
         ):
             for cutoff, key in targets:
