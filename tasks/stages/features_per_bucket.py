@@ -26,13 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
-from pyspark.sql.types import (
-    BinaryType,
-    DoubleType,
-    LongType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from infra.datasets import DatasetManifest, new_data_prefix, publish_written_dataset
 from infra.duckdb_session import memory_bounded, task_memory_limit
@@ -49,16 +43,6 @@ TASK_REMEDY = (
     "40% of the machine split between the tasks running on it)"
 )
 # What a task hands back to the driver per output of its bucket.
-PART_DONE = StructType(
-    [
-        StructField("bucket", LongType(), False),
-        StructField("output", LongType(), False),
-        StructField("rows", LongType(), False),
-        StructField("positives", DoubleType(), False),
-        StructField("events_after", LongType(), False),
-        StructField("schema", BinaryType(), False),
-    ]
-)
 PART_DONE_ARROW = pa.schema(
     [
         pa.field("bucket", pa.int64(), False),
@@ -69,6 +53,7 @@ PART_DONE_ARROW = pa.schema(
         pa.field("schema", pa.binary(), False),
     ]
 )
+PART_DONE = from_arrow_schema(PART_DONE_ARROW)
 
 
 @dataclass(frozen=True)
@@ -165,15 +150,14 @@ class BucketFeatureFrame:
         check_cluster_sees(self._spark, "the store", self._store.uri)
         published = [_Published(new_data_prefix(o.prefix), [], 0, 0.0, None) for o in self._outputs]
         done = self._run([p.data_prefix for p in published])
-        after: dict[int, int] = {}
         for row in done:
             out = published[row["output"]]
             out.keys.append(part_key(out.data_prefix, row["bucket"]))
             out.rows += row["rows"]
             out.positives += row["positives"]
             out.schema = out.schema or pa.ipc.read_schema(pa.py_buffer(row["schema"]))
-            after[row["bucket"]] = row["events_after"]
-        self._events_after = sum(after.values())
+        # every output's row of a bucket carries the bucket's count: take the first output's
+        self._events_after = sum(row["events_after"] for row in done if row["output"] == 0)
         self._parts = dict(zip(self._outputs, published, strict=True))
         return self
 
