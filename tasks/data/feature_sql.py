@@ -26,6 +26,7 @@ from tasks.data.cutoffs import Cutoff, micros
 from tasks.data.feature_formulas import feature_values
 from tasks.data.feature_specs import DAY_MICROS, EVENT_TYPE_MIX, WINDOWS_DAYS, feature_names
 
+ORIGIN = "origin"  # the examples' column naming the cutoff each was taken at
 _SIMPLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -209,3 +210,21 @@ def cutoff_sql(wide: str, cutoff: Cutoff, available_columns: set[str]) -> str:
     :func:`cutoff_columns`."""
     columns = ", ".join(cutoff_columns(cutoff, available_columns))
     return f"SELECT {columns} FROM {wide} WHERE {seen_condition(cutoff)}"
+
+
+def origin_column(cutoff: Cutoff) -> str:
+    """The example's origin (the day of its labelled cutoff) as a DATE column ``origin``."""
+    return f"DATE '{cutoff.origin().isoformat()}' AS {ORIGIN}"
+
+
+def examples_sql(wide: str, origins: Sequence[Cutoff], available_columns: set[str]) -> str:
+    """The training examples of the labelled cutoffs ``origins`` in :func:`wide_sql`'s table
+    ``wide``: at each, the customers seen by it with their :func:`cutoff_columns` and its
+    ``origin``; a customer seen at several origins is an example at each of them."""
+    if not origins or any(c.label_until is None for c in origins):
+        raise ValueError(f"examples need labelled cutoffs, got {[c.name for c in origins]}")
+    return "\nUNION ALL\n".join(
+        f"SELECT {', '.join([*cutoff_columns(c, available_columns), origin_column(c)])} "
+        f"FROM {wide} WHERE {seen_condition(c)}"
+        for c in origins
+    )

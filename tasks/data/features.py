@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from tasks.data.cutoffs import Cutoff, as_naive_utc
+from tasks.data.cutoffs import Cutoff, Origins, as_naive_utc, pipeline_cutoffs
 from tasks.data.feature_specs import present_mix_columns
-from tasks.data.feature_sql import cutoff_columns, seen_condition, wide_sql
+from tasks.data.feature_sql import cutoff_columns, origin_column, seen_condition, wide_sql
 
 
 def customer_features(
@@ -34,27 +35,32 @@ def customer_features(
 
 
 def training_examples(
-    events: DataFrame, as_of: dt.datetime, horizon_days: int, available_columns: set[str]
+    events: DataFrame,
+    as_of: dt.date,
+    horizon_days: int,
+    available_columns: set[str],
+    origins: Origins | None = None,
 ) -> DataFrame:
-    """Features at ``T - H`` with the label "purchased in (T - H, T]" (1.0 or 0.0)."""
-    as_of = as_naive_utc(as_of)
-    train = Cutoff("train", as_of - dt.timedelta(days=horizon_days), label_until=as_of)
-    wide = customer_features_at(events, [train], available_columns)
-    return cutoff_features(wide, train, available_columns)
-
-
-def backtest_cutoff(as_of: dt.datetime, horizon_days: int) -> dt.datetime:
-    """``T - 2H``: the feature cutoff of the backtest's training examples."""
-    return as_naive_utc(as_of) - dt.timedelta(days=2 * horizon_days)
+    """The training examples of a run at ``as_of`` (T, the end of that day): at each origin
+    ``T - H - k s``, the customers seen by it with their features, the label "purchased in
+    (T - H - k s, T - k s]" (1.0 or 0.0) and the ``origin``. Nothing after T is read."""
+    cutoffs = pipeline_cutoffs(as_of, horizon_days, origins)
+    wide = customer_features_at(events, cutoffs.train, available_columns)
+    return examples_features(wide, cutoffs.train, available_columns)
 
 
 def backtest_examples(
-    events: DataFrame, as_of: dt.datetime, horizon_days: int, available_columns: set[str]
+    events: DataFrame,
+    as_of: dt.date,
+    horizon_days: int,
+    available_columns: set[str],
+    origins: Origins | None = None,
 ) -> DataFrame:
-    """The training examples a run at ``T - H`` would have had: features at ``T - 2H``, labels
-    from ``(T - 2H, T - H]``. Nothing after ``T - H`` is read."""
-    earlier = as_naive_utc(as_of) - dt.timedelta(days=horizon_days)
-    return training_examples(events, earlier, horizon_days, available_columns)
+    """The training examples a run at ``as_of - H`` would have had: origins ``T - 2H - k s``,
+    every label window ending at or before ``T - H``. Nothing after ``T - H`` is read."""
+    cutoffs = pipeline_cutoffs(as_of, horizon_days, origins)
+    wide = customer_features_at(events, cutoffs.backtest, available_columns)
+    return examples_features(wide, cutoffs.backtest, available_columns)
 
 
 def customer_features_at(
@@ -89,3 +95,20 @@ def cutoff_features(wide: DataFrame, cutoff: Cutoff, available_columns: set[str]
     return wide.filter(seen_condition(cutoff)).selectExpr(
         *cutoff_columns(cutoff, available_columns)
     )
+
+
+def examples_features(
+    wide: DataFrame, origins: Sequence[Cutoff], available_columns: set[str]
+) -> DataFrame:
+    """The training examples of the labelled cutoffs ``origins`` from a wide frame: at each, the
+    customers seen by it (``customer_id``, features, ``label``) and its ``origin`` (a date), as
+    :func:`tasks.data.feature_sql.examples_sql` selects them."""
+    if not origins or any(c.label_until is None for c in origins):
+        raise ValueError(f"examples need labelled cutoffs, got {[c.name for c in origins]}")
+    parts = [
+        wide.filter(seen_condition(c)).selectExpr(
+            *cutoff_columns(c, available_columns), origin_column(c)
+        )
+        for c in origins
+    ]
+    return reduce(DataFrame.unionAll, parts)

@@ -17,7 +17,7 @@ import pyarrow as pa
 from infra.duckdb_session import duckdb_connection, parquet_files_sql
 from tasks.data.cutoffs import Cutoff
 from tasks.data.feature_specs import MIX_COLUMNS, present_mix_columns
-from tasks.data.feature_sql import cutoff_sql, wide_sql
+from tasks.data.feature_sql import cutoff_sql, examples_sql, wide_sql
 
 EVENT_COLUMNS = ("customer_id", "event_time", "amount", "event_type", "quantity", *MIX_COLUMNS)
 
@@ -58,6 +58,23 @@ class InProcessFeatures:
         labelled cutoff, ``label``; ordered by customer, so the output never depends on threads."""
         query = f"{cutoff_sql('wide', cutoff, self.available_columns)} ORDER BY customer_id"
         return self._con.sql(query).to_arrow_table()
+
+    def examples_table(self, origins: Sequence[Cutoff]) -> pa.Table:
+        """The training examples at the labelled cutoffs ``origins``: at each, the customers seen
+        by it (``customer_id``, features, ``label``) and its ``origin``; ordered by customer and
+        origin, so the output never depends on threads."""
+        query = (
+            f"{examples_sql('wide', origins, self.available_columns)} ORDER BY customer_id, origin"
+        )
+        return self._con.sql(query).to_arrow_table()
+
+    def output_table(self, cutoffs: Sequence[Cutoff]) -> pa.Table:
+        """:meth:`examples_table` of labelled ``cutoffs``, else :meth:`cutoff_table` of the one."""
+        if cutoffs and cutoffs[0].label_until is not None:
+            return self.examples_table(cutoffs)
+        if len(cutoffs) != 1:
+            raise ValueError(f"unlabelled features are of one cutoff, got {len(cutoffs)}")
+        return self.cutoff_table(cutoffs[0])
 
     def events_after(self) -> int:
         """Events after the latest cutoff (ignored by every feature)."""

@@ -11,9 +11,8 @@ from infra.arrow_datasets import local_files, read_batches, write_table
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.duckdb_session import memory_bounded
 from infra.store import ObjectStore
-from tasks.data.cutoffs import Cutoff
 from tasks.data.features_duckdb import EVENT_COLUMNS, InProcessFeatures
-from tasks.stages.feature_frame import FeatureOutput
+from tasks.stages.feature_frame import FeatureOutput, distinct_cutoffs
 from tasks.stages.spark_io import spark_schema_metadata
 
 
@@ -32,7 +31,7 @@ class InProcessFeatureFrame:
     ) -> None:
         self._store = store
         self._prefix = events_prefix
-        self._cutoffs: list[Cutoff] = [output.cutoff for output in outputs]
+        self._cutoffs = distinct_cutoffs(outputs)
         self._available = available
         self._features: InProcessFeatures | None = None
 
@@ -57,11 +56,11 @@ class InProcessFeatureFrame:
         """Write the customers seen at the output's cutoff; with their label rate (0.0 when
         unlabelled)."""
         with memory_bounded("the features stage"):
-            rows = self._table().cutoff_table(output.cutoff)
+            rows = self._table().output_table(output.cutoffs)
         manifest = write_table(
             rows, self._store, output.prefix, metadata=spark_schema_metadata(rows.schema)
         )
-        if output.cutoff.label_until is None or rows.num_rows == 0:
+        if not output.labelled or rows.num_rows == 0:
             return manifest, 0.0
         return manifest, float(pc.sum(rows["label"]).as_py()) / rows.num_rows
 

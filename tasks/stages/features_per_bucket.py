@@ -74,13 +74,14 @@ def bucket_features(
     store: ObjectStore,
     files: Sequence[str],
     available: set[str],
-    targets: Sequence[tuple[Cutoff, str]],
+    targets: Sequence[tuple[tuple[Cutoff, ...], str]],
     *,
     threads: int = 1,
     memory: str | None = None,
 ) -> tuple[list[PartWritten], int]:
     """Compute the features of the customers in the event ``files`` (all of their events) at
-    each target's cutoff with DuckDB and put each as a Parquet file at the target's key.
+    each target's cutoffs (one unlabelled cutoff, or labelled origins: training examples) with
+    DuckDB and put each as a Parquet file at the target's key.
 
     Returns each target's part and the events after the latest cutoff. Runs in a Spark task's
     Python worker; files of a remote store are downloaded to a temporary folder first.
@@ -93,20 +94,20 @@ def bucket_features(
                 local = Path(tmp) / f"events-{i}.parquet"
                 store.get_file(key, local)
             paths.append(local)
-        cutoffs = [cutoff for cutoff, _ in targets]
+        cutoffs = list({c.name: c for cs, _ in targets for c in cs}.values())
         parts = []
         with (
             memory_bounded("a features task", memory, TASK_REMEDY),
             InProcessFeatures(paths, cutoffs, available, threads=threads, memory=memory) as table,
         ):
-            for cutoff, key in targets:
-                rows = table.cutoff_table(cutoff)
+            for target, key in targets:
+                rows = table.output_table(target)
                 sink = pa.BufferOutputStream()
                 pq.write_table(rows, sink)
                 store.put_bytes(key, sink.getvalue().to_pybytes())
                 positives = (
                     float(pc.sum(rows["label"]).as_py() or 0.0)
-                    if cutoff.label_until is not None
+                    if target[0].label_until is not None
                     else 0.0
                 )
                 parts.append(PartWritten(rows.num_rows, positives, rows.schema))
@@ -165,7 +166,7 @@ class BucketFeatureFrame:
         """The job: a task per bucket; what each wrote, one row per bucket and output."""
         store_uri = self._store.uri
         buckets, available = self._buckets, self._available
-        cutoffs = [o.cutoff for o in self._outputs]
+        output_cutoffs = [o.cutoffs for o in self._outputs]
         threads = max(1, int(conf_value(self._spark, "spark.task.cpus", "1")))
 
         def compute(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -174,8 +175,8 @@ class BucketFeatureFrame:
             for batch in batches:
                 for bucket in batch.column("id").to_pylist():
                     targets = [
-                        (cutoff, part_key(prefix, bucket))
-                        for cutoff, prefix in zip(cutoffs, data_prefixes, strict=True)
+                        (cutoffs, part_key(prefix, bucket))
+                        for cutoffs, prefix in zip(output_cutoffs, data_prefixes, strict=True)
                     ]
                     parts, after = bucket_features(
                         store,
@@ -224,7 +225,7 @@ class BucketFeatureFrame:
             rows=part.rows,
             metadata=spark_schema_metadata(part.schema) if part.schema is not None else None,
         )
-        rate = part.positives / part.rows if part.rows and output.cutoff.label_until else 0.0
+        rate = part.positives / part.rows if part.rows and output.labelled else 0.0
         return manifest, rate
 
     def events_after(self) -> int:

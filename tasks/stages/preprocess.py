@@ -1,9 +1,12 @@
-"""The preprocess stage: split the training examples by customer, fit the normaliser on the train
-split, and publish the snapshot the GPU stage trains on (``split=train|val|test``); the same for
-the backtest's examples (features at T-2H) when the features stage published them."""
+"""The preprocess stage: split the training examples by customer (the same split at every origin,
+so no customer is in two splits), fit the normaliser on the train split, and publish the
+snapshot the GPU stage trains on (``split=train|val|test``, each example with its ``origin``);
+the same for the backtest's examples (origins from T-2H down) when the features stage
+published them."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from typing import Any
@@ -16,6 +19,7 @@ from infra.layout import backtest_snapshot_prefix, snapshot_prefix
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore, sha256_bytes
+from tasks.data.feature_sql import ORIGIN
 from tasks.data.split import (
     SPLITS,
     SplitFractions,
@@ -108,11 +112,12 @@ def build_snapshot(
             features.features,
             seed,
             limit,
+            features.training_origins,
         )
         missing = [split for split in SPLITS if counts[split] == 0]
         if missing:
             raise HybridflowInputError(
-                f"split {missing[0]!r} is empty ({features.n_training} training customers): "
+                f"split {missing[0]!r} is empty ({features.n_training} training examples): "
                 "use more data or an earlier as_of"
             )
         backtest_prefix, backtest_counts, skipped = None, {}, features.backtest_skipped
@@ -125,12 +130,12 @@ def build_snapshot(
                 features.features,
                 seed,
                 limit,
+                features.backtest_origins,
             )
             empty = [split for split in SPLITS if backtest_counts[split] == 0]
             if empty:
                 skipped = (
-                    f"no backtest: its split {empty[0]!r} is empty "
-                    f"({features.n_backtest} customers)"
+                    f"no backtest: its split {empty[0]!r} is empty ({features.n_backtest} examples)"
                 )
             else:
                 backtest_prefix = backtest.prefix
@@ -163,16 +168,23 @@ def publish_snapshot(
     features: list[str],
     seed: int,
     in_process_rows: int,
+    origins: list[dt.date],
 ) -> tuple[DatasetManifest, dict[str, int]]:
-    """Split the examples at ``examples_prefix`` by customer, fit the normaliser on the train
-    split and publish them at ``out_prefix``: the dataset and its rows per split, from the one
-    job that writes it, or in this process (:mod:`tasks.stages.snapshot_in_process`) for up to
-    ``in_process_rows`` examples (``spark`` may then be None)."""
+    """Split the examples at ``examples_prefix`` by customer (a customer is in the same split at
+    every origin), fit the normaliser on the train split and publish them at ``out_prefix``
+    (``origins``, newest first, recorded in its metadata): the dataset and its rows per split,
+    from the one job that writes it, or in this process
+    (:mod:`tasks.stages.snapshot_in_process`) for up to ``in_process_rows`` examples (``spark``
+    may then be None)."""
 
     def metadata(values: dict[str, Any]) -> dict[str, Any]:
         mean, std = normalizer_from(values, features)
         normalizer = Normalizer(features=features, mean=mean, std=std)
-        return {"normalizer": normalizer.model_dump(), "features": features}
+        return {
+            "normalizer": normalizer.model_dump(),
+            "features": features,
+            "origins": [o.isoformat() for o in origins],
+        }
 
     examples = read_dataset_manifest(store, examples_prefix)
     if examples.rows <= in_process_rows or spark is None:
@@ -182,7 +194,7 @@ def publish_snapshot(
     else:
         with_split = assign_split(read_dataset(spark, store, examples_prefix), seed)
         snapshot, values = write_observed(
-            with_split.select("customer_id", "label", *features, "split"),
+            with_split.select("customer_id", "label", *features, ORIGIN, "split"),
             store,
             out_prefix,
             [*split_count_columns(), *normalizer_aggregates(features)],

@@ -1,6 +1,7 @@
 """The preprocess stage's snapshot computed in this process: the training examples read with
-pyarrow, split by customer and measured for the normaliser with numpy, published in Spark's
-layout (``split=<name>/`` folders, the Spark schema recorded). No Spark job."""
+pyarrow, split by customer (the same split at every origin) and measured for the normaliser with
+numpy, published in Spark's layout (``split=<name>/`` folders, the Spark schema recorded). No
+Spark job."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from infra.arrow_datasets import read_table, write_table
 from infra.datasets import DatasetManifest
 from infra.store import ObjectStore
+from tasks.data.feature_sql import ORIGIN
 from tasks.data.split_in_process import assign_split, split_values
 from tasks.stages.spark_io import spark_schema_metadata
 
@@ -25,7 +27,7 @@ def publish_snapshot_in_process(
     """Split ``examples`` by customer and publish them at ``out_prefix`` with
     ``metadata(values)``; returns the dataset and the values (split counts, the normaliser's
     statistics) named as the Spark job's observed aggregates are."""
-    table = read_table(store, examples, ["customer_id", "label", *features])
+    table = read_table(store, examples, ["customer_id", "label", *features, ORIGIN])
     table = table.append_column("split", assign_split(table["customer_id"], seed))
     values = split_values(table, features)
     extra = {**metadata(values), **spark_schema_metadata(table.schema)}

@@ -318,7 +318,10 @@ def _register(
     return registry.register(
         bundle_bytes(model),
         metrics=evaluation.flat_metrics()
-        | {"n_train": float(data.rows("train")), "n_test": float(data.rows("test"))},
+        | {
+            "n_train": float(data.rows("train")),
+            "n_test": float(data.newest_origin().rows("test")),
+        },
         evaluation=evaluation.model_dump(mode="json"),
         features=model.config.features,
         data_fingerprint=plan.data_fingerprint,
@@ -333,6 +336,7 @@ def _register(
             "best_epoch": outcome.best_epoch,
             "steps": outcome.progress.step,
             "samples_seen": outcome.progress.samples,
+            "origins": [o.isoformat() for o in data.origins()],
             "resumed_from_step": outcome.resumed_from_step,
             "world_size": ctx.world_size,
             "device": device.type,
@@ -356,8 +360,9 @@ def _gate_and_report(
 ) -> TrainStageOutput:
     """Apply the gate to ``manifest`` (also a version an earlier run registered and may not have
     gated before it died) and report the stage's result."""
+    judged = data.newest_origin()  # the test split the candidate's test metrics are of
     decision, promoted, production_version = gate_and_promote(
-        registry, manifest, data, settings.promotion_margin
+        registry, manifest, judged, settings.promotion_margin
     )
     metrics = {
         k.removeprefix("test_"): v for k, v in manifest.metrics.items() if k.startswith("test_")
@@ -376,7 +381,7 @@ def _gate_and_report(
         production_version=production_version,
         metrics=metrics,
         n_train=data.rows("train"),
-        n_test=data.rows("test"),
+        n_test=judged.rows("test"),
         epochs=int(training.get("epochs", 0)),
         best_epoch=int(training.get("best_epoch", 0)),
         training_id=manifest.training_id,

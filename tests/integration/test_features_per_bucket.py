@@ -9,7 +9,7 @@ import pytest
 from infra.arrow_datasets import read_table
 from infra.datasets import find_dataset, read_dataset_manifest
 from infra.layout import run_dataset_prefix
-from tasks.data.cutoffs import pipeline_cutoffs
+from tasks.data.cutoffs import Origins, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.stages.feature_frame import FeatureOutput
 from tasks.stages.features import SparkFeatureFrame, feature_frame, features_stage
@@ -50,9 +50,10 @@ def _republished(spark, store, validated: ValidateResult, name: str, buckets: in
     return validated.model_copy(update={"events_prefix": prefix})
 
 
-def _rows(store, prefix: str) -> dict[str, dict]:
+def _rows(store, prefix: str) -> dict[tuple, dict]:
+    """A dataset's rows by customer (and origin, for training examples)."""
     table = read_table(store, read_dataset_manifest(store, prefix))
-    rows = {r.pop("customer_id"): r for r in table.to_pylist()}
+    rows = {(r.pop("customer_id"), r.get("origin")): r for r in table.to_pylist()}
     assert len(rows) == table.num_rows
     return rows
 
@@ -65,7 +66,8 @@ def _same(expected: dict[str, dict], got: dict[str, dict]) -> None:
 
 def test_each_engine_is_chosen_by_size_and_layout(spark, local_store, validated):
     outputs = [
-        FeatureOutput(c, f"x/{c.name}") for c in pipeline_cutoffs(validated.last_event.date(), 30)
+        FeatureOutput((c,), f"x/{c.name}")
+        for c in pipeline_cutoffs(validated.last_event.date(), 30)
     ]
     clustered = _republished(spark, local_store, validated, "clustered", 3)
     plain = _republished(spark, local_store, validated, "plain", None)
@@ -84,16 +86,30 @@ def test_each_engine_is_chosen_by_size_and_layout(spark, local_store, validated)
 
 
 def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, validated):
-    here = features_stage(spark, local_store, "l", validated, None, 90, False, IN_PROCESS)
+    origins = Origins(count=3, stride_days=45)
+    here = features_stage(
+        spark, local_store, "l", validated, None, 90, False, IN_PROCESS, origins=origins
+    )
+    assert len(here.training_origins) == len(here.backtest_origins) == 3
     expected = {
         "training_prefix": _rows(local_store, here.training_prefix),
         "backtest_prefix": _rows(local_store, here.backtest_prefix),
         "scoring_prefix": _rows(local_store, here.scoring_prefix),
     }
-    figures = ("n_training", "n_scoring", "n_backtest", "events_after_as_of", "features")
+    figures = (
+        "n_training",
+        "n_scoring",
+        "n_backtest",
+        "events_after_as_of",
+        "features",
+        "training_origins",
+        "backtest_origins",
+    )
     for name, buckets in (("clustered", 3), ("plain", None)):
         events = _republished(spark, local_store, validated, name, buckets)
-        result = features_stage(spark, local_store, name, events, None, 90, False, SPARK)
+        result = features_stage(
+            spark, local_store, name, events, None, 90, False, SPARK, origins=origins
+        )
         # one job of a task per bucket; Spark SQL shuffles the unclustered events first
         assert (result.report.spark_jobs == 1) == (buckets is not None), result.report
         assert [getattr(result, f) for f in figures] == [getattr(here, f) for f in figures]
@@ -128,7 +144,7 @@ def test_a_task_reads_and_writes_a_remote_store(spark, local_store, validated, s
     s3_store.put_file("events/part-0.parquet", local_store.local_path(key))
     cutoffs = pipeline_cutoffs(validated.last_event.date(), 90)
     available = set(validated.available_columns)
-    targets = [(c, f"out/{c.name}.parquet") for c in cutoffs]
+    targets = [((c,), f"out/{c.name}.parquet") for c in cutoffs]
     remote, remote_after = bucket_features(s3_store, ["events/part-0.parquet"], available, targets)
     local, local_after = bucket_features(local_store, [key], available, targets)
     assert [p.rows for p in remote] == [p.rows for p in local] and remote[0].rows

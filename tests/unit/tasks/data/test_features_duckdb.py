@@ -1,5 +1,6 @@
 """The in-process features (DuckDB) are Spark's features: the same customers, the same values
-(relative 1e-9) and labels at every pipeline cutoff, for all columns and for the minimal ones."""
+(relative 1e-9) and labels at every pipeline cutoff (every training and backtest origin), and the
+same training examples with their origins, for all columns and for the minimal ones."""
 
 from __future__ import annotations
 
@@ -11,16 +12,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.data.contract import CONTRACT_COLUMNS, REQUIRED_COLUMNS
-from tasks.data.cutoffs import pipeline_cutoffs
+from tasks.data.cutoffs import Origins, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.feature_specs import feature_names
-from tasks.data.features import customer_features_at, cutoff_features
+from tasks.data.features import customer_features_at, cutoff_features, examples_features
 from tasks.data.features_duckdb import InProcessFeatures
 from tasks.data.validation_duckdb import GOOD_EVENTS_SCHEMA
 
 pytestmark = pytest.mark.integration
 
 AS_OF = dt.date(2025, 6, 30)
+ORIGINS = Origins(count=3, stride_days=45)  # strides below H: overlapping label windows
 EVENT_SCHEMA = GOOD_EVENTS_SCHEMA  # the validated events, as the features stage reads them
 
 
@@ -68,7 +70,9 @@ def _by_customer(rows: list[dict]) -> dict[str, dict]:
 @pytest.mark.parametrize("columns", ["all", "minimal"])
 def test_duckdb_and_spark_compute_the_same_features(spark, events, columns):
     available = set(CONTRACT_COLUMNS) if columns == "all" else set(REQUIRED_COLUMNS)
-    cutoffs = list(pipeline_cutoffs(AS_OF, 90))
+    run = pipeline_cutoffs(AS_OF, 90, ORIGINS)
+    cutoffs = run.distinct()
+    assert len(cutoffs) == 6  # T, T-H, T-H-45 = T-2H (shared with the backtest), ... T-2H-90
     frame = spark.createDataFrame(events.to_pandas()).repartition(2)
     wide = customer_features_at(frame, cutoffs, available).cache()
     with InProcessFeatures(events, cutoffs, available) as in_process:
@@ -83,6 +87,17 @@ def test_duckdb_and_spark_compute_the_same_features(spark, events, columns):
             assert got["customer_id"].to_pylist() == sorted(expected)
             for cid, values in _by_customer(got.to_pylist()).items():
                 assert values == pytest.approx(expected[cid], rel=1e-9, abs=1e-9), (cutoff, cid)
+        for origins in (run.train, run.backtest):
+            got = in_process.examples_table(origins)
+            rows = examples_features(wide, origins, available).collect()
+            expected = {(r["customer_id"], r["origin"]): r.asDict() for r in rows}
+            names = ["customer_id", *feature_names(available), "label", "origin"]
+            assert got.column_names == names and got.num_rows == len(expected)
+            assert {o.as_py() for o in got["origin"]} == {c.origin() for c in origins}
+            for row in got.to_pylist():
+                key = (row.pop("customer_id"), row.pop("origin"))
+                want = {k: v for k, v in expected[key].items() if k in row}
+                assert row == pytest.approx(want, rel=1e-9, abs=1e-9), key
     wide.unpersist()
 
 
@@ -92,7 +107,7 @@ def test_parquet_files_a_stream_and_a_table_give_the_same_features(events, tmp_p
     pq.write_table(events.slice(0, half), files[0])
     pq.write_table(events.slice(half), files[1], row_group_size=1000)
     stream = pa.RecordBatchReader.from_batches(events.schema, events.to_batches(max_chunksize=700))
-    cutoffs = list(pipeline_cutoffs(AS_OF, 90))
+    cutoffs = list(pipeline_cutoffs(AS_OF, 90, ORIGINS))
     available = set(CONTRACT_COLUMNS)
     sources = {"table": events, "files": files, "stream": stream}
     tables = {}
