@@ -53,7 +53,7 @@ def _republished(spark, store, validated: ValidateResult, name: str, buckets: in
 def _rows(store, prefix: str) -> dict[tuple, dict]:
     """A dataset's rows by customer (and origin, for training examples)."""
     table = read_table(store, read_dataset_manifest(store, prefix))
-    rows = {(r.pop("customer_id"), r.get("origin")): r for r in table.to_pylist()}
+    rows = {(r.pop("customer_id"), r.pop("origin", None)): r for r in table.to_pylist()}
     assert len(rows) == table.num_rows
     return rows
 
