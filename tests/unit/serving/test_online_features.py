@@ -66,7 +66,7 @@ def assert_same_features(state: OnlineState, rows, cutoff_day: int, available: s
 
 
 @settings(
-    max_examples=60,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
