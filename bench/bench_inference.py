@@ -173,7 +173,7 @@ def main(results_dir: Path) -> list[dict]:
     from infra.settings import get_settings
     from infra.spark import get_spark
     from infra.store import LocalFolderStore
-    from tasks.data.feature_specs import feature_names
+    from tasks.definitions.feature_specs import feature_names
     from tasks.stages.batch_inference import batch_inference_stage
 
     rows = int(os.environ.get("HYBRIDFLOW_BENCH_INFERENCE_ROWS", "1000000"))

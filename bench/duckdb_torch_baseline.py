@@ -31,8 +31,8 @@ def train(snapshot: Path, normalizer: list[float], epochs: int, seed: int = 7):
     import torch
 
     from infra.settings import TrainingSettings
-    from tasks.data.contract import CONTRACT_COLUMNS
-    from tasks.data.feature_specs import feature_names
+    from tasks.definitions.contract import CONTRACT_COLUMNS
+    from tasks.definitions.feature_specs import feature_names
     from tasks.ml.models.mlp import CustomerMLP, MLPModel, MLPSpec, ModelConfig
 
     settings = TrainingSettings()

@@ -17,9 +17,9 @@ from infra.routing.profiles import read_profiles
 from infra.routing.router import StageWork, parse_duration
 from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
-from tasks.data.contract import OPTIONAL_DEFAULTS
-from tasks.data.feature_specs import feature_names
 from tasks.data.input_formats import list_event_files
+from tasks.definitions.contract import OPTIONAL_DEFAULTS
+from tasks.definitions.feature_specs import feature_names
 from tasks.ml.models import family_specs, get_family
 
 
