@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from tasks.data.contract import (
+from tasks.data.input_formats import (
+    EPOCH_MILLIS,
+    EPOCH_SECONDS,
+    check_required_columns,
+    warn_extra_columns,
+)
+from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     OPTIONAL_DEFAULTS,
     REASON_DUPLICATE,
@@ -19,12 +25,6 @@ from tasks.data.contract import (
     REASON_INVALID_EVENT_TIME,
     REASON_INVALID_QUANTITY,
     REASON_MISSING_CUSTOMER_ID,
-)
-from tasks.data.input_formats import (
-    EPOCH_MILLIS,
-    EPOCH_SECONDS,
-    check_required_columns,
-    warn_extra_columns,
 )
 
 

@@ -22,7 +22,8 @@ from infra.duckdb_session import (
     sql_identifier,
     sql_string,
 )
-from tasks.data.contract import (
+from tasks.data.spark_text import java_double_strings
+from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     OPTIONAL_DEFAULTS,
     QUARANTINE_REASONS,
@@ -32,7 +33,6 @@ from tasks.data.contract import (
     REASON_INVALID_QUANTITY,
     REASON_MISSING_CUSTOMER_ID,
 )
-from tasks.data.spark_text import java_double_strings
 
 MICROS = 1_000_000
 GOOD_EVENTS_SCHEMA = pa.schema(

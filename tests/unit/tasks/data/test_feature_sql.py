@@ -9,8 +9,9 @@ import re
 import pytest
 
 from tasks.data.cutoffs import Cutoff, Origins, pipeline_cutoffs
-from tasks.data.feature_specs import MIX_COLUMNS
 from tasks.data.feature_sql import cutoff_sql, examples_sql, identifier, wide_sql
+from tasks.definitions.feature_formulas import AGGREGATES
+from tasks.definitions.feature_specs import MIX_COLUMNS
 
 ALL = {"event_type", "quantity", *MIX_COLUMNS}
 RUN = pipeline_cutoffs(dt.date(2025, 6, 30), 90, Origins(count=3, stride_days=30))
@@ -62,3 +63,10 @@ def test_examples_are_one_select_per_origin_with_its_date():
         assert f"DATE '{day}' AS origin" in sql and f"{cutoff.name}___last_t IS NOT NULL" in sql
     with pytest.raises(ValueError, match="labelled cutoffs"):
         examples_sql("wide", [RUN.score], ALL)
+
+
+def test_the_sql_computes_every_declared_aggregate_and_no_other():
+    cutoff = RUN.score  # the unlabelled scoring cutoff
+    sql = wide_sql("events", [cutoff], list(MIX_COLUMNS))
+    computed = set(re.findall(rf"AS {cutoff.name}__(_\w+)", sql))
+    assert computed == set(AGGREGATES)
