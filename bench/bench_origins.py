@@ -9,9 +9,10 @@ shorter. Reported per setting: the out-of-time backtest (the network trained on 
 T-2H down, calibrated, judged on every customer at T-H: ROC AUC, log loss, ECE, mean score
 against the rate), the RFM baseline's backtest log loss, the examples trained on, the
 snapshot's size and the seconds of the features, preprocess and train stages (the train
-stage's also in CPU seconds of this process, steadier on a shared machine); ``ratio`` is the
-one-origin train stage's CPU seconds over this setting's (below 1: slower). A one-origin run on
-the first log warms up first (torch's imports), unreported.
+stage's also in CPU seconds of this process, steadier on a shared machine), one row per model
+family (every registered one, ``BENCH_ORIGINS_FAMILIES`` to choose) from the run's
+leaderboard; ``ratio`` is the family's one-origin fit seconds over this setting's (below 1:
+slower). A one-origin run on the first log warms up first (torch's imports), unreported.
 
 ``BENCH_ORIGINS_CUSTOMERS`` sets the size (default 20,000 customers over two years, the demo's,
 about 430k events), ``BENCH_ORIGINS_SETTINGS`` the settings (``count:stride`` separated by
@@ -80,7 +81,9 @@ def _size(store, prefix: str) -> int:
     return sum(store.local_path(key).stat().st_size for key in manifest.files)
 
 
-def _one_setting(events: Path, column_map: dict[str, str], store_dir: Path, origins) -> dict:
+def _one_setting(
+    events: Path, column_map: dict[str, str], store_dir: Path, origins, families: list[str]
+) -> list[dict]:
     from infra.settings import get_settings
     from infra.spark import SparkOnDemand
     from infra.store import LocalFolderStore
@@ -91,6 +94,9 @@ def _one_setting(events: Path, column_map: dict[str, str], store_dir: Path, orig
     from tasks.stages.validate import validate_stage
 
     settings = get_settings()
+    settings = settings.model_copy(
+        update={"train": settings.train.model_copy(update={"families": families})}
+    )
     spark = SparkOnDemand(settings)
     store = LocalFolderStore(store_dir)
     options = InputOptions(column_map=column_map)
@@ -110,65 +116,76 @@ def _one_setting(events: Path, column_map: dict[str, str], store_dir: Path, orig
         options=TrainingOptions(scratch=True),
     )
     train_s, train_cpu_s = time.perf_counter() - started, time.process_time() - cpu
-    assert out is not None and out.result.evaluation is not None
-    backtest = out.result.evaluation.backtest
-    if backtest.result is None:
-        raise AssertionError(f"the backtest was skipped: {backtest.reason}")
-    model, base = backtest.result.model, backtest.result.baseline
-    return {
+    assert out is not None and out.result.leaderboard
+    common = {
         "origins": len(f.training_origins),
         "examples": f.n_training,
         "backtest_examples": f.n_backtest,
         "snapshot_mb": _size(store, p.snapshot_prefix) / 2**20,
-        "bt_auc": model.auc,
-        "bt_logloss": model.logloss,
-        "bt_ece": model.ece,
-        "bt_mean_score": model.mean_score,
-        "bt_rate": model.positive_rate,
-        "baseline_bt_logloss": base.logloss,
-        "test_auc": out.result.metrics.get("auc"),
-        "epochs": out.result.epochs,
         "features_s": f.report.seconds,
         "preprocess_s": p.report.seconds,
-        "train_s": train_s,
-        "train_cpu_s": train_cpu_s,
+        "train_stage_s": train_s,
+        "train_stage_cpu_s": train_cpu_s,
     }
+    rows = []
+    for row in out.result.leaderboard:
+        if row.basis != "backtest":
+            raise AssertionError(f"the backtest was skipped: {out.result.champion_reason}")
+        rows.append(
+            {
+                "family": row.family,
+                **common,
+                "bt_auc": row.auc,
+                "bt_logloss": row.logloss,
+                "bt_ece": row.ece,
+                "bt_mean_score": row.mean_score,
+                "bt_rate": row.positive_rate,
+                "test_auc": row.test_auc,
+                "fit_s": row.train_seconds,
+                "family_s": row.seconds,
+            }
+        )
+    return rows
 
 
 def main(results_dir: Path) -> list[dict]:
-    """Each log, each origin setting: the backtest and the cost, against one origin."""
+    """Each log, each origin setting, each family: the backtest and the cost, against one
+    origin."""
     from tasks.data.cutoffs import Origins
+    from tasks.ml.models import list_families
 
     customers = int(os.environ.get("BENCH_ORIGINS_CUSTOMERS", "20000"))
     settings = parse_settings(os.environ.get("BENCH_ORIGINS_SETTINGS", "1:h,2:h,4:h,4:30,8:30"))
     logs = os.environ.get("BENCH_ORIGINS_LOGS", "demo,shift,four-column").split(",")
+    families = os.environ.get("BENCH_ORIGINS_FAMILIES", ",".join(list_families())).split(",")
     work = Path(tempfile.mkdtemp(prefix="hf-bench-origins-"))
     rows: list[dict] = []
     try:
         for i, kind in enumerate(logs):
             events, column_map = _events(kind, customers, work)
             if i == 0:  # warm-up: the first train stage pays torch's imports and first calls
-                _one_setting(events, column_map, work / "warm-up", Origins(1))
+                _one_setting(events, column_map, work / "warm-up", Origins(1), families)
                 shutil.rmtree(work / "warm-up", ignore_errors=True)
-            first: dict | None = None
+            first: dict[str, dict] = {}
             for count, stride in settings:
                 store_dir = work / f"store-{kind}-{count}-{stride}"
-                got = _one_setting(events, column_map, store_dir, Origins(count, stride))
+                got = _one_setting(events, column_map, store_dir, Origins(count, stride), families)
                 shutil.rmtree(store_dir, ignore_errors=True)
-                first = first or got
-                rows.append(
-                    {
-                        "benchmark": f"origins ({kind})",
-                        "subject": f"{count} origin(s), stride {stride or HORIZON_DAYS} days",
-                        "baseline": "1 origin (T-H only)",
-                        "ratio": first["train_cpu_s"] / got["train_cpu_s"],
-                        "customers": customers,
-                        **got,
-                        "bt_logloss_vs_1": got["bt_logloss"] - first["bt_logloss"],
-                        "load": os.getloadavg()[0],
-                    }
-                )
-                print({k: v for k, v in rows[-1].items() if k not in ("benchmark",)}, flush=True)
+                for row in got:
+                    one = first.setdefault(row["family"], row)
+                    rows.append(
+                        {
+                            "benchmark": f"origins ({kind}, {row['family']})",
+                            "subject": f"{count} origin(s), stride {stride or HORIZON_DAYS} days",
+                            "baseline": "1 origin (T-H only)",
+                            "ratio": one["fit_s"] / row["fit_s"],
+                            "customers": customers,
+                            **row,
+                            "bt_logloss_vs_1": row["bt_logloss"] - one["bt_logloss"],
+                            "load": os.getloadavg()[0],
+                        }
+                    )
+                    print({k: v for k, v in rows[-1].items() if k != "baseline"}, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows

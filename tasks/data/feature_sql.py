@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tasks.data.cutoffs import Cutoff, micros
+from tasks.definitions.examples import ORIGIN
 from tasks.definitions.feature_formulas import feature_values
 from tasks.definitions.feature_specs import DAY_MICROS, EVENT_TYPE_MIX, WINDOWS_DAYS, feature_names
 
-ORIGIN = "origin"  # the examples' column naming the cutoff each was taken at
 _SIMPLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

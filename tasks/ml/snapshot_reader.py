@@ -30,10 +30,10 @@ import pyarrow.parquet as pq
 import torch
 
 from infra.store import sha256_bytes
+from tasks.definitions.examples import ORIGIN
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
-ORIGIN = "origin"
 
 
 @dataclass

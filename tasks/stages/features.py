@@ -45,6 +45,7 @@ FEATURES_CODE = (
     "tasks.data.features_duckdb",
     "tasks.definitions.feature_formulas",
     "tasks.definitions.feature_specs",
+    "tasks.definitions.examples",
     "tasks.stages.features",
     "tasks.stages.feature_frame",
     "tasks.stages.features_in_process",

@@ -19,7 +19,6 @@ from infra.layout import backtest_snapshot_prefix, snapshot_prefix
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore, sha256_bytes
-from tasks.data.feature_sql import ORIGIN
 from tasks.data.split import (
     SPLITS,
     SplitFractions,
@@ -28,6 +27,7 @@ from tasks.data.split import (
     normalizer_from,
     split_count_columns,
 )
+from tasks.definitions.examples import ORIGIN
 from tasks.ml.normalizer import Normalizer
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
@@ -40,6 +40,7 @@ PREPROCESS_CODE = (
     "tasks.stages.snapshot_in_process",
     "tasks.data.split",
     "tasks.data.split_in_process",
+    "tasks.definitions.examples",
     "infra.arrow_datasets",
     "tasks.stages.spark_io",
     "infra.datasets",

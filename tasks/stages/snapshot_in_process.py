@@ -11,8 +11,8 @@ from typing import Any
 from infra.arrow_datasets import read_table, write_table
 from infra.datasets import DatasetManifest
 from infra.store import ObjectStore
-from tasks.data.feature_sql import ORIGIN
 from tasks.data.split_in_process import assign_split, split_values
+from tasks.definitions.examples import ORIGIN
 from tasks.stages.spark_io import spark_schema_metadata
 
 

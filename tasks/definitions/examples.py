@@ -1,0 +1,7 @@
+"""The columns of the training examples and snapshots besides the features, shared by the stages
+that write them (:mod:`tasks.data`) and the trainer that reads them (:mod:`tasks.ml`)."""
+
+from __future__ import annotations
+
+LABEL = "label"  # 1.0 when the customer purchased in the horizon after the example's cutoff
+ORIGIN = "origin"  # the day of the cutoff (origin) an example was taken at (a date)
