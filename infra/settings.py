@@ -244,6 +244,14 @@ class HybridflowSettings(BaseSettings):
     origin_stride_days: int | None = Field(
         default=None, ge=1, le=3650, description="days between training origins (unset: H)"
     )
+    sequence_length: int = Field(
+        default=0,
+        ge=0,
+        le=256,
+        description="each customer's last N events before each cutoff, published beside the "
+        "features as padded seq_* list columns (time gaps, amounts, event types, category and "
+        "channel codes) for the sequence family; 0: none",
+    )
     max_bad_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
     column_map: dict[str, str] = Field(
         default_factory=dict,

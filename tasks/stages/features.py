@@ -43,6 +43,7 @@ FEATURES_CODE = (
     "tasks.data.features",
     "tasks.data.feature_sql",
     "tasks.data.features_duckdb",
+    "tasks.data.sequences",
     "tasks.definitions.feature_formulas",
     "tasks.definitions.feature_specs",
     "tasks.definitions.examples",
@@ -85,13 +86,18 @@ def features_stage(
     use_cache: bool = True,
     in_process_rows: int | None = None,
     origins: Origins | None = None,
+    sequence_length: int | None = None,
 ) -> FeaturesResult:
     """Compute and publish training examples (features at each origin T-H-ks, labels in the
-    horizon after it) and the scoring features at T. ``as_of`` defaults to the date of the last
-    valid event, ``origins`` to the settings. The same events generation, as-of, horizon,
-    origins and code reuse an earlier run's output."""
+    horizon after it) and the scoring features at T, with each customer's last
+    ``sequence_length`` events before the cutoff. ``as_of`` defaults to the date of the last
+    valid event, ``origins`` and ``sequence_length`` to the settings. The same events
+    generation, as-of, horizon, origins, sequence length and code reuse an earlier run's
+    output."""
     as_of = resolve_as_of(validated, as_of, horizon_days)
     origins = origins or settings_origins()
+    if sequence_length is None:
+        sequence_length = get_settings().sequence_length
     fingerprint = stage_fingerprint(
         "features",
         events=read_dataset_manifest(store, validated.events_prefix).data_prefix,
@@ -100,6 +106,7 @@ def features_stage(
         horizon_days=horizon_days,
         origins=origins.count,
         stride_days=origins.stride_days or horizon_days,
+        sequence_length=sequence_length,
         code=code_version(*FEATURES_CODE),
     )
     result = load_cached(store, "features", fingerprint, FeaturesResult) if use_cache else None
@@ -113,6 +120,7 @@ def features_stage(
             horizon_days,
             in_process_rows=in_process_rows,
             origins=origins,
+            sequence_length=sequence_length,
         )
         save_cached(
             store,
@@ -136,8 +144,10 @@ def build_features(
     *,
     in_process_rows: int | None = None,
     origins: Origins | None = None,
+    sequence_length: int = 0,
 ) -> FeaturesResult:
-    """Compute and publish the feature sets for a resolved ``as_of``.
+    """Compute and publish the feature sets for a resolved ``as_of`` (with ``sequence_length``
+    events per customer and cutoff: :mod:`tasks.data.sequences`).
 
     One pass over the events gives the features at every cutoff (every origin of the training
     and the backtest, and T) and the labels in one customer-level table, which each output is
@@ -151,7 +161,7 @@ def build_features(
     scoring_output = FeatureOutput((cutoffs.score,), scoring_features_prefix(as_of))
     backtest_output = FeatureOutput(cutoffs.backtest, backtest_examples_prefix(run_id))
     outputs = [training, scoring_output] + ([] if too_short else [backtest_output])
-    with feature_frame(spark, store, validated, outputs, in_process_rows) as frame:
+    with feature_frame(spark, store, validated, outputs, in_process_rows, sequence_length) as frame:
         examples, positive_rate = _publish_training(frame, training, (as_of, horizon_days))
         scoring, _ = frame.publish(scoring_output)
         backtest = (
@@ -185,6 +195,7 @@ def build_features(
         backtest_skipped=backtest.skipped,
         training_origins=[c.origin() for c in cutoffs.train],
         backtest_origins=[] if backtest.prefix is None else [c.origin() for c in cutoffs.backtest],
+        sequence_length=sequence_length,
     )
 
 
@@ -200,6 +211,7 @@ def feature_frame(
     validated: ValidateResult,
     outputs: list[FeatureOutput],
     in_process_rows: int | None,
+    sequence_length: int = 0,
 ) -> FeatureFrame:
     """The engine for the run's events: up to ``in_process_rows`` valid events (default: the
     setting) DuckDB in this process (:mod:`tasks.stages.features_in_process`); above, a Spark
@@ -208,13 +220,17 @@ def feature_frame(
     on a cluster), Spark SQL (:class:`SparkFeatureFrame`)."""
     available = set(validated.available_columns)
     if validated.rows_valid <= in_process_limit(in_process_rows):
-        return InProcessFeatureFrame(store, validated.events_prefix, outputs, available)
+        return InProcessFeatureFrame(
+            store, validated.events_prefix, outputs, available, sequence_length
+        )
     session = session_of(spark)
     manifest = read_dataset_manifest(store, validated.events_prefix)
     buckets = customer_clustered_files(manifest, EVENTS_KEY)
     if buckets is not None:
-        return BucketFeatureFrame(session, store, buckets, outputs, available)
-    return SparkFeatureFrame(session, store, validated.events_prefix, outputs, available)
+        return BucketFeatureFrame(session, store, buckets, outputs, available, sequence_length)
+    return SparkFeatureFrame(
+        session, store, validated.events_prefix, outputs, available, sequence_length
+    )
 
 
 class SparkFeatureFrame:
@@ -229,8 +245,10 @@ class SparkFeatureFrame:
         events_prefix: str,
         outputs: list[FeatureOutput],
         available: set[str],
+        sequence_length: int = 0,
     ) -> None:
         self._spark = spark
+        self._sequence_length = sequence_length
         self._jobs = SparkJobs(spark)
         self._store = store
         self._events_prefix = events_prefix
@@ -242,7 +260,7 @@ class SparkFeatureFrame:
     def __enter__(self) -> SparkFeatureFrame:
         self._jobs.__enter__()
         events = read_dataset(self._spark, self._store, self._events_prefix)
-        wide = customer_features_at(events, self._cutoffs, self._available)
+        wide = customer_features_at(events, self._cutoffs, self._available, self._sequence_length)
         self._wide = wide.persist(StorageLevel.MEMORY_AND_DISK)
         return self
 
@@ -260,10 +278,11 @@ class SparkFeatureFrame:
     def publish(self, output: FeatureOutput) -> tuple[DatasetManifest, float]:
         """Write the customers seen at the output's cutoff; their label rate (0.0 when
         unlabelled) is observed by the write."""
+        n = self._sequence_length
         if not output.labelled:
-            rows = cutoff_features(self._frame(), output.cutoffs[0], self._available)
+            rows = cutoff_features(self._frame(), output.cutoffs[0], self._available, n)
             return write_dataset(rows, self._store, output.prefix), 0.0
-        rows = examples_features(self._frame(), output.cutoffs, self._available)
+        rows = examples_features(self._frame(), output.cutoffs, self._available, n)
         examples, observed = write_observed(
             rows, self._store, output.prefix, [F.sum("label").alias("positives")]
         )

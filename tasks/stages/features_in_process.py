@@ -28,8 +28,10 @@ class InProcessFeatureFrame:
         events_prefix: str,
         outputs: list[FeatureOutput],
         available: set[str],
+        sequence_length: int = 0,
     ) -> None:
         self._store = store
+        self._sequence_length = sequence_length
         self._prefix = events_prefix
         self._cutoffs = distinct_cutoffs(outputs)
         self._available = available
@@ -40,7 +42,9 @@ class InProcessFeatureFrame:
         files = local_files(self._store, manifest)
         events = files if files is not None else read_batches(self._store, manifest, EVENT_COLUMNS)
         with memory_bounded("the features stage"):
-            self._features = InProcessFeatures(events, self._cutoffs, self._available)
+            self._features = InProcessFeatures(
+                events, self._cutoffs, self._available, sequence_length=self._sequence_length
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:

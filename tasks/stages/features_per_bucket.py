@@ -78,6 +78,7 @@ def bucket_features(
     *,
     threads: int = 1,
     memory: str | None = None,
+    sequence_length: int = 0,
 ) -> tuple[list[PartWritten], int]:
     """Compute the features of the customers in the event ``files`` (all of their events) at
     each target's cutoffs (one unlabelled cutoff, or labelled origins: training examples) with
@@ -98,7 +99,14 @@ def bucket_features(
         parts = []
         with (
             memory_bounded("a features task", memory, TASK_REMEDY),
-            InProcessFeatures(paths, cutoffs, available, threads=threads, memory=memory) as table,
+            InProcessFeatures(
+                paths,
+                cutoffs,
+                available,
+                threads=threads,
+                memory=memory,
+                sequence_length=sequence_length,
+            ) as table,
         ):
             for target, key in targets:
                 rows = table.output_table(target)
@@ -137,8 +145,10 @@ class BucketFeatureFrame:
         buckets: list[list[str]],
         outputs: list[FeatureOutput],
         available: set[str],
+        sequence_length: int = 0,
     ) -> None:
         self._spark = spark
+        self._sequence_length = sequence_length
         self._store = store
         self._buckets = buckets
         self._outputs = outputs
@@ -165,7 +175,7 @@ class BucketFeatureFrame:
     def _run(self, data_prefixes: list[str]) -> list[dict]:
         """The job: a task per bucket; what each wrote, one row per bucket and output."""
         store_uri = self._store.uri
-        buckets, available = self._buckets, self._available
+        buckets, available, sequence_length = self._buckets, self._available, self._sequence_length
         output_cutoffs = [o.cutoffs for o in self._outputs]
         threads = max(1, int(conf_value(self._spark, "spark.task.cpus", "1")))
 
@@ -185,6 +195,7 @@ class BucketFeatureFrame:
                         targets,
                         threads=threads,
                         memory=memory,
+                        sequence_length=sequence_length,
                     )
                     yield pa.RecordBatch.from_pylist(
                         [

@@ -27,7 +27,7 @@ from tasks.data.split import (
     normalizer_from,
     split_count_columns,
 )
-from tasks.definitions.examples import ORIGIN
+from tasks.definitions.examples import ORIGIN, sequence_columns
 from tasks.ml.normalizer import Normalizer
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
@@ -194,8 +194,9 @@ def publish_snapshot(
         )
     else:
         with_split = assign_split(read_dataset(spark, store, examples_prefix), seed)
+        carried = [ORIGIN, *sequence_columns(with_split.columns)]
         snapshot, values = write_observed(
-            with_split.select("customer_id", "label", *features, ORIGIN, "split"),
+            with_split.select("customer_id", "label", *features, *carried, "split"),
             store,
             out_prefix,
             [*split_count_columns(), *normalizer_aggregates(features)],

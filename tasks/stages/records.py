@@ -91,6 +91,9 @@ class FeaturesResult(BaseModel):
         default_factory=list,
         description="the days of the backtest examples' origins, newest (T-2H) first",
     )
+    sequence_length: int = Field(
+        default=0, description="events per customer in the seq_* columns (0: none published)"
+    )
 
 
 class PreprocessResult(BaseModel):

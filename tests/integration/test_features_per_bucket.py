@@ -58,10 +58,15 @@ def _rows(store, prefix: str) -> dict[tuple, dict]:
     return rows
 
 
-def _same(expected: dict[str, dict], got: dict[str, dict]) -> None:
+def _same(expected: dict[tuple, dict], got: dict[tuple, dict]) -> None:
+    """Numbers equal to 1e-9; the sequence columns (lists) exactly."""
     assert set(got) == set(expected) and got
     for customer, values in got.items():
-        assert values == pytest.approx(expected[customer], rel=1e-9, abs=1e-9), customer
+        lists = {k for k, v in values.items() if isinstance(v, list)}
+        assert {k: values[k] for k in lists} == {k: expected[customer][k] for k in lists}
+        numbers = {k: v for k, v in values.items() if k not in lists}
+        want = {k: expected[customer][k] for k in numbers}
+        assert numbers == pytest.approx(want, rel=1e-9, abs=1e-9), customer
 
 
 def test_each_engine_is_chosen_by_size_and_layout(spark, local_store, validated):
@@ -86,9 +91,18 @@ def test_each_engine_is_chosen_by_size_and_layout(spark, local_store, validated)
 
 
 def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, validated):
-    origins = Origins(count=3, stride_days=45)
+    origins, n = Origins(count=3, stride_days=45), 6  # and the last 6 events per customer
     here = features_stage(
-        spark, local_store, "l", validated, None, 90, False, IN_PROCESS, origins=origins
+        spark,
+        local_store,
+        "l",
+        validated,
+        None,
+        90,
+        False,
+        IN_PROCESS,
+        origins=origins,
+        sequence_length=n,
     )
     assert len(here.training_origins) == len(here.backtest_origins) == 3
     expected = {
@@ -104,11 +118,21 @@ def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, v
         "features",
         "training_origins",
         "backtest_origins",
+        "sequence_length",
     )
     for name, buckets in (("clustered", 3), ("plain", None)):
         events = _republished(spark, local_store, validated, name, buckets)
         result = features_stage(
-            spark, local_store, name, events, None, 90, False, SPARK, origins=origins
+            spark,
+            local_store,
+            name,
+            events,
+            None,
+            90,
+            False,
+            SPARK,
+            origins=origins,
+            sequence_length=n,
         )
         # one job of a task per bucket; Spark SQL shuffles the unclustered events first
         assert (result.report.spark_jobs == 1) == (buckets is not None), result.report
@@ -124,6 +148,7 @@ def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, v
         training = read_dataset(spark, local_store, result.training_prefix)
         assert training.count() == result.n_training
         assert training.schema["label"].dataType.typeName() == "double"
+        assert training.schema["seq_gap_days"].dataType.typeName() == "array"
 
 
 def test_a_failed_task_publishes_nothing(spark, local_store, validated):

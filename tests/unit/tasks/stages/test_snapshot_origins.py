@@ -1,6 +1,7 @@
 """A snapshot of examples from several origins: preprocess puts a customer in the same split at
-every origin (no customer on both sides of a split), records the origins, and the reader's view
-of the newest origin holds exactly its rows; a snapshot without origins is one origin."""
+every origin (no customer on both sides of a split), records the origins, carries the sequence
+columns, and the reader's view of the newest origin holds exactly its rows (the features only);
+a snapshot without origins is one origin."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def _examples(customers: int) -> pa.Table:
             "n_purchases": float(rng.integers(0, 9)),
             "label": float(rng.random() < 0.3),
             "origin": origin,
+            "seq_length": 2,
+            "seq_gap_days": [float(i % 7), 9.5, 0.0],
         }
         for i in range(customers)
         for origin in ORIGINS[: 1 + i % 3]
@@ -46,7 +49,8 @@ def test_a_customer_has_one_split_at_every_origin_and_the_newest_view_is_its_row
     assert sum(counts.values()) == examples.num_rows == snapshot.rows
     manifest = read_dataset_manifest(local_store, "snap")
     assert manifest.metadata["origins"] == [o.isoformat() for o in ORIGINS]
-    table = read_table(local_store, manifest, ["customer_id", "split", "origin"])
+    table = read_table(local_store, manifest, ["customer_id", "split", "origin", "seq_gap_days"])
+    assert {tuple(v[1:]) for v in table["seq_gap_days"].to_pylist()} == {(9.5, 0.0)}  # carried
     splits: dict[str, set[str]] = {}
     for row in table.to_pylist():
         splits.setdefault(row["customer_id"], set()).add(row["split"])
