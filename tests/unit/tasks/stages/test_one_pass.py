@@ -128,7 +128,8 @@ def test_one_shuffle_in_validate_none_in_features(spark, local_store, small_even
     )
     events = read_dataset(spark, local_store, validated.events_prefix)
     cutoffs = pipeline_cutoffs(validated.last_event.date(), 90, Origins(count=3)).distinct()
-    wide = customer_features_at(events, cutoffs, set(validated.available_columns))
+    # with the sequences' window over each customer's events too
+    wide = customer_features_at(events, cutoffs, set(validated.available_columns), 8)
     plan = _plan(wide)
     assert "Bucketed: true" in plan and _shuffles(wide) == 0
     assert "Exchange" not in plan, plan  # no shuffle, and no broadcast either
