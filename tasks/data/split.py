@@ -48,7 +48,9 @@ def split_bucket_sql(column: str, seed: int) -> str:
     return "(" + " + ".join(digits) + ")"
 
 
-def split_sql(seed: int, fractions: SplitFractions | None = None, column: str = "customer_id") -> str:
+def split_sql(
+    seed: int, fractions: SplitFractions | None = None, column: str = "customer_id"
+) -> str:
     """``split`` of a customer as SQL (Spark SQL and DuckDB): its bucket against the fractions'
     bounds, whole numbers both engines compare exactly. Same customer and seed, same split."""
     fractions = fractions or SplitFractions()

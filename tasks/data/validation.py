@@ -128,8 +128,6 @@ def split_valid_events(conformed: DataFrame, partitions: int) -> ValidatedEvents
 def define_sql_functions(spark: SparkSession, present: list[str]) -> None:
     """The session's definitions of the functions the validation SQL calls: the input values
     are strings already (:func:`conform_events`)."""
-    functions = SQL_FUNCTIONS | {
-        f"input_text_{c}(x STRING) RETURNS STRING": "x" for c in present
-    }
+    functions = SQL_FUNCTIONS | {f"input_text_{c}(x STRING) RETURNS STRING": "x" for c in present}
     for signature, body in functions.items():
         spark.sql(f"CREATE OR REPLACE TEMPORARY FUNCTION {signature} RETURN {body}")

@@ -53,8 +53,7 @@ RULES: tuple[Rule, ...] = (
     Rule(REASON_INVALID_EVENT_TIME, "event_time IS NULL"),
     Rule(
         REASON_INVALID_AMOUNT,
-        "amount IS NULL OR isnan(amount) OR abs(amount) = CAST('Infinity' AS DOUBLE)"
-        " OR amount < 0",
+        "amount IS NULL OR isnan(amount) OR abs(amount) = CAST('Infinity' AS DOUBLE) OR amount < 0",
     ),
     Rule(
         REASON_INVALID_QUANTITY,
