@@ -1,5 +1,4 @@
-"""The customer split and the statistics of the normaliser, in Spark; the split as SQL that
-DuckDB runs too (:mod:`tasks.data.split_in_process`).
+"""The customer split and the statistics of the normaliser, in Spark.
 
 The normaliser maps each feature ``x`` to ``(signed_log1p(x) - mean) / std`` with mean/std from
 the train split; the model applies it itself (:class:`tasks.ml.model.Normalizer`), so batch
@@ -32,7 +31,8 @@ def signed_log1p_sql(column: str) -> str:
 
 
 HASH_BITS = 32
-"""The split hashes each customer to a 32-bit bucket: the first 8 hex digits of an md5."""
+"""The split hashes each customer to a 32-bit bucket (the first 8 hex digits of an md5) in SQL
+that Spark and DuckDB (:mod:`tasks.data.split_in_process`) both run."""
 _HEX_DIGITS = "0123456789abcdef"
 
 

@@ -16,7 +16,9 @@ engine also defines the few functions below under the same names, so that the te
 
 To add a rule: a reason in :data:`tasks.data.contract.QUARANTINE_REASONS` and a :class:`Rule`
 in :data:`RULES` (a condition over the conformed columns that is true for a row that breaks it;
-the first rule a row breaks is its reason). Both engines then quarantine by it;
+the first rule a row breaks is its reason; a rule with a parameter, such as a time floor, writes
+it into the condition as a literal, and :func:`deduplicated_sql` takes the rules to apply). Both
+engines then quarantine by it;
 ``tests/unit/tasks/data/test_validation_duckdb.py`` holds their outputs equal.
 """
 
@@ -73,7 +75,9 @@ def reason_sql(present: Sequence[str], rules: Sequence[Rule] = RULES) -> str:
     return f"CASE {' '.join(cases)} END"
 
 
-def deduplicated_sql(source: str, present: Sequence[str], partitions: int) -> str:
+def deduplicated_sql(
+    source: str, present: Sequence[str], partitions: int, rules: Sequence[Rule] = RULES
+) -> str:
     """Every distinct row of the conformed events ``source`` once, with ``copies`` (how many
     times it was read) and its ``reason``; a bad row also keeps its input values as text
     (``raw_<column>``, for the ``present`` columns), a good row only its typed values.
@@ -96,7 +100,7 @@ def deduplicated_sql(source: str, present: Sequence[str], partitions: int) -> st
     keys = ", ".join([*CONTRACT_COLUMNS, *(f"raw_{c}" for c in present), "reason"])
     return f"""SELECT {keys}, count(*) AS copies FROM (
   SELECT /*+ REPARTITION({int(partitions)}, customer_id) */ {typed}{raw}, reason
-  FROM (SELECT *, {reason_sql(present)} AS reason FROM {source}) AS flagged
+  FROM (SELECT *, {reason_sql(present, rules)} AS reason FROM {source}) AS flagged
 ) AS flagged_rows
 GROUP BY {keys}"""
 
