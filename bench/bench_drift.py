@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame
 from infra.settings import HybridflowSettings
 from infra.spark import get_spark
 from tasks.data.drift import COLUMNS_PER_PASS, bin_column, bin_counts, quantile_edges
-from tasks.data.feature_specs import feature_names
+from tasks.definitions.feature_specs import feature_names
 
 ROWS = int(os.environ.get("BENCH_DRIFT_ROWS", "1000000"))
 FEATURES = feature_names({"event_type", "quantity", "category", "channel"})

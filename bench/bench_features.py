@@ -28,8 +28,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from bench.duckdb_baseline import feature_sql, training_sql
-from tasks.data.contract import CONTRACT_COLUMNS
-from tasks.data.feature_specs import feature_names
+from tasks.definitions.contract import CONTRACT_COLUMNS
+from tasks.definitions.feature_specs import feature_names
 
 ALL_COLUMNS = set(CONTRACT_COLUMNS)
 HORIZON_DAYS = 90

@@ -1,8 +1,8 @@
 """The CPU part of the pipeline as one DuckDB process: the baseline the Spark stages are
 measured against (``bench_features``, ``bench_prepare``, ``bench_run``).
 
-Same definitions as the project (the feature list from :mod:`tasks.data.feature_specs`, the
-contract's rules from :mod:`tasks.data.contract`), written as SQL: drop bad and duplicate rows,
+Same definitions as the project (the feature list from :mod:`tasks.definitions.feature_specs`, the
+contract's rules from :mod:`tasks.definitions.contract`), written as SQL: drop bad and duplicate rows,
 features at T-H with labels "purchased in (T-H, T]", features at T, the backtest's examples
 (features at T-2H, labels in (T-2H, T-H]), the customer split and the normaliser's statistics
 of both snapshots. ``python -m bench.duckdb_baseline --events PATH`` runs it alone.
@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tasks.data.contract import CONTRACT_COLUMNS
-from tasks.data.feature_specs import (
+from tasks.definitions.contract import CONTRACT_COLUMNS
+from tasks.definitions.feature_specs import (
     DAY_MICROS,
     EVENT_TYPE_MIX,
     MIX_COLUMNS,

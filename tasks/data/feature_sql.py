@@ -7,7 +7,7 @@ over the purchases; and, per mix column, the counts per (customer, value) aggreg
 customer. The branches are grouped by customer and joined on it (a shuffled hash join, hinted
 for Spark; a comment to DuckDB), so events clustered by customer are never shuffled.
 :func:`cutoff_sql` selects a cutoff's customers and computes its features from the aggregates
-by the formulas of :mod:`tasks.data.feature_formulas`. Only the prepared input differs by
+by the formulas of :mod:`tasks.definitions.feature_formulas`. Only the prepared input differs by
 engine: ``customer_id``, the event time as integer microseconds ``_t``, the purchase flag
 ``_p``, ``amount``, the quantity as a double ``_q``, ``event_type`` and the mix columns.
 
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tasks.data.cutoffs import Cutoff, micros
-from tasks.data.feature_formulas import feature_values
-from tasks.data.feature_specs import DAY_MICROS, EVENT_TYPE_MIX, WINDOWS_DAYS, feature_names
+from tasks.definitions.feature_formulas import feature_values
+from tasks.definitions.feature_specs import DAY_MICROS, EVENT_TYPE_MIX, WINDOWS_DAYS, feature_names
 
 _SIMPLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -157,7 +157,7 @@ def _literal(value: float) -> str:
 
 
 class SqlOps:
-    """The formulas' operations (:class:`tasks.data.feature_formulas.Ops`) as SQL over a
+    """The formulas' operations (:class:`tasks.definitions.feature_formulas.Ops`) as SQL over a
     cutoff's aggregates in :func:`wide_sql`'s table."""
 
     def __init__(self, cutoff: Cutoff) -> None:
@@ -192,7 +192,7 @@ def seen_condition(cutoff: Cutoff) -> str:
 
 def cutoff_columns(cutoff: Cutoff, available_columns: set[str]) -> list[str]:
     """``customer_id``, the features at ``cutoff`` (doubles, by
-    :func:`tasks.data.feature_formulas.feature_values`) and, for a labelled cutoff, ``label``."""
+    :func:`tasks.definitions.feature_formulas.feature_values`) and, for a labelled cutoff, ``label``."""
     ops = SqlOps(cutoff)
     values = feature_values(ops, cutoff.micros())
     columns = ["customer_id"]

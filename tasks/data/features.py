@@ -5,7 +5,7 @@ Features at cutoff ``c`` use only events with ``event_time <= c`` (:mod:`tasks.d
 one pass over the events, as the SQL of :mod:`tasks.data.feature_sql` (the text DuckDB runs in
 process): one statement for the whole customer-level table, parsed and planned by the JVM at
 once rather than built from thousands of Python ``Column`` objects, a Py4J round trip each.
-Which features exist is declared in :mod:`tasks.data.feature_specs`.
+Which features exist is declared in :mod:`tasks.definitions.feature_specs`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from tasks.data.cutoffs import Cutoff, as_naive_utc
-from tasks.data.feature_specs import present_mix_columns
 from tasks.data.feature_sql import cutoff_columns, seen_condition, wide_sql
+from tasks.definitions.feature_specs import present_mix_columns
 
 
 def customer_features(

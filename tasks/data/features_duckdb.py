@@ -16,8 +16,8 @@ import pyarrow as pa
 
 from infra.duckdb_session import duckdb_connection, parquet_files_sql
 from tasks.data.cutoffs import Cutoff
-from tasks.data.feature_specs import MIX_COLUMNS, present_mix_columns
 from tasks.data.feature_sql import cutoff_sql, wide_sql
+from tasks.definitions.feature_specs import MIX_COLUMNS, present_mix_columns
 
 EVENT_COLUMNS = ("customer_id", "event_time", "amount", "event_type", "quantity", *MIX_COLUMNS)
 

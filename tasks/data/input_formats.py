@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra.errors import HybridflowInputError
-from tasks.data.contract import ALLOWED_TYPES, CONTRACT_COLUMNS, REQUIRED_COLUMNS
+from tasks.definitions.contract import ALLOWED_TYPES, CONTRACT_COLUMNS, REQUIRED_COLUMNS
 
 if TYPE_CHECKING:
     from infra.settings import HybridflowSettings

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tasks.data.contract import CONTRACT_COLUMNS, OPTIONAL_DEFAULTS
 from tasks.data.input_formats import (
     EPOCH_MILLIS,
     EPOCH_SECONDS,
@@ -20,6 +19,7 @@ from tasks.data.input_formats import (
     warn_extra_columns,
 )
 from tasks.data.validation_sql import deduplicated_sql, good_sql, quarantine_sql
+from tasks.definitions.contract import CONTRACT_COLUMNS, OPTIONAL_DEFAULTS
 
 SQL_FUNCTIONS = {
     "timestamp_text(t BIGINT) RETURNS STRING": "CAST(timestamp_micros(t) AS STRING)",

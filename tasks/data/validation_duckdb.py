@@ -23,14 +23,14 @@ from infra.duckdb_session import (
     sql_identifier,
     sql_string,
 )
-from tasks.data.contract import (
+from tasks.data.spark_text import java_double_strings
+from tasks.data.validation_sql import deduplicated_sql, good_sql, quarantine_sql
+from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     OPTIONAL_DEFAULTS,
     QUARANTINE_REASONS,
     REASON_DUPLICATE,
 )
-from tasks.data.spark_text import java_double_strings
-from tasks.data.validation_sql import deduplicated_sql, good_sql, quarantine_sql
 
 MICROS = 1_000_000
 GOOD_EVENTS_SCHEMA = pa.schema(

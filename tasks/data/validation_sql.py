@@ -14,7 +14,7 @@ engine also defines the few functions below under the same names, so that the te
 - ``utc_timestamp(micros)``: the engine's UTC timestamp;
 - ``explode``/``sequence`` are Spark's; DuckDB gets them as macros.
 
-To add a rule: a reason in :data:`tasks.data.contract.QUARANTINE_REASONS` and a :class:`Rule`
+To add a rule: a reason in :data:`tasks.definitions.contract.QUARANTINE_REASONS` and a :class:`Rule`
 in :data:`RULES` (a condition over the conformed columns that is true for a row that breaks it;
 the first rule a row breaks is its reason; a rule with a parameter, such as a time floor, writes
 it into the condition as a literal, and :func:`deduplicated_sql` takes the rules to apply). Both
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tasks.data.contract import (
+from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     REASON_DUPLICATE,
     REASON_INVALID_AMOUNT,

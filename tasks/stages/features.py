@@ -19,8 +19,8 @@ from infra.settings import in_process_limit
 from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore
 from tasks.data.cutoffs import Cutoff, end_of_day, pipeline_cutoffs
-from tasks.data.feature_specs import feature_names
 from tasks.data.features import customer_features_at, cutoff_features
+from tasks.definitions.feature_specs import feature_names
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.feature_frame import FeatureFrame, FeatureOutput
 from tasks.stages.features_in_process import InProcessFeatureFrame
@@ -42,8 +42,8 @@ FEATURES_CODE = (
     "tasks.data.features",
     "tasks.data.feature_sql",
     "tasks.data.features_duckdb",
-    "tasks.data.feature_formulas",
-    "tasks.data.feature_specs",
+    "tasks.definitions.feature_formulas",
+    "tasks.definitions.feature_specs",
     "tasks.stages.features",
     "tasks.stages.feature_frame",
     "tasks.stages.features_in_process",

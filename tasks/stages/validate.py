@@ -21,7 +21,6 @@ from infra.layout import run_dataset_prefix
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore
-from tasks.data.contract import CONTRACT_COLUMNS, QUARANTINE_REASONS
 from tasks.data.input_formats import (
     EventsInput,
     InputOptions,
@@ -31,6 +30,7 @@ from tasks.data.input_formats import (
 )
 from tasks.data.validation import ValidatedEvents, conform_events, split_valid_events
 from tasks.data.validation_duckdb import in_process_type_problem
+from tasks.definitions.contract import CONTRACT_COLUMNS, QUARANTINE_REASONS
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, files_fingerprint, stage_fingerprint
 from tasks.stages.records import StageReport, ValidateResult
@@ -53,7 +53,7 @@ VALIDATE_CODE = (
     "tasks.data.spark_text",
     "tasks.data.input_formats",
     "tasks.stages.validate_in_process",
-    "tasks.data.contract",
+    "tasks.definitions.contract",
     "tasks.stages.spark_io",
     "infra.datasets",
 )

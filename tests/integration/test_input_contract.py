@@ -21,8 +21,8 @@ import pytest
 from infra.datasets import find_dataset, publish_dataset
 from infra.registry import ModelRegistry
 from infra.store import LocalFolderStore
-from tasks.data.feature_specs import feature_names
 from tasks.data.input_formats import InputOptions
+from tasks.definitions.feature_specs import feature_names
 from tasks.stages.records import FeaturesResult, ValidateResult, read_stage_manifest
 
 REPO = Path(__file__).parents[2]

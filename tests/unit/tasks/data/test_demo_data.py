@@ -1,7 +1,7 @@
 import pyarrow.parquet as pq
 
-from tasks.data.contract import CONTRACT_COLUMNS
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
+from tasks.definitions.contract import CONTRACT_COLUMNS
 
 
 def test_deterministic_for_a_seed(tmp_path):

@@ -9,8 +9,9 @@ import re
 import pytest
 
 from tasks.data.cutoffs import Cutoff, pipeline_cutoffs
-from tasks.data.feature_specs import MIX_COLUMNS
 from tasks.data.feature_sql import cutoff_sql, identifier, wide_sql
+from tasks.definitions.feature_formulas import AGGREGATES
+from tasks.definitions.feature_specs import MIX_COLUMNS
 
 ALL = {"event_type", "quantity", *MIX_COLUMNS}
 CUTOFFS = list(pipeline_cutoffs(dt.date(2025, 6, 30), 90))
@@ -51,3 +52,10 @@ def test_no_decimal_literals():
     for text in texts:
         bare = re.findall(r"(?<![\w.])\d+\.\d*(?:[eE][-+]?\d+)?(?!\d|::DOUBLE)", text)
         assert not bare, bare
+
+
+def test_the_sql_computes_every_declared_aggregate_and_no_other():
+    cutoff = CUTOFFS[1]  # the unlabelled scoring cutoff
+    sql = wide_sql("events", [cutoff], list(MIX_COLUMNS))
+    computed = set(re.findall(rf"AS {cutoff.name}__(_\w+)", sql))
+    assert computed == set(AGGREGATES)

@@ -7,13 +7,13 @@ import datetime as dt
 import pytest
 
 from tasks.data.cutoffs import Cutoff
-from tasks.data.feature_specs import NO_PURCHASE_DAYS, feature_names
 from tasks.data.features import (
     customer_features,
     customer_features_at,
     cutoff_features,
     training_examples,
 )
+from tasks.definitions.feature_specs import NO_PURCHASE_DAYS, feature_names
 
 pytestmark = pytest.mark.integration  # needs a local Spark session
 

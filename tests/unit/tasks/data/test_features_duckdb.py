@@ -10,13 +10,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.data.contract import CONTRACT_COLUMNS, REQUIRED_COLUMNS
 from tasks.data.cutoffs import pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
-from tasks.data.feature_specs import feature_names
 from tasks.data.features import customer_features_at, cutoff_features
 from tasks.data.features_duckdb import InProcessFeatures
 from tasks.data.validation_duckdb import GOOD_EVENTS_SCHEMA
+from tasks.definitions.contract import CONTRACT_COLUMNS, REQUIRED_COLUMNS
+from tasks.definitions.feature_specs import feature_names
 
 pytestmark = pytest.mark.integration
 

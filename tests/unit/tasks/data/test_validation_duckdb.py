@@ -12,7 +12,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.data.contract import CONTRACT_COLUMNS
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.spark_text import java_double_string
 from tasks.data.validation import conform_events, split_valid_events
@@ -21,6 +20,7 @@ from tasks.data.validation_duckdb import (
     InProcessValidation,
     in_process_type_problem,
 )
+from tasks.definitions.contract import CONTRACT_COLUMNS
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from tasks.data.contract import QUARANTINE_REASONS, REASON_DUPLICATE
 from tasks.data.validation_sql import RULES, Rule, reason_sql
+from tasks.definitions.contract import QUARANTINE_REASONS, REASON_DUPLICATE
 
 # conformed rows: customer_id, event_time (micros), amount, quantity, src_quantity
 ROWS = [

@@ -1,8 +1,10 @@
 """Every feature, declared once: its name, the optional input column it needs, its meaning.
 
-:func:`feature_names` gives the features an input with a given set of columns gets; the SQL
-that computes them (in Spark and in DuckDB) is :mod:`tasks.data.feature_sql`;
-docs/data-contract.md lists them (a test checks that every name is documented).
+:func:`feature_names` gives the features an input with a given set of columns gets; their
+formulas are :mod:`tasks.definitions.feature_formulas`, computed by the SQL of
+:mod:`tasks.data.feature_sql` (Spark and DuckDB) and by the endpoint's online state
+(:mod:`serving.online`); docs/data-contract.md lists them (a test checks that every name is
+documented).
 """
 
 from __future__ import annotations

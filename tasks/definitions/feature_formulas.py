@@ -1,16 +1,18 @@
-"""Every feature's formula over its cutoff's aggregates, written once for both engines.
+"""Every feature's formula over its cutoff's aggregates, written once for every engine.
 
-:mod:`tasks.data.feature_sql` computes the aggregates per customer and cutoff (``_last_t``,
-``_n_p``, ``_amount_30``, ...); :func:`feature_values` turns them into features through an
-:class:`Ops`, there :class:`tasks.data.feature_sql.SqlOps`. The formulas use ``+ - * /`` between
-expressions and with numbers, which its SQL expressions add.
+An engine computes the aggregates of :data:`AGGREGATES` per customer and cutoff
+(:mod:`tasks.data.feature_sql` as SQL for Spark and DuckDB, :mod:`serving.online.state` from
+the endpoint's per-customer state); :func:`feature_values` turns them into features through an
+:class:`Ops` (:class:`tasks.data.feature_sql.SqlOps`, :class:`serving.online.features.ArrayOps`).
+The formulas use ``+ - * /`` between expressions and with numbers, which the engines'
+expressions provide.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol, TypeVar
 
-from tasks.data.feature_specs import (
+from tasks.definitions.feature_specs import (
     DAY_MICROS,
     EVENT_TYPE_MIX,
     MIX_COLUMNS,
@@ -19,6 +21,39 @@ from tasks.data.feature_specs import (
 )
 
 E = TypeVar("E")
+
+
+def _aggregates() -> dict[str, str]:
+    a = {
+        "_last_t": "time of the last event (microseconds since the epoch)",
+        "_first_t": "time of the first event",
+        "_n": "events",
+        "_n_p": "purchases",
+        "_last_p_t": "time of the last purchase (null without one)",
+        "_amount": "sum of purchase amounts (null without a purchase)",
+        "_basket_mean": "mean quantity per purchase (null without one)",
+        "_basket_max": "largest quantity of a purchase (null without one)",
+        "_gap_mean": "mean days between consecutive purchases (null with fewer than 2)",
+        "_gap_std": "population std of those gaps (null with fewer than 2)",
+        "_gap_max": "longest of those gaps (null with fewer than 2)",
+    }
+    for w in WINDOWS_DAYS:
+        a[f"_n_{w}"] = f"events in the {w} days up to the cutoff (time > cutoff - {w} days)"
+        a[f"_n_p_{w}"] = f"purchases in those {w} days"
+        a[f"_amount_{w}"] = "sum of their amounts (null without one)"
+    for kind in EVENT_TYPE_MIX:
+        a[f"_n_{kind}"] = f"events of type '{kind}'"
+    for col in MIX_COLUMNS:
+        a[f"_{col}_values"] = f"distinct non-null {col} values"
+        a[f"_{col}_top"] = f"events of the most frequent {col} value"
+        a[f"_{col}_total"] = f"events with a {col} (a double)"
+        a[f"_{col}_clogc"] = f"sum of c * ln(c) over the counts c of each {col} value"
+    return a
+
+
+AGGREGATES: dict[str, str] = _aggregates()
+"""Every aggregate the formulas read, per customer over the events at or before the cutoff;
+the features of optional columns read those of their column only."""
 
 
 class Ops(Protocol[E]):
@@ -52,7 +87,7 @@ class Ops(Protocol[E]):
 def feature_values(ops: Ops[Any], cutoff_micros: int) -> dict[str, Any]:
     """Every feature at the cutoff ``cutoff_micros`` (microseconds since the epoch) as an
     expression of its aggregates; features of optional columns reference aggregates only an
-    input with that column has, so select them by :func:`tasks.data.feature_specs.feature_names`.
+    input with that column has, so select them by :func:`tasks.definitions.feature_specs.feature_names`.
     """
     a = ops.agg
     cutoff = ops.lit(cutoff_micros)
