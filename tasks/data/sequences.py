@@ -20,10 +20,11 @@ across runs, engines and buckets; a rare collision shares an embedding). 0 is pa
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import xxhash
 
 from tasks.definitions.examples import SEQUENCE_PREFIX
 from tasks.definitions.feature_specs import DAY_MICROS
@@ -48,7 +49,8 @@ def sequence_fields(mixes: list[str]) -> list[pa.Field]:
 
 def value_code(value: str) -> int:
     """A category or channel value's code in ``1 .. CODE_BUCKETS - 1`` (stable everywhere)."""
-    return 1 + xxhash.xxh64_intdigest(value.encode()) % (CODE_BUCKETS - 1)
+    digest = hashlib.md5(value.encode(), usedforsecurity=False).digest()
+    return 1 + int.from_bytes(digest[:4], "big") % (CODE_BUCKETS - 1)
 
 
 def _codes(values: pa.Array) -> np.ndarray:
