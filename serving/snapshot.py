@@ -29,6 +29,8 @@ from infra.layout import (
     scoring_features_prefix,
 )
 from infra.store import ObjectStore
+from tasks.definitions.examples import sequence_element
+from tasks.ml.model_inputs import list_matrix
 
 
 @dataclass(frozen=True)
@@ -81,10 +83,22 @@ def load_snapshot(store: ObjectStore, manifest: DatasetManifest) -> FeatureSnaps
         for name, typ in zip(table.column_names, table.schema.types, strict=True)
         if name != "customer_id" and (pa.types.is_floating(typ) or pa.types.is_integer(typ))
     ]
-    values = np.empty((table.num_rows, len(numeric)), dtype=np.float32)
+    # a sequence model's inputs: every position of the lists of numbers (``seq_amount[3]``)
+    lists = {
+        name: list_matrix(table.column(name))
+        for name, typ in zip(table.column_names, table.schema.types, strict=True)
+        if pa.types.is_list(typ)
+        and (pa.types.is_floating(typ.value_type) or pa.types.is_integer(typ.value_type))
+    }
+    elements = [(name, i) for name, m in lists.items() for i in range(m.shape[1])]
+    values = np.empty((table.num_rows, len(numeric) + len(elements)), dtype=np.float32)
     for i, name in enumerate(numeric):
         col = table.column(name).cast(pa.float64()).to_numpy(zero_copy_only=False)
         values[:, i] = np.nan_to_num(col, nan=0.0, posinf=0.0, neginf=0.0)
+    for i, (name, position) in enumerate(elements, start=len(numeric)):
+        col = lists[name][:, position].astype(np.float64)
+        values[:, i] = np.nan_to_num(col, nan=0.0, posinf=0.0, neginf=0.0)
+    numeric += [sequence_element(name, position) for name, position in elements]
     ids = table.column("customer_id").cast(pa.string()).to_pylist()
     return FeatureSnapshot(
         as_of=as_of,

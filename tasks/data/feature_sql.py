@@ -25,9 +25,8 @@ from typing import Literal
 
 from tasks.data.cutoffs import Cutoff, micros
 from tasks.data.sequences import CUTOFF as SEQ_CUTOFF
-from tasks.data.sequences import EVENT_TYPE_CODES, OTHER_EVENT_TYPE
 from tasks.data.sequences import EVENTS as SEQ_EVENTS
-from tasks.definitions.examples import ORIGIN
+from tasks.definitions.examples import EVENT_TYPE_CODES, ORIGIN, OTHER_EVENT_TYPE
 from tasks.definitions.feature_formulas import feature_values
 from tasks.definitions.feature_specs import DAY_MICROS, EVENT_TYPE_MIX, WINDOWS_DAYS, feature_names
 

@@ -13,9 +13,10 @@ Spark task per bucket, Spark SQL through ``mapInArrow``), so they are equal by c
   ``seq_channel`` (codes): lists of exactly ``N`` values, the most recent event first, zeros
   after the last real one.
 
-Event types are coded 1..4 (:data:`EVENT_TYPE_CODES`), anything else 5; a category or channel
-value is coded by a stable hash into ``1 .. CODE_BUCKETS - 1`` (no vocabulary to keep in step
-across runs, engines and buckets; a rare collision shares an embedding). 0 is padding or no value.
+Event types are coded 1..4 (``EVENT_TYPE_CODES`` of :mod:`tasks.definitions.examples`, the SQL
+codes them), anything else 5; a category or channel value is coded by a stable hash into
+``1 .. CODE_BUCKETS - 1`` (no vocabulary to keep in step across runs, engines and buckets; a
+rare collision shares an embedding). 0 is padding or no value.
 """
 
 from __future__ import annotations
@@ -26,12 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.definitions.examples import SEQUENCE_PREFIX
+from tasks.definitions.examples import CODE_BUCKETS, SEQUENCE_PREFIX
 from tasks.definitions.feature_specs import DAY_MICROS
 
-EVENT_TYPE_CODES: dict[str, int] = {"purchase": 1, "view": 2, "add_to_cart": 3, "return": 4}
-OTHER_EVENT_TYPE = 5
-CODE_BUCKETS = 1024
 EVENTS = "_seq_events"
 CUTOFF = "_seq_cutoff"
 

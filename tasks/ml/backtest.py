@@ -45,7 +45,10 @@ def scored_rows(
     model: FittedModel | None, data: SnapshotStream, splits: Iterable[str]
 ) -> ScoredRows:
     """Stream ``splits`` of ``data`` once: labels, logits (empty without a model) and the
-    baseline's columns."""
+    baseline's columns (``x`` holds the model's inputs: its features, and the positions of the
+    sequence columns a sequence model reads)."""
+    if model is not None:
+        data = data.with_features(model.features)
     columns = baseline_columns(data.features)
     ys, zs, xs = [], [], []
     for split in splits:

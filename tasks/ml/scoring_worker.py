@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from infra.store import ObjectStore
+from tasks.ml.model_inputs import input_matrix, source_columns
 
 if TYPE_CHECKING:
     from tasks.ml.models import FittedModel
@@ -107,13 +108,9 @@ def worker_model(model: ScoringModel) -> tuple[FittedModel, bool]:
 
 
 def feature_matrix(batch: pa.RecordBatch, features: list[str]) -> np.ndarray:
-    """The batch's feature columns as one C-ordered float32 matrix; nulls and NaNs become 0."""
-    x = np.empty((batch.num_rows, len(features)), dtype=np.float32)
-    for j, name in enumerate(features):
-        column = batch.column(name).to_numpy(zero_copy_only=False)
-        x[:, j] = column
-    np.nan_to_num(x, copy=False, nan=0.0, posinf=np.finfo(np.float32).max)
-    return x
+    """The batch's model inputs (feature columns, sequence positions) as one C-ordered float32
+    matrix; nulls and NaNs become 0 (:func:`tasks.ml.model_inputs.input_matrix`)."""
+    return input_matrix(batch, features)
 
 
 def prediction_batch(
@@ -191,15 +188,14 @@ def score_unit(
         str(local) if local is not None else pa.BufferReader(store.get_bytes(unit.source_key))
     )
     names = set(source.schema_arrow.names)
-    missing = [c for c in ("customer_id", *model.features) if c not in names]
+    columns = source_columns(["customer_id", *model.features])
+    missing = [c for c in columns if c not in names]
     if missing:
         raise ValueError(f"features for scoring lack column(s) the model needs: {missing}")
     sink = pa.BufferOutputStream()
     rows = 0
     with pq.ParquetWriter(sink, PREDICTION_ARROW_SCHEMA, compression="snappy") as writer:
-        for batch in source.iter_batches(
-            batch_size=batch_rows, columns=["customer_id", *model.features], use_threads=False
-        ):
+        for batch in source.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False):
             scores = predict_proba(loaded, feature_matrix(batch, model.features))
             writer.write_batch(
                 prediction_batch(batch.column("customer_id"), scores, model.version, as_of)

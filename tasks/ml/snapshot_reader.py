@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 import torch
 
 from infra.store import sha256_bytes
-from tasks.definitions.examples import ORIGIN
+from tasks.definitions.examples import ORIGIN, SEQUENCE_PREFIX, sequence_element
+from tasks.ml.model_inputs import input_matrix, source_columns
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
@@ -90,6 +91,35 @@ class SnapshotStream:
             self.root, self.features, self.chunk_rows, self.cache_bytes, origin=origin
         )
 
+    def with_features(self, features: list[str]) -> SnapshotStream:
+        """The view whose ``x`` holds ``features`` (plain columns or ``column[i]`` positions of
+        the sequence columns: a model's inputs); this stream when they are its own."""
+        if list(features) == list(self.features):
+            return self
+        return SnapshotStream(
+            self.root, list(features), self.chunk_rows, self.cache_bytes, origin=self.origin
+        )
+
+    def sequence_inputs(self) -> list[str]:
+        """Every position of the snapshot's sequence list columns (``seq_gap_days[0]``, ...),
+        column by column; empty when it has none."""
+        files = [f for info in self.splits.values() for f in info.files]
+        if not files:
+            return []
+        schema = pq.read_schema(files[0])
+        lists = [
+            f.name
+            for f in schema
+            if f.name.startswith(SEQUENCE_PREFIX) and pa.types.is_list(f.type)
+        ]
+        if not lists:
+            return []
+        head = next(pq.ParquetFile(files[0]).iter_batches(batch_size=1, columns=lists), None)
+        if head is None or head.num_rows == 0:
+            return []
+        widths = {c: len(head.column(c)[0].as_py()) for c in lists}
+        return [sequence_element(c, i) for c in lists for i in range(widths[c])]
+
     def newest_origin(self) -> SnapshotStream:
         """The examples at the newest origin (T-H: what the run is judged on); the whole
         snapshot when it records no origins (it is one)."""
@@ -102,13 +132,12 @@ class SnapshotStream:
             yield from cached
             return
         keep: list[tuple[np.ndarray, np.ndarray]] = []
-        columns = ["label", *self.features] + ([ORIGIN] if self.origin is not None else [])
+        columns = ["label", *source_columns(self.features)]
+        columns += [ORIGIN] if self.origin is not None else []
         for rb in pq.ParquetFile(path).iter_batches(batch_size=self.chunk_rows, columns=columns):
             if self.origin is not None:
                 rb = rb.filter(self._at_origin(rb.column(ORIGIN)))
-            x = np.empty((rb.num_rows, len(self.features)), dtype=np.float32)
-            for i, name in enumerate(self.features):
-                x[:, i] = rb.column(name).to_numpy(zero_copy_only=False)
+            x = input_matrix(rb, self.features)
             y = rb.column("label").to_numpy(zero_copy_only=False).astype(np.float32)
             keep.append((x, y))
             yield x, y

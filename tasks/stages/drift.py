@@ -43,6 +43,8 @@ from infra.spark import SessionProvider
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
 from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts
+from tasks.definitions.examples import split_element
+from tasks.ml.model_inputs import source_columns
 from tasks.ml.scoring_worker import ScoringModel
 from tasks.stages.batch_inference import load_scoring_model, resolve_model_version
 from tasks.stages.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
@@ -224,8 +226,9 @@ def _snapshot_in_process(
 ) -> Aggregates:
     """A small snapshot's bin edges and counts, its customers (published at
     ``customers_prefix``) and its test split's scores, from one pyarrow read."""
-    table = read_table(store, snapshot, [CUSTOMER, "split", *model.features])
-    edges = {f: exact_quantile_edges(_values(table, f), settings.bins) for f in model.features}
+    table = read_table(store, snapshot, [CUSTOMER, "split", *source_columns(model.features)])
+    binned = plain_features(model.features)
+    edges = {f: exact_quantile_edges(_values(table, f), settings.bins) for f in binned}
     customers = pa.table({CUSTOMER: pc.unique(table[CUSTOMER])})
     return (
         edges,
@@ -243,7 +246,8 @@ def _snapshot_in_spark(
     settings: DriftSettings,
 ) -> Aggregates:
     """:func:`_snapshot_in_process`'s aggregates by Spark jobs, for a large snapshot."""
-    edges = quantile_edges(snapshot, model.features, settings.bins, settings.quantile_accuracy)
+    binned = plain_features(model.features)
+    edges = quantile_edges(snapshot, binned, settings.bins, settings.quantile_accuracy)
     customers = snapshot.select(CUSTOMER).distinct()
     return (
         edges,
@@ -279,6 +283,11 @@ def _table_bin_counts(
 ) -> dict[str, dict[int, int]]:
     """Rows per bin of every column in ``edges``, binned as :func:`bin_counts` bins in Spark."""
     return {f: sample_bin_counts(_values(table, f), edges[f]) for f in edges}
+
+
+def plain_features(inputs: list[str]) -> list[str]:
+    """The model's inputs that are features (drift bins those, not sequence positions)."""
+    return [f for f in inputs if split_element(f) is None]
 
 
 def drift_status_line(report: DriftReport) -> str:

@@ -167,9 +167,10 @@ def predict_proba(model: FittedModel, x: np.ndarray, *, calibrated: bool = True)
 def evaluate(
     model: FittedModel, data: SnapshotStream, split: str, *, calibrated: bool = True
 ) -> dict[str, float]:
-    """Metrics of ``model`` on ``split`` of ``data``, streamed chunk by chunk."""
+    """Metrics of ``model`` on ``split`` of ``data`` (read as the model's inputs), streamed
+    chunk by chunk."""
     ys, ps = [], []
-    for x, y in data.chunks(split):
+    for x, y in data.with_features(model.features).chunks(split):
         ys.append(y)
         ps.append(predict_proba(model, x, calibrated=calibrated))
     return classification_metrics(np.concatenate(ys), np.concatenate(ps))

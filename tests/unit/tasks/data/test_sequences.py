@@ -7,13 +7,13 @@ import pyarrow as pa
 import pytest
 
 from tasks.data.sequences import (
-    CODE_BUCKETS,
     CUTOFF,
     EVENTS,
     pad_sequences,
     sequence_fields,
     value_code,
 )
+from tasks.definitions.examples import CODE_BUCKETS
 from tasks.definitions.feature_specs import DAY_MICROS
 
 DAY = int(DAY_MICROS)

@@ -1,0 +1,188 @@
+"""The ``sequence`` family: it learns from the events (a label the aggregate features cannot see),
+round-trips through the registry with identical scores in batch scoring, after reload and from
+the endpoint's snapshot, runs the CUDA path's bf16 autocast and ``torch.compile`` on the CPU,
+and masks padding (no NaN for a customer without events)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from infra.datasets import publish_dataset
+from infra.layout import scoring_features_prefix
+from infra.settings import TrainingSettings
+from infra.store import LocalFolderStore, sha256_bytes
+from serving.snapshot import load_snapshot
+from tasks.ml.metrics import classification_metrics
+from tasks.ml.model_inputs import input_matrix
+from tasks.ml.models import FitJob, family_specs, get_family, load_model, predict_proba
+from tasks.ml.models.sequence import SequenceConfig, SequenceModel, SequenceNet
+from tasks.ml.normalizer import Normalizer
+from tasks.ml.scoring_worker import feature_matrix
+from tasks.ml.snapshot_reader import SnapshotStream
+
+N = 6
+FEATURES = ["recency_days", "n_purchases"]
+COLUMNS = ["seq_gap_days", "seq_amount", "seq_event_type", "seq_category"]
+
+
+def _table(rows: int, seed: int) -> pa.Table:
+    """Customers whose label is "their latest event was a purchase less than 10 days ago":
+    written only in the sequences (the aggregate columns are noise)."""
+    rng = np.random.default_rng(seed)
+    length = rng.integers(0, N + 1, rows)
+    real = np.arange(N)[None, :] < length[:, None]
+    gaps = np.sort(rng.exponential(20.0, (rows, N)), axis=1) * real
+    kinds = rng.integers(1, 5, (rows, N)) * real
+    label = ((kinds[:, 0] == 1) & (gaps[:, 0] < 10.0) & (length > 0)).astype(np.float64)
+
+    def lists(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+        offsets = pa.array(np.arange(0, rows * N + 1, N, dtype=np.int32))
+        return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), kind))
+
+    return pa.table(
+        {
+            "customer_id": [f"c{seed}-{i}" for i in range(rows)],
+            "label": label,
+            "recency_days": rng.exponential(30.0, rows),
+            "n_purchases": rng.integers(0, 9, rows).astype(np.float64),
+            "seq_length": length.astype(np.int32),
+            "seq_gap_days": lists(gaps.astype(np.float32), pa.float32()),
+            "seq_amount": lists(
+                (rng.lognormal(3, 1, (rows, N)) * real).astype(np.float32), pa.float32()
+            ),
+            "seq_event_type": lists(kinds.astype(np.int8), pa.int8()),
+            "seq_category": lists(
+                (rng.integers(1, 1023, (rows, N)) * real).astype(np.int16), pa.int16()
+            ),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory) -> SnapshotStream:
+    root = tmp_path_factory.mktemp("seq-snapshot")
+    for i, (split, rows) in enumerate({"train": 3000, "val": 600, "test": 600}.items()):
+        (root / f"split={split}").mkdir()
+        pq.write_table(_table(rows, i), root / f"split={split}" / "part-0.parquet")
+    return SnapshotStream(root, FEATURES, chunk_rows=1024)
+
+
+def _job(snapshot: SnapshotStream, **settings) -> FitJob:
+    normalizer = Normalizer(features=FEATURES, mean=[2.0, 1.0], std=[1.0, 1.0])
+    train = TrainingSettings(max_epochs=8, patience=3, batch_size=128, **settings)
+    return FitJob(data=snapshot, normalizer=normalizer, settings=train)
+
+
+@pytest.mark.parametrize("encoder", ["gru", "transformer"])
+def test_it_learns_what_only_the_events_say_and_round_trips(snapshot, encoder):
+    (spec,) = family_specs(["sequence"], {"sequence": {"encoder": encoder, "width": 16}})
+    model = get_family("sequence").fit(spec, _job(snapshot)).model
+    assert isinstance(model, SequenceModel)
+    assert model.features[:2] == FEATURES and model.features[2] == "seq_gap_days[0]"
+    assert len(model.features) == len(FEATURES) + len(COLUMNS) * N
+    test = snapshot.with_features(model.features)
+    x, y = next(test.chunks("test"))
+    assert classification_metrics(y, predict_proba(model, x))["auc"] > 0.9
+
+    files = model.bundle_files()
+    loaded = load_model(files, {k: sha256_bytes(v) for k, v in files.items()})
+    np.testing.assert_array_equal(predict_proba(model, x), predict_proba(loaded, x))
+    # batch scoring reads the list columns of a features file into the same matrix
+    table = pq.read_table(snapshot.root / "split=test")
+    batch = table.combine_chunks().to_batches()[0]
+    np.testing.assert_array_equal(
+        feature_matrix(batch, model.features), input_matrix(table, model.features)
+    )
+    np.testing.assert_array_equal(
+        predict_proba(loaded, feature_matrix(batch, model.features))[: len(y)],
+        predict_proba(model, x),
+    )
+
+
+def test_the_endpoints_snapshot_holds_every_sequence_position(snapshot, tmp_path):
+    (spec,) = family_specs(["sequence"], {"sequence": {"width": 8}})
+    model = get_family("sequence").build(spec, _job(snapshot))  # type: ignore[attr-defined]
+    fitted = SequenceModel(model)
+    store = LocalFolderStore(tmp_path / "store")
+    table = pq.read_table(snapshot.root / "split=val").drop_columns(["label"])
+    staging = store.staging_dir()
+    pq.write_table(table, staging / "part-0.parquet")
+    prefix = scoring_features_prefix(dt.date(2025, 12, 31))
+    manifest = publish_dataset(store, staging, prefix, rows=table.num_rows)
+    served = load_snapshot(store, manifest)
+    rows = served.values[:, served.column_indices(fitted.features)]
+    np.testing.assert_array_equal(rows, input_matrix(table, fitted.features))
+    np.testing.assert_allclose(
+        predict_proba(fitted, rows), predict_proba(fitted, input_matrix(table, fitted.features))
+    )
+
+
+@pytest.mark.parametrize("encoder", ["gru", "transformer"])
+def test_the_cuda_paths_bf16_autocast_and_compile_run_on_the_cpu(snapshot, encoder):
+    """What the training loop does on CUDA (bf16 autocast, ``torch.compile``), on the CPU:
+    forward and backward in bf16 give finite gradients; the compiled graph (dynamo with the
+    ahead-of-time autograd, no C++ toolchain needed) gives the eager logits."""
+    config = SequenceConfig(
+        features=FEATURES,
+        sequence_columns=COLUMNS,
+        length=N,
+        encoder=encoder,
+        width=16,
+        layers=2,
+        heads=2,
+        hidden_sizes=[8],
+        dropout=0.0,
+        norm_mean=[0.0, 0.0],
+        norm_std=[1.0, 1.0],
+    )
+    torch.manual_seed(0)
+    network = SequenceNet(config)
+    x = torch.from_numpy(input_matrix(pq.read_table(snapshot.root / "split=val"), config.inputs()))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = network(x)
+    assert logits.dtype == torch.bfloat16
+    logits.float().mean().backward()
+    grads = [p.grad for p in network.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    network.eval()
+    compiled = torch.compile(network, backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), network(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("encoder", ["gru", "transformer"])
+def test_a_customer_without_events_gets_a_finite_score(encoder):
+    config = SequenceConfig(
+        features=FEATURES,
+        sequence_columns=COLUMNS[:3],
+        length=N,
+        encoder=encoder,
+        width=8,
+        layers=1,
+        heads=2,
+        hidden_sizes=[4],
+        dropout=0.0,
+        norm_mean=[0.0, 0.0],
+        norm_std=[1.0, 1.0],
+    )
+    model = SequenceModel(SequenceNet(config))
+    x = np.zeros((2, len(model.features)), dtype=np.float32)
+    x[1, 2 : 2 + N] = 3.0  # the second customer has events (gaps) but the first none
+    x[1, 2 + 2 * N] = 1.0
+    assert np.isfinite(predict_proba(model, x)).all()
+
+
+def test_without_sequences_in_the_snapshot_the_family_says_what_to_set(tmp_path):
+    for split in ("train", "val", "test"):
+        (tmp_path / f"split={split}").mkdir()
+        table = _table(10, 0).drop_columns(COLUMNS + ["seq_length"])
+        pq.write_table(table, tmp_path / f"split={split}" / "part-0.parquet")
+    (spec,) = family_specs(["sequence"], {})
+    with pytest.raises(Exception, match="HYBRIDFLOW_SEQUENCE_LENGTH"):
+        get_family("sequence").fit(spec, _job(SnapshotStream(tmp_path, FEATURES)))
