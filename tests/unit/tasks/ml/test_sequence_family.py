@@ -1,4 +1,5 @@
-"""The ``sequence`` family: it learns from the events (a label the aggregate features cannot see),
+"""The ``sequence`` family: it learns from the events (a label the aggregate features cannot see,
+``tests/fixtures/sequence_snapshot.py``),
 round-trips through the registry with identical scores in batch scoring, after reload and from
 the endpoint's snapshot, runs the CUDA path's bf16 autocast and ``torch.compile`` on the CPU,
 and masks padding (no NaN for a customer without events)."""
@@ -8,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -25,51 +25,15 @@ from tasks.ml.models.sequence import SequenceConfig, SequenceModel, SequenceNet
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.scoring_worker import feature_matrix
 from tasks.ml.snapshot_reader import SnapshotStream
+from tests.fixtures.sequence_snapshot import FEATURES, sequence_table, write_sequence_snapshot
+from tests.fixtures.sequence_snapshot import SEQUENCE_COLUMNS as COLUMNS
 
 N = 6
-FEATURES = ["recency_days", "n_purchases"]
-COLUMNS = ["seq_gap_days", "seq_amount", "seq_event_type", "seq_category"]
-
-
-def _table(rows: int, seed: int) -> pa.Table:
-    """Customers whose label is "their latest event was a purchase less than 10 days ago":
-    written only in the sequences (the aggregate columns are noise)."""
-    rng = np.random.default_rng(seed)
-    length = rng.integers(0, N + 1, rows)
-    real = np.arange(N)[None, :] < length[:, None]
-    gaps = np.sort(rng.exponential(20.0, (rows, N)), axis=1) * real
-    kinds = rng.integers(1, 5, (rows, N)) * real
-    label = ((kinds[:, 0] == 1) & (gaps[:, 0] < 10.0) & (length > 0)).astype(np.float64)
-
-    def lists(values: np.ndarray, kind: pa.DataType) -> pa.Array:
-        offsets = pa.array(np.arange(0, rows * N + 1, N, dtype=np.int32))
-        return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), kind))
-
-    return pa.table(
-        {
-            "customer_id": [f"c{seed}-{i}" for i in range(rows)],
-            "label": label,
-            "recency_days": rng.exponential(30.0, rows),
-            "n_purchases": rng.integers(0, 9, rows).astype(np.float64),
-            "seq_length": length.astype(np.int32),
-            "seq_gap_days": lists(gaps.astype(np.float32), pa.float32()),
-            "seq_amount": lists(
-                (rng.lognormal(3, 1, (rows, N)) * real).astype(np.float32), pa.float32()
-            ),
-            "seq_event_type": lists(kinds.astype(np.int8), pa.int8()),
-            "seq_category": lists(
-                (rng.integers(1, 1023, (rows, N)) * real).astype(np.int16), pa.int16()
-            ),
-        }
-    )
 
 
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory) -> SnapshotStream:
-    root = tmp_path_factory.mktemp("seq-snapshot")
-    for i, (split, rows) in enumerate({"train": 3000, "val": 600, "test": 600}.items()):
-        (root / f"split={split}").mkdir()
-        pq.write_table(_table(rows, i), root / f"split={split}" / "part-0.parquet")
+    root = write_sequence_snapshot(tmp_path_factory.mktemp("seq-snapshot") / "snap", 4000, N)
     return SnapshotStream(root, FEATURES, chunk_rows=1024)
 
 
@@ -181,7 +145,7 @@ def test_a_customer_without_events_gets_a_finite_score(encoder):
 def test_without_sequences_in_the_snapshot_the_family_says_what_to_set(tmp_path):
     for split in ("train", "val", "test"):
         (tmp_path / f"split={split}").mkdir()
-        table = _table(10, 0).drop_columns(COLUMNS + ["seq_length"])
+        table = sequence_table(10, N, 0).drop_columns(COLUMNS + ["seq_length"])
         pq.write_table(table, tmp_path / f"split={split}" / "part-0.parquet")
     (spec,) = family_specs(["sequence"], {})
     with pytest.raises(Exception, match="HYBRIDFLOW_SEQUENCE_LENGTH"):
