@@ -16,6 +16,7 @@ from serving.app import create_app
 from serving.connections import guarded_protocol
 from serving.holder import ModelHolder
 from serving.metrics import ServingMetrics
+from serving.online.service import OnlineFeatures
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,10 @@ def serve(
     cfg = settings.serve
     torch.set_num_threads(cfg.torch_threads)
     metrics = ServingMetrics()
-    holder = ModelHolder(open_store(settings.store), metrics)
-    app = create_app(holder, cfg, metrics)
+    store = open_store(settings.store)
+    holder = ModelHolder(store, metrics)
+    online = OnlineFeatures(store, cfg.ingest, metrics) if cfg.ingest.online else None
+    app = create_app(holder, cfg, metrics, online)
     sock = bind_socket(host or cfg.host, cfg.port if port is None else port)
     bound_host, bound_port = sock.getsockname()[:2]
     log.info(

@@ -92,6 +92,19 @@ class EventArrays:
     def size(self) -> int:
         return len(self.t)
 
+    def slice(self, start: int, stop: int) -> EventArrays:
+        """Events ``start`` to ``stop`` (views, no copies)."""
+        n = max(min(stop, self.size) - start, 0)
+        return EventArrays(
+            customer_id=self.customer_id.slice(start, n),
+            t=self.t[start:stop],
+            purchase=self.purchase[start:stop],
+            amount=self.amount[start:stop],
+            quantity=self.quantity[start:stop],
+            kind=self.kind[start:stop],
+            mix={c: v.slice(start, n) for c, v in self.mix.items()},
+        )
+
     def take(self, mask: np.ndarray) -> EventArrays:
         index = pa.array(np.flatnonzero(mask))
         return EventArrays(
