@@ -9,6 +9,7 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -19,9 +20,9 @@ from infra.settings import ServingSettings
 from serving.holder import ModelHolder, ServingState
 from serving.metrics import ServingMetrics
 from serving.middleware import LimitsAndMetrics
-from serving.online.features import online_features
+from serving.online.features import fresh_features
 from serving.online.ingest import IngestError
-from serving.online.service import OnlineFeatures, OnlineView
+from serving.online.service import OnlineFeatures, OnlineView, iso_time
 from serving.schemas import PredictItem, PredictRequest, describe_validation_error
 
 log = logging.getLogger(__name__)
@@ -46,25 +47,52 @@ def problem(status: int, field: str, message: str) -> JSONResponse:
     return error_response(status, [{"field": field, "message": message}])
 
 
+@dataclass(frozen=True)
+class FreshRows:
+    """Items scored on the online state's features: their positions, their features (model
+    order) and the newest event those include (microseconds)."""
+
+    items: list[int]
+    values: np.ndarray
+    as_of: int
+
+
+def fresh_rows(
+    online: OnlineView | None, items: list[PredictItem], features: tuple[str, ...]
+) -> FreshRows | None:
+    """The features of the items whose customer the online state has, None without any."""
+    if online is None:
+        return None
+    row_of = online.state.row_of
+    found = {}
+    for i, item in enumerate(items):
+        if item.customer_id is not None and (row := row_of.get(item.customer_id)) is not None:
+            found[i] = row
+    if not found:
+        return None
+    rows = np.fromiter(found.values(), dtype=np.int64, count=len(found))
+    values, as_of = fresh_features(online.state, rows, online.at_least_day, features)
+    return FreshRows(list(found), values, as_of)
+
+
 def feature_matrix(
     state: ServingState,
     items: list[PredictItem],
     batch: bool,
-    online: OnlineView | None = None,
+    fresh: FreshRows | None = None,
 ) -> np.ndarray:
     """Raw features in the model's order, one row per item; PredictError naming the field.
-    Customers in the ``online`` state get its fresh features, the others the snapshot's."""
+    The items of ``fresh`` get its features, other customers the snapshot's."""
     served = state.model
     assert served is not None
     x = np.empty((len(items), len(served.features)), dtype=np.float32)
-    fresh = _online_rows(online, items)
-    if fresh:
-        assert online is not None
-        rows = np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh))
-        x[list(fresh)] = online_features(online.state, rows, online.cutoff_day, served.features)
+    done = set()
+    if fresh is not None:
+        x[fresh.items] = fresh.values
+        done = set(fresh.items)
     for i, item in enumerate(items):
         where = f"items[{i}]." if batch else ""
-        if i in fresh:
+        if i in done:
             continue
         if item.customer_id is not None:
             snapshot = state.snapshot
@@ -74,7 +102,7 @@ def feature_matrix(
                 )
             row = snapshot.row_of.get(item.customer_id)
             if row is None:
-                log_too = " nor in the events log" if online is not None else ""
+                log_too = " nor in the events log" if fresh is not None else ""
                 raise PredictError(
                     404,
                     f"{where}customer_id",
@@ -106,23 +134,11 @@ def feature_matrix(
     return x
 
 
-def _online_rows(online: OnlineView | None, items: list[PredictItem]) -> dict[int, int]:
-    """Item index -> the customer's row in the online state, for the customers it has."""
-    if online is None:
-        return {}
-    row_of = online.state.row_of
-    found = {}
-    for i, item in enumerate(items):
-        if item.customer_id is not None and (row := row_of.get(item.customer_id)) is not None:
-            found[i] = row
-    return found
-
-
-def features_as_of(state: ServingState, online: OnlineView | None) -> str | None:
+def features_as_of(state: ServingState, fresh: FreshRows | None) -> str | None:
     """When the features of a customer id were taken: the newest event applied online, else
     the snapshot's cutoff (the end of its as-of day)."""
-    if online is not None:
-        return online.features_as_of.isoformat().replace("+00:00", "Z")
+    if fresh is not None:
+        return iso_time(fresh.as_of)
     if state.snapshot is not None:
         return f"{state.snapshot.as_of.isoformat()}T23:59:59.999999Z"
     return None
@@ -225,15 +241,16 @@ def create_app(
             limit = settings.max_batch_items
             return problem(413, "items", f"{len(items)} items; at most {limit}")
         view = online.view(state.model.features) if online is not None else None
+        fresh = fresh_rows(view, items, state.model.features)
         try:
-            x = feature_matrix(state, items, batch, view)
+            x = feature_matrix(state, items, batch, fresh)
         except PredictError as exc:
             return problem(exc.status, exc.field, exc.message)
         scores = state.model.score(x)
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         metrics.items.inc(len(items))
         version = state.model.version
-        as_of = features_as_of(state, view) if any(i.customer_id for i in items) else None
+        as_of = features_as_of(state, fresh) if any(i.customer_id for i in items) else None
         if not batch:
             out = {"score": float(scores[0]), "model_version": version, "latency_ms": latency_ms}
             if req.customer_id is not None:

@@ -66,11 +66,11 @@ class Follower:
 
 @dataclass(frozen=True)
 class OnlineView:
-    """What a request reads: the state and the day its features are computed at."""
+    """What a request reads: the state, and the earliest day its features are computed at
+    (today's under the wall clock; the state's newest event may be later)."""
 
     state: OnlineState
-    cutoff_day: int
-    features_as_of: dt.datetime
+    at_least_day: int
 
 
 class OnlineFeatures:
@@ -138,7 +138,7 @@ class OnlineFeatures:
                 self.status = "on"
                 log.info(
                     "online state seeded at %s: %d customers, log position %d",
-                    _iso(source.cutoff_micros),
+                    iso_time(source.cutoff_micros),
                     fresh.state.customers,
                     fresh.seq,
                 )
@@ -261,7 +261,7 @@ class OnlineFeatures:
             "segment": seq,
             "segment_id": segment_id,
             "log_position": follower.seq,
-            "features_as_of": _iso(follower.state.newest),
+            "features_as_of": iso_time(follower.state.newest),
         }
 
     # reads
@@ -272,11 +272,8 @@ class OnlineFeatures:
         follower = self.follower
         if follower is None or not ONLINE_FEATURES.issuperset(features):
             return None
-        state = follower.state
-        day = state.cutoff_day()
-        if self._settings.clock == "wall":
-            day = max(day, int(self._clock() * 1e6) // DAY_US)
-        return OnlineView(state, day, _datetime(state.newest))
+        day = int(self._clock() * 1e6) // DAY_US if self._settings.clock == "wall" else 0
+        return OnlineView(follower.state, day)
 
     def lag_seconds(self) -> float:
         """Seconds since this replica last had every segment of the log (0 before it had)."""
@@ -289,8 +286,8 @@ class OnlineFeatures:
         if follower is not None:
             state = follower.state
             body |= {
-                "seeded_at": _iso(state.seed_cutoff),
-                "features_as_of": _iso(state.newest),
+                "seeded_at": iso_time(state.seed_cutoff),
+                "features_as_of": iso_time(state.newest),
                 "customers": state.customers,
                 "state_bytes": state.nbytes(),
                 "log_position": follower.seq,
@@ -329,9 +326,7 @@ def _read_events(store: ObjectStore, key: str) -> pa.Table:
     return out.filter(pc.is_valid(out.column("event_time")))
 
 
-def _datetime(micros: int) -> dt.datetime:
-    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
-
-
-def _iso(micros: int) -> str:
-    return _datetime(micros).isoformat().replace("+00:00", "Z")
+def iso_time(micros: int) -> str:
+    """A time in microseconds since the epoch as ISO-8601 UTC text."""
+    moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
+    return moment.isoformat().replace("+00:00", "Z")

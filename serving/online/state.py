@@ -404,21 +404,37 @@ class OnlineState:
 
     # reads
 
-    def aggregates(self, rows: np.ndarray, cutoff_day: int) -> dict[str, np.ndarray]:
-        """Every aggregate of :data:`tasks.definitions.feature_formulas.AGGREGATES` for the
-        customers at ``rows``, at the end of ``cutoff_day`` (no earlier than
-        :meth:`cutoff_day`); doubles, NaN for SQL's null."""
+    def read(self, rows: np.ndarray, at_least_day: int) -> Reading:
+        """The aggregates of the customers at ``rows`` at the end of ``at_least_day`` or of
+        :meth:`cutoff_day`, whichever is later, read at one moment (events applied meanwhile
+        wait)."""
         with self.lock:
-            if cutoff_day < self.cutoff_day():
-                raise ValueError(
-                    f"cutoff day {cutoff_day} is before the newest event's day {self.cutoff_day()}"
-                )
+            day = max(at_least_day, self.cutoff_day())
             life = {name: array[rows] for name, array in self._life.items()}
             ring = {name: array[rows] for name, array in self._ring.items()}
             mix = {col: counts[rows] for col, counts in self._mix.items()}
             overflow = [self._overflow.get(int(r)) for r in rows] if self._overflow else None
-            ring_day = self.ring_day
-        return _aggregates(life, ring, mix, overflow, ring_day, cutoff_day)
+            ring_day, newest = self.ring_day, self.newest
+        return Reading(_aggregates(life, ring, mix, overflow, ring_day, day), day, newest)
+
+    def aggregates(self, rows: np.ndarray, cutoff_day: int) -> dict[str, np.ndarray]:
+        """Every aggregate of :data:`tasks.definitions.feature_formulas.AGGREGATES` for the
+        customers at ``rows`` at the end of ``cutoff_day`` (no earlier than
+        :meth:`cutoff_day`); doubles, NaN for SQL's null."""
+        reading = self.read(rows, cutoff_day)
+        if reading.day != cutoff_day:
+            raise ValueError(f"cutoff day {cutoff_day} is before the newest event's {reading.day}")
+        return reading.aggregates
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Customers' aggregates (:meth:`OnlineState.read`): at the end of ``day``, with the
+    newest event applied then (microseconds)."""
+
+    aggregates: dict[str, np.ndarray]
+    day: int
+    newest: int
 
 
 def _aggregates(

@@ -20,7 +20,7 @@ from infra.events_log import EventsLog
 from infra.settings import IngestSettings
 from infra.store import LocalFolderStore
 from serving.metrics import ServingMetrics
-from serving.online.features import online_features
+from serving.online.features import fresh_features
 from serving.online.ingest import IPC_MEDIA_TYPE, IngestError, check_contract, parse_events
 from serving.online.service import OnlineFeatures
 from serving.online.state import DAY_US, end_of_day_micros
@@ -60,7 +60,12 @@ def body(*events: dict) -> bytes:
 def features(online: OnlineFeatures, ids: list[str]) -> np.ndarray:
     view = online.view(NAMES)
     rows = np.asarray([view.state.row_of[c] for c in ids])
-    return online_features(view.state, rows, view.cutoff_day, NAMES)
+    return fresh_features(view.state, rows, view.at_least_day, NAMES)[0]
+
+
+def cutoff_day(online: OnlineFeatures) -> int:
+    view = online.view(NAMES)
+    return max(view.at_least_day, view.state.cutoff_day())
 
 
 def batch_features(store, extra: list[pa.Table], day: int) -> dict[str, np.ndarray]:
@@ -96,7 +101,7 @@ def test_a_batch_is_applied_once_however_often_it_is_sent(store):
         caught.value
     )
     log_events = [EventsLog(store).read(s).events for s in (1, 2)]
-    expected = batch_features(store, log_events, online.view(NAMES).cutoff_day)
+    expected = batch_features(store, log_events, cutoff_day(online))
     ids = sorted(expected)
     assert "newcomer" in ids  # a customer seen only in the log is scored
     np.testing.assert_allclose(
@@ -161,7 +166,7 @@ def test_replicas_writing_one_log_at_once_apply_every_segment_once_and_agree(sto
     assert ids == sorted(b.follower.state.row_of)
     np.testing.assert_array_equal(features(a, ids), features(b, ids))
     log_events = [EventsLog(store).read(s).events for s in range(1, 25)]
-    expected = batch_features(store, log_events, a.view(NAMES).cutoff_day)
+    expected = batch_features(store, log_events, cutoff_day(a))
     np.testing.assert_allclose(features(a, ids), [expected[c] for c in ids], rtol=1e-9, atol=1e-12)
 
 
@@ -208,8 +213,8 @@ def test_a_new_snapshot_reseeds_and_keeps_the_log_after_its_cutoff(store):
     publish_run(store, pa.concat_tables([old, segment]), BASE + dt.timedelta(days=5), "run-2")
     online.sync(load_snapshot(store, newest_snapshot_manifest(store)))
     assert online.follower.source.cutoff_micros == end_of_day_micros(BASE_DAY + 5)
-    assert online.view(NAMES).cutoff_day == BASE_DAY + 9  # c2's event, after the new cutoff
-    expected = batch_features(store, [], online.view(NAMES).cutoff_day)  # run-2 has the log
+    assert cutoff_day(online) == BASE_DAY + 9  # c2's event, after the new cutoff
+    expected = batch_features(store, [], cutoff_day(online))  # run-2 has the log
     ids = sorted(expected)
     np.testing.assert_allclose(
         features(online, ids), [expected[c] for c in ids], rtol=1e-9, atol=1e-12
@@ -218,8 +223,8 @@ def test_a_new_snapshot_reseeds_and_keeps_the_log_after_its_cutoff(store):
 
 def test_the_wall_clock_moves_the_features_day_on(store):
     log_clock, wall_clock = replica(store), replica(store, clock="wall")
-    assert log_clock.view(NAMES).cutoff_day == BASE_DAY
-    assert wall_clock.view(NAMES).cutoff_day == BASE_DAY + 20
+    assert cutoff_day(log_clock) == BASE_DAY
+    assert cutoff_day(wall_clock) == BASE_DAY + 20
     assert log_clock.view((*NAMES, "not_a_batch_feature")) is None  # the snapshot serves it
 
 
