@@ -61,11 +61,10 @@ def _register_model(store, features: list[str]) -> str:
     import torch
 
     from infra.registry import ModelRegistry
-    from infra.settings import TrainingSettings
-    from tasks.ml.model import CustomerMLP, ModelConfig, bundle_bytes
+    from tasks.ml.models.mlp import CustomerMLP, MLPModel, MLPSpec, ModelConfig
 
     torch.manual_seed(0)
-    hidden = TrainingSettings().hidden_sizes
+    hidden = MLPSpec().hidden_sizes
     model = CustomerMLP(
         ModelConfig(
             features=features,
@@ -76,7 +75,7 @@ def _register_model(store, features: list[str]) -> str:
         )
     )
     registry = ModelRegistry(store)
-    version = registry.register(bundle_bytes(model), features=features).version
+    version = registry.register(MLPModel(model).bundle_files(), features=features).version
     registry.set_alias(version, "benchmark")
     return version
 
@@ -102,10 +101,10 @@ def _ceiling_seconds(store, version: str) -> tuple[float, float]:
     from infra.datasets import read_dataset_manifest
     from infra.layout import scoring_features_prefix
     from infra.registry import ModelRegistry
-    from tasks.ml.model import load_bundle, predict_proba
+    from tasks.ml.models import load_model, predict_proba
 
     manifest, files = ModelRegistry(store).read_files(version)
-    model = load_bundle(files, manifest.files)
+    model = load_model(files, manifest.files)
     data = read_dataset_manifest(store, scoring_features_prefix(AS_OF))
     table = pa.concat_tables(
         pq.read_table(store.local_path(data.data_prefix) / Path(f).name) for f in data.files
@@ -133,7 +132,7 @@ def _spark_variant(spark, store, variant: str, version: str = "") -> Callable[[]
     def arrow_bridge(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import torch
 
-        from tasks.ml.model import predict_proba
+        from tasks.ml.models import predict_proba
         from tasks.ml.scoring_worker import feature_matrix, prediction_batch, worker_model
 
         torch.set_num_threads(1)

@@ -293,17 +293,17 @@ def _bare_app(store_uri: str):
     from infra.store import open_store
     from serving.scorer import fast_scorer
     from serving.snapshot import load_snapshot, newest_snapshot_manifest
-    from tasks.ml.model import load_bundle
+    from tasks.ml.models import load_model
 
     torch.set_num_threads(1)
     store = open_store(store_uri)
     registry = ModelRegistry(store)
     version = registry.alias().version
     manifest, files = registry.read_files(version)
-    model = load_bundle(files, manifest.files)
+    model = load_model(files, manifest.files)
     score_rows = fast_scorer(model)  # the endpoint's scoring path
     snapshot = load_snapshot(store, newest_snapshot_manifest(store))
-    columns = snapshot.column_indices(model.config.features)
+    columns = snapshot.column_indices(model.features)
     headers = [(b"content-type", b"application/json")]
 
     async def app(scope, receive, send):

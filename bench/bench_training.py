@@ -87,7 +87,7 @@ _ENV = {
 
 def _bare_loop(model: nn.Module, data, settings) -> tuple[float, int]:
     """The hand-written baseline: preloaded tensors, randperm, gather, step; val per epoch."""
-    from tasks.ml.model import predict_proba
+    from tasks.ml.training_loop import network_logits
 
     xs, ys = zip(*data.chunks("train"), strict=True)
     x, y = torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(ys))
@@ -108,8 +108,17 @@ def _bare_loop(model: nn.Module, data, settings) -> tuple[float, int]:
             opt.step()
             samples += len(idx)
         model.eval()
-        predict_proba(model, val_x)
+        network_logits(model, val_x)
     return time.perf_counter() - started, samples
+
+
+def _fresh_mlp(normalizer, settings) -> nn.Module:
+    """The network the train stage would start from (default spec, seeded)."""
+    from tasks.ml.models import FitJob
+    from tasks.ml.models.mlp import MLPFamily, MLPSpec
+
+    job = FitJob(data=None, normalizer=normalizer, settings=settings)  # type: ignore[arg-type]
+    return MLPFamily().build(MLPSpec(), job)
 
 
 def _training_rows(store, where: str) -> list[dict]:
@@ -117,9 +126,8 @@ def _training_rows(store, where: str) -> list[dict]:
     from infra.datasets import local_dataset_dir, read_dataset_manifest
     from infra.registry import ModelRegistry
     from infra.settings import HybridflowSettings
-    from tasks.ml.model import Normalizer
+    from tasks.ml.normalizer import Normalizer
     from tasks.ml.snapshot_reader import SnapshotStream
-    from tasks.ml.training_loop import build_model
     from tasks.stages.train import TrainingOptions, train_stage
     from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
@@ -141,7 +149,7 @@ def _training_rows(store, where: str) -> list[dict]:
     local = local_dataset_dir(store, manifest)
     try:  # the bare loop runs before and after the stage: load drift on a shared box cancels
         data = SnapshotStream(local, normalizer.features)
-        bare_before = _bare_loop(build_model(normalizer, settings.train), data, settings.train)
+        bare_before = _bare_loop(_fresh_mlp(normalizer, settings.train), data, settings.train)
         started = time.perf_counter()
         output = train_stage(
             store,
@@ -153,7 +161,7 @@ def _training_rows(store, where: str) -> list[dict]:
             options=TrainingOptions(fresh=True),
         )
         stage_s = time.perf_counter() - started
-        bare_after = _bare_loop(build_model(normalizer, settings.train), data, settings.train)
+        bare_after = _bare_loop(_fresh_mlp(normalizer, settings.train), data, settings.train)
     finally:
         shutil.rmtree(local, ignore_errors=True)
     result = output.result

@@ -33,9 +33,10 @@ def train(snapshot: Path, normalizer: list[float], epochs: int, seed: int = 7):
     from infra.settings import TrainingSettings
     from tasks.definitions.contract import CONTRACT_COLUMNS
     from tasks.definitions.feature_specs import feature_names
-    from tasks.ml.model import CustomerMLP, ModelConfig
+    from tasks.ml.models.mlp import CustomerMLP, MLPModel, MLPSpec, ModelConfig
 
     settings = TrainingSettings()
+    spec = MLPSpec()
     torch.set_num_threads(1)  # as the train stage does for a small model on the CPU
     features = feature_names(set(CONTRACT_COLUMNS))
     means, stds = normalizer[0::2], [s if s and s > 1e-9 else 1.0 for s in normalizer[1::2]]
@@ -43,8 +44,8 @@ def train(snapshot: Path, normalizer: list[float], epochs: int, seed: int = 7):
     model = CustomerMLP(
         ModelConfig(
             features=features,
-            hidden_sizes=settings.hidden_sizes,
-            dropout=settings.dropout,
+            hidden_sizes=spec.hidden_sizes,
+            dropout=spec.dropout,
             norm_mean=[float(m or 0.0) for m in means],
             norm_std=[float(s) for s in stds],
         )
@@ -63,7 +64,7 @@ def train(snapshot: Path, normalizer: list[float], epochs: int, seed: int = 7):
             optimiser.zero_grad()
             loss_fn(model(xt[idx]), yt[idx]).backward()
             optimiser.step()
-    return model.eval()
+    return MLPModel(model.eval())
 
 
 def train_and_score(out: Path, prepared: dict, epochs: int) -> dict:
@@ -71,10 +72,10 @@ def train_and_score(out: Path, prepared: dict, epochs: int) -> dict:
     predictions; and the out-of-time backtest: a network trained on the backtest snapshot (T-2H)
     judged on the run's training examples (T-H), as the train stage does."""
     from tasks.ml.metrics import roc_auc
-    from tasks.ml.model import predict_proba
+    from tasks.ml.models import predict_proba
 
     model = train(out / "snapshot", prepared["normalizer"], epochs)
-    features = model.config.features
+    features = model.features
     x_test, y_test = _arrays(out / "snapshot" / "split=test", features)
     auc = roc_auc(y_test, predict_proba(model, x_test))
     scoring = pq.read_table(out / "scoring.parquet")

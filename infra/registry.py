@@ -47,6 +47,9 @@ class ModelManifest(BaseModel):
 
     version: str
     created_at: dt.datetime
+    kind: str = Field(
+        default="mlp", description="the model family (versions from before families: mlp)"
+    )
     files: dict[str, str] = Field(description="file name -> sha256")
     metrics: dict[str, float] = Field(default_factory=dict)
     features: list[str] = Field(default_factory=list)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from infra.routing.pools import PoolSpec, default_pools
 
@@ -18,12 +19,20 @@ CalibrationMethod = Literal["none", "temperature", "platt", "isotonic"]
 
 
 class TrainingSettings(BaseSettings):
-    """Model and optimiser hyper-parameters (``HYBRIDFLOW_TRAIN__*``)."""
+    """Which model families contend, their hyper-parameters, and how networks are trained
+    (``HYBRIDFLOW_TRAIN__*``)."""
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    hidden_sizes: list[int] = Field(default=[64, 32], description="MLP hidden layer widths")
-    dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
+    families: Annotated[list[str], NoDecode] = Field(
+        default=["mlp"],
+        description="model families that contend in every training run (the champion is "
+        "promoted): any of logistic, gbm, mlp",
+    )
+    specs: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description='per-family hyper-parameters, JSON {"mlp": {"hidden_sizes": [128, 64]}}',
+    )
     learning_rate: float = Field(default=2e-3, gt=0)
     weight_decay: float = Field(default=1e-4, ge=0)
     batch_size: int = Field(default=1024, ge=8)
@@ -54,6 +63,12 @@ class TrainingSettings(BaseSettings):
         description="post-hoc calibration fitted on the val split and stored in the bundle "
         "(temperature: best out-of-time log loss measured; platt also moves the base rate)",
     )
+
+    @field_validator("families", mode="before")
+    @classmethod
+    def _family_list(cls, value: Any) -> Any:
+        """A JSON list or a comma-separated string (``logistic,gbm``)."""
+        return parse_family_list(value)
 
 
 class CheckpointSettings(BaseSettings):
@@ -358,6 +373,16 @@ class HybridflowSettings(BaseSettings):
     def public_dict(self) -> dict[str, Any]:
         """Settings safe to record in manifests and logs (no credentials live here)."""
         return self.model_dump(mode="json")
+
+
+def parse_family_list(value: Any) -> Any:
+    """``["a", "b"]`` (JSON) or ``a,b`` as a list of names; anything else as given."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [name.strip() for name in text.split(",") if name.strip()]
+    return value
 
 
 @lru_cache(maxsize=1)

@@ -29,7 +29,7 @@ from infra.store import ObjectStore
 from serving.metrics import ServingMetrics
 from serving.scorer import Scorer, canonical_scorer, fast_scorer
 from serving.snapshot import FeatureSnapshot, load_snapshot, newest_snapshot_manifest
-from tasks.ml.model import CustomerMLP, load_bundle, predict_proba
+from tasks.ml.models import FittedModel, load_model, predict_proba
 
 log = logging.getLogger(__name__)
 WARMUP_ROWS = 256
@@ -49,7 +49,7 @@ class ServedModel:
     """A verified, warmed-up model version."""
 
     version: str
-    model: CustomerMLP
+    model: FittedModel
     score: Scorer  # features (rows x features, model order) -> probabilities
     features: tuple[str, ...]
     position: dict[str, int]
@@ -191,7 +191,7 @@ class ModelHolder:
         """Download, verify, load and warm up ``version``; ReloadRefused on any failed check."""
         try:
             manifest, files = self.registry.read_files(version)
-            model = load_bundle(files, manifest.files)
+            model = load_model(files, manifest.files)
         except ChecksumMismatchError as exc:
             raise ReloadRefused("checksum", f"model {version}: {exc}") from exc
         except (HybridflowInputError, FileNotFoundError) as exc:
@@ -200,7 +200,7 @@ class ModelHolder:
             raise ReloadRefused(
                 "load_error", f"model {version}: {type(exc).__name__}: {exc}"
             ) from exc
-        features = tuple(model.config.features)
+        features = tuple(model.features)
         columns = _columns_for(snapshot, features, version) if snapshot else None
         batch = warmup_batch(features, snapshot, columns)
         try:
@@ -236,7 +236,7 @@ def _alias_version(data: bytes, alias: str) -> str:
 
 
 def _checked_fast_scorer(
-    model: CustomerMLP, batch: np.ndarray, expected: np.ndarray, version: str
+    model: FittedModel, batch: np.ndarray, expected: np.ndarray, version: str
 ) -> Scorer:
     """The fast path when it reproduces ``predict_proba`` on the warm-up batch, else canonical."""
     fast = fast_scorer(model)

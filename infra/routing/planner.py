@@ -55,22 +55,21 @@ def count_event_rows(files: list[Path]) -> int:
     return rows
 
 
-def mlp_parameters(n_features: int, hidden_sizes: list[int]) -> int:
-    """Weights + biases of the MLP in :mod:`tasks.ml.model`."""
-    total, width = 0, n_features
-    for h in [*hidden_sizes, 1]:
-        total += width * h + h
-        width = h
-    return total
+class ModelCost(BaseModel):
+    """What the router knows about the model(s) a run trains and scores with, from the model
+    families' cost hints (:meth:`tasks.ml.models.ModelFamily.cost_hints`)."""
+
+    parameters: int = Field(ge=0, description="the largest contender's parameters")
+    train_flops_per_row: float = Field(ge=0, description="all contenders' fits, per row")
+    score_flops_per_row: float = Field(ge=0, description="scoring one row")
 
 
 def pipeline_workloads(
     event_rows: int,
-    model_params: int,
+    model: ModelCost,
     stages: Sequence[StageWork],
     *,
     customers: int | None = None,
-    epochs: int = 10,
     pinned: dict[str, str] | None = None,
     tight_budget: bool = False,
 ) -> list[Workload]:
@@ -81,15 +80,15 @@ def pipeline_workloads(
         raise ValueError(f"cannot pin unknown stage(s): {', '.join(sorted(unknown))}")
     customers = customers or max(1, int(event_rows / DEFAULT_EVENTS_PER_CUSTOMER))
     flops = {
-        WorkloadKind.TRAINING: 6.0 * model_params * customers * epochs,
-        WorkloadKind.BATCH_INFERENCE: 2.0 * model_params * customers,
+        WorkloadKind.TRAINING: model.train_flops_per_row * customers,
+        WorkloadKind.BATCH_INFERENCE: model.score_flops_per_row * customers,
     }
     return [
         Workload(
             stage=s.stage,
             kind=s.kind,
             rows=event_rows if s.scales_with == "events" else customers,
-            model_params=model_params if s.kind in flops else 0,
+            model_params=model.parameters if s.kind in flops else 0,
             flops=flops.get(s.kind),
             pinned_pool=pinned.get(s.stage),
             tight_budget=tight_budget,

@@ -1,7 +1,7 @@
 """The customer split and the statistics of the normaliser, in Spark.
 
 The normaliser maps each feature ``x`` to ``(signed_log1p(x) - mean) / std`` with mean/std from
-the train split; the model applies it itself (:class:`tasks.ml.model.Normalizer`), so batch
+the train split; the model applies it itself (:class:`tasks.ml.normalizer.Normalizer`), so batch
 scoring and serving take raw features.
 """
 

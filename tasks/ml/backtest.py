@@ -1,11 +1,12 @@
-"""Judging a trained network against held-out labels: calibrate it, fit the baseline beside it, and
-compare the three on the same rows — on the run's test split, and in the out-of-time backtest,
-where a network trained the same way one horizon earlier is judged on the run's examples.
+"""Judging a trained model of any family against held-out labels: calibrate it, fit the baseline
+beside it, and compare the three on the same rows — on the run's test split, and in the
+out-of-time backtest, where a model of the same family fitted the same way one horizon earlier
+is judged on the run's examples.
 
 Which rows play which part is the whole point, so it is spelled out once here:
 
-* calibration: fitted on the ``val`` split of the data the network was trained on (held out
-  from its gradient steps; used only to pick the best epoch);
+* calibration: fitted on the ``val`` split of the data the model was fitted on (held out from
+  its fit; used only for early stopping);
 * baseline: fitted on the ``train`` split of that same data;
 * judged: the ``test`` split (in time) or every split of the next window (backtest).
 """
@@ -24,16 +25,16 @@ from tasks.ml.baseline import LogisticBaseline, baseline_columns, fit_baseline
 from tasks.ml.calibration import FITTED_METHODS, Calibration, fit_calibration
 from tasks.ml.evaluation import CalibrationScore, ModelComparison
 from tasks.ml.metrics import quality_metrics
-from tasks.ml.model import CustomerMLP, Normalizer, predict_logits
+from tasks.ml.models import FamilySpec, FitJob, FittedModel, get_family
+from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SPLITS, SnapshotStream
-from tasks.ml.training_loop import build_model, train_model
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class ScoredRows:
-    """Labels, the network's raw logits and the baseline's feature columns of some rows."""
+    """Labels, the model's raw logits and the baseline's feature columns of some rows."""
 
     labels: np.ndarray
     logits: np.ndarray
@@ -41,7 +42,7 @@ class ScoredRows:
 
 
 def scored_rows(
-    model: CustomerMLP | None, data: SnapshotStream, splits: Iterable[str]
+    model: FittedModel | None, data: SnapshotStream, splits: Iterable[str]
 ) -> ScoredRows:
     """Stream ``splits`` of ``data`` once: labels, logits (empty without a model) and the
     baseline's columns."""
@@ -52,7 +53,7 @@ def scored_rows(
             ys.append(y)
             xs.append(x[:, columns])
             if model is not None:
-                zs.append(predict_logits(model, x))
+                zs.append(model.logits(x))
     return ScoredRows(
         labels=np.concatenate(ys).astype(np.float64),
         logits=np.concatenate(zs) if zs else np.empty(0),
@@ -66,7 +67,7 @@ def compare_on(
     held_out: ScoredRows,
     baseline: LogisticBaseline,
 ) -> ModelComparison:
-    """The calibrated and raw network and the baseline on ``judged``, plus every calibration
+    """The calibrated and raw model and the baseline on ``judged``, plus every calibration
     method fitted on ``held_out`` and judged on the same rows."""
     y, z = judged.labels, judged.logits
     methods: dict[str, CalibrationScore] = {}
@@ -89,7 +90,7 @@ def compare_on(
 
 
 def assess(
-    model: CustomerMLP,
+    model: FittedModel,
     trained_on: SnapshotStream,
     judged_on: SnapshotStream,
     judged_splits: Iterable[str],
@@ -110,30 +111,33 @@ def assess(
 def train_backtest_model(
     earlier: SnapshotStream,
     normalizer: Normalizer,
+    spec: FamilySpec,
     settings: TrainingSettings,
     device: torch.device,
-) -> CustomerMLP:
-    """A fresh network trained the way the run trains (same settings and seed; no warm start: a
-    production model may have seen the judged window) on the ``earlier`` snapshot (features at
-    T-2H, labels in (T-2H, T-H]), on the CPU in eval mode."""
-    outcome = train_model(build_model(normalizer, settings), earlier, settings, device)
-    return outcome.model.cpu().eval()
+) -> FittedModel:
+    """A fresh model of ``spec``'s family fitted the way the run fits it (same settings and
+    seed; no warm start: a production model may have seen the judged window) on the ``earlier``
+    snapshot (features at T-2H, labels in (T-2H, T-H])."""
+    job = FitJob(data=earlier, normalizer=normalizer, settings=settings, device=device)
+    return get_family(spec.kind).fit(spec, job).model
 
 
 def backtest_comparison(
     earlier: SnapshotStream,
     normalizer: Normalizer,
     judged_on: SnapshotStream,
+    spec: FamilySpec,
     settings: TrainingSettings,
     device: torch.device,
     method: CalibrationMethod,
 ) -> tuple[Calibration, ModelComparison]:
-    """Train at T-2H (:func:`train_backtest_model`), then judge it and the baseline on every
+    """Fit at T-2H (:func:`train_backtest_model`), then judge it and the baseline on every
     split of ``judged_on`` (the run's examples at T-H with their outcomes in (T-H, T])."""
     log.info(
-        "backtest: training at T-2H on %d customers, judging on %d customers at T-H",
+        "backtest of %s: fitting at T-2H on %d customers, judging on %d customers at T-H",
+        spec.kind,
         earlier.rows("train"),
         sum(judged_on.rows(s) for s in SPLITS),
     )
-    model = train_backtest_model(earlier, normalizer, settings, device)
+    model = train_backtest_model(earlier, normalizer, spec, settings, device)
     return assess(model, earlier, judged_on, SPLITS, method)

@@ -6,9 +6,10 @@ batch by batch and writes its predictions file back into the store. No feature r
 JVM/Python bridge, and nothing is read from the driver's disk, so executors on other machines
 work the same as local ones.
 
-The model travels inside the Spark task as its bundle bytes plus sha256s (tens of KB for this
-MLP; Spark ships the serialized function once per stage, not once per row). Each Python worker
-verifies and loads it once and caches it by checksum for the next tasks it runs
+The model travels inside the Spark task as its bundle bytes plus sha256s (tens of KB for the
+default families; Spark ships the serialized function once per stage, not once per row). Each
+Python worker verifies and loads it once, through the family its bundle names
+(:func:`tasks.ml.models.load_model`), and caches it by checksum for the next tasks it runs
 (``spark.python.worker.reuse``).
 
 Threads: Spark runs one task per ``spark.task.cpus`` cores at once, each in its own Python
@@ -30,10 +31,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from infra.store import ObjectStore
-from tasks.ml.model import CONFIG_FILE, WEIGHTS_FILE
 
 if TYPE_CHECKING:
-    from tasks.ml.model import CustomerMLP
+    from tasks.ml.models import FittedModel
 
 PREDICTION_COLUMNS = ("customer_id", "score", "model_version", "as_of")
 PREDICTION_ARROW_SCHEMA = pa.schema(
@@ -58,8 +58,8 @@ class ScoringModel:
 
     @property
     def cache_key(self) -> str:
-        """Identity of the bundle: the checksums of its two files."""
-        return f"{self.sha256.get(CONFIG_FILE, '')}:{self.sha256.get(WEIGHTS_FILE, '')}"
+        """Identity of the bundle: the checksums of its files."""
+        return ":".join(f"{name}={digest}" for name, digest in sorted(self.sha256.items()))
 
 
 class _WorkerModelCache:
@@ -67,24 +67,24 @@ class _WorkerModelCache:
 
     def __init__(self, capacity: int = 2) -> None:
         self.capacity = capacity
-        self._models: dict[str, CustomerMLP] = {}
+        self._models: dict[str, FittedModel] = {}
         self._lock = threading.Lock()
         self.loads = 0
 
-    def get(self, model: ScoringModel) -> tuple[CustomerMLP, bool]:
+    def get(self, model: ScoringModel) -> tuple[FittedModel, bool]:
         """The loaded model and whether this call loaded it (verifying sha256 first).
 
         Keyed by the manifest checksums: a cached model was verified against exactly those when
         it was loaded, so a hit needs no re-hashing and unverified bytes are never loaded.
         """
-        from tasks.ml.model import load_bundle
+        from tasks.ml.models import load_model
 
         key = model.cache_key
         with self._lock:
             cached = self._models.get(key)
             if cached is not None:
                 return cached, False
-            loaded = load_bundle(model.files, model.sha256)  # raises on a checksum mismatch
+            loaded = load_model(model.files, model.sha256)  # raises on a checksum mismatch
             while len(self._models) >= self.capacity:
                 self._models.pop(next(iter(self._models)))
             self._models[key] = loaded
@@ -100,7 +100,7 @@ class _WorkerModelCache:
 WORKER_MODELS = _WorkerModelCache()
 
 
-def worker_model(model: ScoringModel) -> tuple[CustomerMLP, bool]:
+def worker_model(model: ScoringModel) -> tuple[FittedModel, bool]:
     """This process's cached model (a module-level function, so that cloudpickle ships it by
     reference and every task in a reused Python worker shares one cache)."""
     return WORKER_MODELS.get(model)
@@ -146,7 +146,7 @@ class Tally(Protocol):
     def add(self, term: int) -> None: ...
 
 
-def counted_worker_model(model: ScoringModel, model_loads: Tally | None) -> CustomerMLP:
+def counted_worker_model(model: ScoringModel, model_loads: Tally | None) -> FittedModel:
     """This process's cached model; a fresh load adds 1 to ``model_loads``."""
     loaded, fresh = worker_model(model)
     if fresh and model_loads is not None:
@@ -178,13 +178,13 @@ def score_unit(
     store: ObjectStore,
     unit: ScoringUnit,
     model: ScoringModel,
-    loaded: CustomerMLP,
+    loaded: FittedModel,
     as_of: dt.date,
     batch_rows: int = SCORING_BATCH_ROWS,
 ) -> int:
     """Score the features file of ``unit`` with ``loaded`` and put its predictions file in the
     store; returns the rows scored. A file that lacks a feature the model needs is an error."""
-    from tasks.ml.model import predict_proba
+    from tasks.ml.models import predict_proba
 
     local = store.local_path(unit.source_key)
     source = pq.ParquetFile(

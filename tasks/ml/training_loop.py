@@ -23,8 +23,8 @@ from torch import nn
 from infra.settings import TrainingSettings
 from tasks.ml.checkpoints import CheckpointPolicy
 from tasks.ml.ddp import DistContext
+from tasks.ml.logistic import sigmoid
 from tasks.ml.metrics import classification_metrics
-from tasks.ml.model import CustomerMLP, ModelConfig, Normalizer, predict_proba
 from tasks.ml.snapshot_reader import SnapshotStream
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class Progress:
 class TrainOutcome:
     """The best model (by validation log loss) and how training went."""
 
-    model: CustomerMLP
+    model: nn.Module
     progress: Progress
     history: list[EpochRecord]
     seconds: float = 0.0
@@ -78,28 +78,15 @@ class TrainOutcome:
 SaveFn = Callable[[dict[str, Any], Progress], None]
 
 
-def build_model(normalizer: Normalizer, settings: TrainingSettings) -> CustomerMLP:
-    """A fresh model for the snapshot's features and normaliser (initialised from the seed)."""
-    torch.manual_seed(settings.seed)
-    return CustomerMLP(
-        ModelConfig(
-            features=normalizer.features,
-            hidden_sizes=settings.hidden_sizes,
-            dropout=settings.dropout,
-            norm_mean=normalizer.mean,
-            norm_std=normalizer.std,
-        )
-    )
-
-
 def training_state(
-    model: CustomerMLP,
+    model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     best_state: dict[str, torch.Tensor] | None,
     progress: Progress,
 ) -> dict[str, Any]:
-    """Everything a resumed run needs, as plain tensors and Python types."""
+    """Everything a resumed run needs, as plain tensors and Python types (the network's
+    pydantic ``config``, from which its family rebuilds it, included)."""
     return {
         "model_config": model.config.model_dump(),
         "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
@@ -112,30 +99,38 @@ def training_state(
     }
 
 
-def model_from_state(state: dict[str, Any]) -> CustomerMLP:
-    """The network saved in a checkpoint state."""
-    model = CustomerMLP(ModelConfig.model_validate(state["model_config"]))
-    model.load_state_dict(state["model"])
-    return model
+@torch.inference_mode()
+def network_logits(
+    network: nn.Module, features: np.ndarray, batch_size: int = 65_536
+) -> np.ndarray:
+    """Raw logits (float64) of a network for a 2-D array of raw features, in batches on the
+    network's device."""
+    device = next(network.parameters()).device
+    out = np.empty(len(features), dtype=np.float64)
+    for start in range(0, len(features), batch_size):
+        chunk = torch.as_tensor(
+            np.ascontiguousarray(features[start : start + batch_size], dtype=np.float32),
+            device=device,
+        )
+        out[start : start + len(chunk)] = network(chunk).float().cpu().numpy()
+    return out
 
 
-def evaluate(
-    model: CustomerMLP, data: SnapshotStream, split: str, *, calibrated: bool = True
-) -> dict[str, float]:
-    """Metrics of ``model`` on ``split``, streamed chunk by chunk (``calibrated=False``: of the
-    raw sigmoid, as during training, before a calibration is fitted)."""
+def evaluate(model: nn.Module, data: SnapshotStream, split: str) -> dict[str, float]:
+    """Metrics of the network's raw sigmoid on ``split``, streamed chunk by chunk (as during
+    training, before a calibration is fitted)."""
     ys, ps = [], []
     was_training = model.training
     model.eval()
     for x, y in data.chunks(split):
         ys.append(y)
-        ps.append(predict_proba(model, x, calibrated=calibrated))
+        ps.append(sigmoid(network_logits(model, x)))
     model.train(was_training)
     return classification_metrics(np.concatenate(ys), np.concatenate(ps))
 
 
 def train_model(
-    model: CustomerMLP,
+    model: nn.Module,
     data: SnapshotStream,
     settings: TrainingSettings,
     device: torch.device,
@@ -168,7 +163,7 @@ class _TrainingLoop:
 
     def __init__(
         self,
-        model: CustomerMLP,
+        model: nn.Module,
         data: SnapshotStream,
         settings: TrainingSettings,
         device: torch.device,
@@ -301,7 +296,7 @@ class _TrainingLoop:
         """Validate, schedule the learning rate, keep the best weights, decide to stop."""
         progress, ctx, epoch = self.progress, self.ctx, self.progress.epoch
         self.model.eval()
-        val = evaluate(self.model, self.data, "val", calibrated=False)
+        val = evaluate(self.model, self.data, "val")
         val["logloss"], val["auc"] = ctx.broadcast_from_main(
             [val["logloss"], val["auc"]], self.device
         )

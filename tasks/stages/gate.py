@@ -8,10 +8,9 @@ import logging
 
 from infra.registry import ModelManifest, ModelRegistry, PromotionConflict
 from tasks.ml.evaluation import ModelEvaluation
-from tasks.ml.model import load_bundle
+from tasks.ml.models import evaluate, load_model
 from tasks.ml.promotion import FORCE_HINT, PromotionDecision, decide_promotion
 from tasks.ml.snapshot_reader import SnapshotStream
-from tasks.ml.training_loop import evaluate
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ def _decide(
     comparable = prod_manifest.features == candidate.features
     production_auc = None
     if comparable:
-        production_auc = evaluate(load_bundle(files, prod_manifest.files), data, "test")["auc"]
+        production_auc = evaluate(load_model(files, prod_manifest.files), data, "test")["auc"]
     return decide_promotion(
         candidate_auc,
         production_auc,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from infra.errors import HybridflowInputError
 from infra.routing.planner import (
+    ModelCost,
     RoutingPlan,
     count_event_rows,
-    mlp_parameters,
     pipeline_workloads,
     plan_run,
 )
@@ -20,6 +20,7 @@ from infra.store import ObjectStore
 from tasks.data.input_formats import list_event_files
 from tasks.definitions.contract import OPTIONAL_DEFAULTS
 from tasks.definitions.feature_specs import feature_names
+from tasks.ml.models import family_specs, get_family
 
 
 def plan_pipeline(
@@ -31,17 +32,18 @@ def plan_pipeline(
     pinned: dict[str, str] | None = None,
     tight_budget: bool = False,
     stages: Sequence[StageWork],
+    families: list[str] | None = None,
 ) -> RoutingPlan:
     """The routing plan for running the pipeline on ``events``: the input's size (rows from the
-    files' metadata), the model's size, the measured profiles and the prices."""
+    files' metadata), the contending families' cost hints, the measured profiles and the
+    prices."""
     files = list_event_files(Path(events).expanduser())
     try:
         n_features = len(feature_names(set(OPTIONAL_DEFAULTS)))
         workloads = pipeline_workloads(
             count_event_rows(files),
-            mlp_parameters(n_features, settings.train.hidden_sizes),
+            model_cost(families or settings.train.families, n_features, settings),
             stages,
-            epochs=settings.train.max_epochs,
             pinned=pinned,
             tight_budget=tight_budget,
         )
@@ -53,3 +55,17 @@ def plan_pipeline(
         )
     except ValueError as exc:
         raise HybridflowInputError(str(exc)) from None
+
+
+def model_cost(families: list[str], n_features: int, settings: HybridflowSettings) -> ModelCost:
+    """The contenders' cost hints added up for the router: every contender is fitted, the
+    largest one may be the model that scores."""
+    hints = [
+        get_family(spec.kind).cost_hints(spec, n_features, settings.train)
+        for spec in family_specs(families, settings.train.specs)
+    ]
+    return ModelCost(
+        parameters=max(h.parameters for h in hints),
+        train_flops_per_row=sum(h.train_flops_per_row for h in hints),
+        score_flops_per_row=max(h.score_flops_per_row for h in hints),
+    )

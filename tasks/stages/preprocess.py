@@ -24,7 +24,7 @@ from tasks.data.split import (
     normalizer_from,
     split_count_columns,
 )
-from tasks.ml.model import Normalizer
+from tasks.ml.normalizer import Normalizer
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport

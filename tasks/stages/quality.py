@@ -1,4 +1,4 @@
-"""The train stage's judgement of a trained network: calibration fitted on the val split, the
+"""The train stage's judgement of a fitted model: calibration fitted on the val split, the
 baseline and the candidate compared on the test split, and the out-of-time backtest on the
 snapshot the preprocess stage published for T-2H (skipped, with the reason, without one)."""
 
@@ -14,7 +14,8 @@ from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
 from tasks.ml.backtest import assess, backtest_comparison
 from tasks.ml.evaluation import BacktestReport, BacktestWindows, ModelEvaluation
-from tasks.ml.model import CustomerMLP, Normalizer, with_calibration
+from tasks.ml.models import FamilySpec, FittedModel
+from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SPLITS, SnapshotStream
 from tasks.stages.records import PreprocessResult
 
@@ -24,19 +25,21 @@ log = logging.getLogger(__name__)
 def judge_candidate(
     store: ObjectStore,
     prepared: PreprocessResult,
-    model: CustomerMLP,
+    model: FittedModel,
+    spec: FamilySpec,
     data: SnapshotStream,
     settings: HybridflowSettings,
     device: torch.device,
     as_of: dt.date,
     horizon_days: int,
-) -> tuple[CustomerMLP, ModelEvaluation]:
+) -> tuple[FittedModel, ModelEvaluation]:
     """``model`` with its calibration set, and everything it is judged by."""
     method = settings.train.calibration
-    calibration, test = assess(model.cpu().eval(), data, data, ["test"], method)
-    with_calibration(model, calibration)
+    calibration, test = assess(model, data, data, ["test"], method)
+    model = model.with_calibration(calibration)
     log.info(
-        "calibration %s: test log loss %.4f -> %.4f, ECE %.4f -> %.4f (baseline %.4f, ECE %.4f)",
+        "%s calibration %s: test log loss %.4f -> %.4f, ECE %.4f -> %.4f (baseline %.4f, ECE %.4f)",
+        spec.kind,
         calibration.describe(),
         test.model_uncalibrated.logloss,
         test.model.logloss,
@@ -45,7 +48,7 @@ def judge_candidate(
         test.baseline.logloss,
         test.baseline.ece,
     )
-    backtest = run_backtest(store, prepared, data, settings, device, as_of, horizon_days)
+    backtest = run_backtest(store, prepared, data, spec, settings, device, as_of, horizon_days)
     return model, ModelEvaluation(calibration=calibration, test=test, backtest=backtest)
 
 
@@ -53,12 +56,14 @@ def run_backtest(
     store: ObjectStore,
     prepared: PreprocessResult,
     data: SnapshotStream,
+    spec: FamilySpec,
     settings: HybridflowSettings,
     device: torch.device,
     as_of: dt.date,
     horizon_days: int,
 ) -> BacktestReport:
-    """Train at T-2H on the backtest snapshot and judge on the run's examples at T-H."""
+    """Fit ``spec``'s family at T-2H on the backtest snapshot and judge it on the run's
+    examples at T-H."""
     windows = BacktestWindows.of(as_of, horizon_days)
     if prepared.backtest_snapshot_prefix is None:
         reason = prepared.backtest_skipped or "no backtest snapshot was published"
@@ -75,14 +80,15 @@ def run_backtest(
             cache_bytes=settings.train.stream_cache_mb << 20,
         )
         calibration, result = backtest_comparison(
-            earlier, normalizer, data, settings.train, device, settings.train.calibration
+            earlier, normalizer, data, spec, settings.train, device, settings.train.calibration
         )
         n_train = earlier.rows("train")
     finally:
         release_local_dir(store, local)
     log.info(
-        "backtest (train at %s, judged on (%s, %s]): AUC %.4f, log loss %.4f (uncalibrated "
+        "%s backtest (fitted at %s, judged on (%s, %s]): AUC %.4f, log loss %.4f (uncalibrated "
         "%.4f, baseline %.4f), ECE %.4f",
+        spec.kind,
         windows.train_features_until,
         windows.train_labels_until,
         windows.judged_labels_until,

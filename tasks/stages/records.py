@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from infra.layout import stage_manifest_key
 from infra.routing.profiles import StageProfile
 from infra.store import ObjectStore
+from tasks.ml.champion import LeaderboardRow
 from tasks.ml.evaluation import ModelEvaluation
 
 M = TypeVar("M", bound=BaseModel)
@@ -98,10 +99,12 @@ class PreprocessResult(BaseModel):
 
 
 class TrainResult(BaseModel):
-    """Output of the train stage: the registered version and the gate's decision."""
+    """Output of the train stage: the champion's version, the gate's decision about it and the
+    leaderboard of every contender."""
 
     report: StageReport
     model_version: str
+    family: str = "mlp"
     promoted: bool
     decision_reason: str
     production_version: str | None
@@ -117,6 +120,10 @@ class TrainResult(BaseModel):
     steps: int = 0
     checkpoints_uri: str = ""
     evaluation: ModelEvaluation | None = None
+    leaderboard: list[LeaderboardRow] = Field(
+        default_factory=list, description="every contender, best first (the champion first)"
+    )
+    champion_reason: str = ""
 
 
 class InferenceResult(BaseModel):

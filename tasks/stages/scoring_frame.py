@@ -10,7 +10,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from tasks.ml.model import predict_proba
+from tasks.ml.models import predict_proba
 from tasks.ml.scoring_worker import ScoringModel, feature_matrix, worker_model
 
 

@@ -1,16 +1,19 @@
-"""The train stage: snapshot in the store -> trained (resumably), evaluated, registered model ->
-promotion gate. Runs as one process or as every rank of a torchrun DDP job.
+"""The train stage: snapshot in the store -> every contending model family fitted (resumably),
+evaluated and registered -> the champion -> promotion gate. Runs as one process or as every rank
+of a torchrun DDP job.
 
 :func:`launch_training` is the one entry point: the ``train`` flow calls it, and it either trains
 here or starts ``torchrun -m tasks.stages.train_process``, whose ranks call
 :func:`train_for_run` and whose rank 0 hands back the same typed :class:`TrainStageOutput`.
+Which families contend: ``TrainingOptions.families``, else ``HYBRIDFLOW_TRAIN__FAMILIES``; each
+is fitted, calibrated and backtested the same way (:mod:`tasks.ml.models`), registered as its
+own version, and only the champion (:mod:`tasks.ml.champion`) goes to the gate.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 import tempfile
 import time
 from dataclasses import dataclass
@@ -20,24 +23,20 @@ import torch
 from pydantic import BaseModel
 
 from infra.datasets import local_dataset_dir, read_dataset_manifest, release_local_dir
-from infra.devices import configure_accelerator, configure_cpu_threads
+from infra.devices import configure_accelerator
 from infra.registry import AliasRecord, ModelManifest, ModelRegistry
 from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
 from infra.warm_imports import finish_warm_imports
+from tasks.ml.champion import LeaderboardRow, champion_line, crown, judged_figures, judging_basis
 from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
 from tasks.ml.ddp import DistContext, init_distributed, launch_ddp_training
 from tasks.ml.evaluation import ModelEvaluation
-from tasks.ml.model import CustomerMLP, Normalizer, bundle_bytes
+from tasks.ml.models import FamilySpec, FitJob, FitOutcome, family_specs, get_family
+from tasks.ml.normalizer import Normalizer
 from tasks.ml.promotion import PromotionDecision
 from tasks.ml.snapshot_reader import SnapshotStream
-from tasks.ml.training_loop import (
-    EpochRecord,
-    Progress,
-    TrainOutcome,
-    model_from_state,
-    train_model,
-)
+from tasks.ml.training_loop import EpochRecord
 from tasks.ml.warm_start import CODE_VERSION, StartPoint, choose_start, training_id
 from tasks.stages.gate import gate_and_promote
 from tasks.stages.quality import judge_candidate
@@ -50,7 +49,6 @@ from tasks.stages.records import (
 )
 
 log = logging.getLogger(__name__)
-SMALL_MODEL_PARAMS = 200_000
 
 
 class TrainingOptions(BaseModel):
@@ -59,6 +57,7 @@ class TrainingOptions(BaseModel):
     fresh: bool = False
     scratch: bool = False
     stop_after_steps: int | None = None
+    families: list[str] | None = None  # None: HYBRIDFLOW_TRAIN__FAMILIES
 
 
 class TrainingInterrupted(RuntimeError):
@@ -66,7 +65,7 @@ class TrainingInterrupted(RuntimeError):
 
 
 class TrainStageOutput(BaseModel):
-    """What rank 0 reports: the result, the gate's decision and the epoch history."""
+    """What rank 0 reports: the result, the gate's decision and the champion's epoch history."""
 
     result: TrainResult
     decision: PromotionDecision
@@ -74,14 +73,13 @@ class TrainStageOutput(BaseModel):
 
 
 @dataclass
-class _TrainingPlan:
-    """Everything decided before the first step: where to start and where to checkpoint."""
+class _Contender:
+    """A contender's registered version and what this run did to get it."""
 
-    production: AliasRecord | None
-    start: StartPoint
-    data_fingerprint: str
-    training_id: str
-    checkpoints: CheckpointStore
+    manifest: ModelManifest
+    history: list[EpochRecord]
+    reused: bool
+    checkpoints_uri: str
 
 
 def launch_training(
@@ -103,6 +101,8 @@ def launch_training(
         return output
     args = ["--run-id", run_id, "--store", store.uri, "--device", device_preference]
     args += ["--fresh"] * options.fresh + ["--scratch"] * options.scratch
+    if options.families:
+        args += ["--families", ",".join(options.families)]
     with tempfile.TemporaryDirectory(prefix="hf-ddp-") as tmp:
         result_file = Path(tmp) / "result.json"
         launch_ddp_training(settings.train.ddp_processes, args, result_file)
@@ -141,11 +141,13 @@ def train_stage(
     device_preference: str = "auto",
     options: TrainingOptions | None = None,
 ) -> TrainStageOutput | None:
-    """Train (resuming this training id's newest valid checkpoint), evaluate on the test split,
-    register, and apply the gate. Returns None on ranks other than 0."""
+    """Fit every contending family (each resuming its training id's newest valid checkpoint, or
+    reusing the version an earlier run registered for it), judge and register each, crown the
+    champion and apply the gate to it. Returns None on ranks other than 0."""
     options = options or TrainingOptions()
     started = time.perf_counter()
     finish_warm_imports()
+    specs = family_specs(options.families or settings.train.families, settings.train.specs)
     ctx, device = init_distributed(device_preference)
     configure_accelerator(device)
     snapshot = read_dataset_manifest(store, prepared.snapshot_prefix)
@@ -159,203 +161,186 @@ def train_stage(
             cache_bytes=settings.train.stream_cache_mb << 20,
         )
         registry = ModelRegistry(store)
-        plan = _plan_training(store, registry, data, normalizer, settings, options, ctx, device)
-        done = None if options.fresh else registry.find_training(plan.training_id)
-        if done is not None:
-            log.info(
-                "training %s finished before as version %s: reusing it (--fresh retrains)",
-                plan.training_id,
-                done.version,
+        production = registry.alias()
+        fingerprint = data.fingerprint()
+        contenders: list[_Contender] = []
+        for spec in specs:
+            contender = _contend(
+                store,
+                registry,
+                production,
+                prepared,
+                data,
+                normalizer,
+                fingerprint,
+                spec,
+                settings,
+                options,
+                ctx,
+                device,
+                as_of,
+                horizon_days,
             )
-            if not ctx.is_main:
-                return None
-            return _gate_and_report(registry, done, data, settings, started, device.type)
-        outcome = _fit(plan, data, settings, options, ctx, device)
+            if contender is not None:
+                contenders.append(contender)
         if not ctx.is_main:
             return None
-        model, evaluation = judge_candidate(
-            store, prepared, outcome.model, data, settings, device, as_of, horizon_days
-        )
-        manifest = _register(
-            registry,
-            model,
-            evaluation,
-            outcome,
-            plan,
-            data,
-            settings,
-            ctx,
-            device,
-            as_of,
-            horizon_days,
-        )
-        return _gate_and_report(
-            registry, manifest, data, settings, started, device.type, outcome.history, plan
-        )
+        return _crown_and_gate(registry, contenders, data, settings, started, device.type)
     finally:
         release_local_dir(store, local)
 
 
-def _plan_training(
+def _contend(
     store: ObjectStore,
     registry: ModelRegistry,
+    production: AliasRecord | None,
+    prepared: PreprocessResult,
     data: SnapshotStream,
     normalizer: Normalizer,
+    fingerprint: str,
+    spec: FamilySpec,
     settings: HybridflowSettings,
     options: TrainingOptions,
-    ctx: DistContext,
-    device: torch.device,
-) -> _TrainingPlan:
-    """The starting point (warm start or scratch), the stable training id and its checkpoints
-    (cleared first with ``fresh``)."""
-    production = registry.alias()
-    start = choose_start(registry, production, normalizer, settings.train, options.scratch)
-    fingerprint = data.fingerprint()
-    tid = training_id(fingerprint, settings.train, start)
-    if device.type == "cpu":
-        _configure_threads(settings, start.model, ctx.world_size)
-    checkpoints = CheckpointStore(store, tid, keep=settings.checkpoint.keep)
-    log.info("training %s: %s; checkpoints at %s", tid, start.reason, checkpoints.uri())
-    if options.fresh and ctx.is_main:
-        removed = checkpoints.clear()
-        log.info("--fresh: training %s starts over (%d checkpoints removed)", tid, removed)
-    ctx.barrier()
-    return _TrainingPlan(production, start, fingerprint, tid, checkpoints)
-
-
-def _fit(
-    plan: _TrainingPlan,
-    data: SnapshotStream,
-    settings: HybridflowSettings,
-    options: TrainingOptions,
-    ctx: DistContext,
-    device: torch.device,
-) -> TrainOutcome:
-    """Run the training loop from the newest valid checkpoint (or the start point), saving
-    checkpoints in the background; TrainingInterrupted after ``stop_after_steps``."""
-    checkpoints, tid = plan.checkpoints, plan.training_id
-    model, resume = _resume_point(plan, ctx)
-
-    def save(state: dict, progress: Progress) -> None:
-        checkpoints.save_async(
-            state,
-            on_saved=lambda m: log.info(
-                "checkpoint step %d saved (%d bytes)", m.step, m.size_bytes
-            ),
-            step=progress.step,
-            epoch=progress.epoch,
-            batch=progress.batch,
-            samples_seen=progress.samples,
-            best_metric=progress.best_logloss if math.isfinite(progress.best_logloss) else None,
-            finished=progress.finished,
-            world_size=ctx.world_size,
-        )
-
-    compile_model = (
-        settings.train.compile if settings.train.compile is not None else device.type == "cuda"
-    )
-    try:
-        outcome = train_model(
-            model,
-            data,
-            settings.train,
-            device,
-            learning_rate=plan.start.learning_rate,
-            ctx=ctx,
-            resume=resume,
-            save=save,
-            policy=CheckpointPolicy(
-                settings.checkpoint.every_steps, settings.checkpoint.every_seconds
-            ),
-            stop_after_steps=options.stop_after_steps,
-            compile_model=compile_model,
-        )
-        checkpoints.wait()  # the last upload must have landed
-    finally:
-        checkpoints.close()
-    if outcome.interrupted:
-        raise TrainingInterrupted(
-            f"training {tid} stopped after {outcome.steps_this_run} steps at step "
-            f"{outcome.progress.step}; run again to resume from its checkpoint"
-        )
-    return outcome
-
-
-def _resume_point(plan: _TrainingPlan, ctx: DistContext) -> tuple[CustomerMLP, dict | None]:
-    """The model to train and the checkpoint state to continue from (None: step 0)."""
-    loaded = plan.checkpoints.latest_valid()
-    ctx.barrier()  # every rank has chosen its checkpoint before rank 0 may write a newer one
-    if loaded is None:
-        log.info("training %s starts at step 0", plan.training_id)
-        return plan.start.model, None
-    m = loaded.manifest
-    log.info(
-        "training %s resumed from checkpoint step %d (epoch %d, batch %d) at %s",
-        plan.training_id,
-        m.step,
-        m.epoch,
-        m.batch,
-        loaded.uri,
-    )
-    return model_from_state(loaded.state), loaded.state
-
-
-def _register(
-    registry: ModelRegistry,
-    model: CustomerMLP,
-    evaluation: ModelEvaluation,
-    outcome: TrainOutcome,
-    plan: _TrainingPlan,
-    data: SnapshotStream,
-    settings: HybridflowSettings,
     ctx: DistContext,
     device: torch.device,
     as_of: dt.date,
     horizon_days: int,
-) -> ModelManifest:
-    """Register the best model, with its calibration and evaluation, as a new immutable version."""
-    start, production = plan.start, plan.production
-    return registry.register(
-        bundle_bytes(model),
+) -> _Contender | None:
+    """One family: the version an earlier run registered for this training id, else a fit
+    (from its newest valid checkpoint, or production when it warm-starts), its judgement and
+    registration. None on ranks other than 0."""
+    start = choose_start(registry, production, normalizer, spec, settings.train, options.scratch)
+    tid = training_id(fingerprint, spec, settings.train, start)
+    checkpoints = CheckpointStore(store, tid, keep=settings.checkpoint.keep)
+    done = None if options.fresh else registry.find_training(tid)
+    if done is not None:
+        log.info(
+            "%s: training %s finished before as version %s: reusing it (--fresh refits)",
+            spec.kind,
+            tid,
+            done.version,
+        )
+        return _Contender(done, [], True, checkpoints.uri()) if ctx.is_main else None
+    log.info(
+        "%s: training %s: %s; checkpoints at %s", spec.kind, tid, start.reason, checkpoints.uri()
+    )
+    if options.fresh and ctx.is_main:
+        removed = checkpoints.clear()
+        log.info("--fresh: training %s starts over (%d checkpoints removed)", tid, removed)
+    ctx.barrier()
+    outcome = get_family(spec.kind).fit(
+        spec,
+        FitJob(
+            data=data,
+            normalizer=normalizer,
+            settings=settings.train,
+            device=device,
+            ctx=ctx,
+            start=start.model,
+            checkpoints=checkpoints,
+            checkpoint_policy=CheckpointPolicy(
+                settings.checkpoint.every_steps, settings.checkpoint.every_seconds
+            ),
+            stop_after_steps=options.stop_after_steps,
+        ),
+    )
+    if outcome.interrupted:
+        raise TrainingInterrupted(
+            f"training {tid} ({spec.kind}) stopped after {options.stop_after_steps} steps at "
+            f"step {outcome.record.get('steps')}; run again to resume from its checkpoint"
+        )
+    if not ctx.is_main:
+        return None
+    judged = time.perf_counter()
+    model, evaluation = judge_candidate(
+        store, prepared, outcome.model, spec, data, settings, device, as_of, horizon_days
+    )
+    manifest = registry.register(
+        model.bundle_files(),
+        kind=spec.kind,
         metrics=evaluation.flat_metrics()
         | {"n_train": float(data.rows("train")), "n_test": float(data.rows("test"))},
         evaluation=evaluation.model_dump(mode="json"),
-        features=model.config.features,
-        data_fingerprint=plan.data_fingerprint,
+        features=model.features,
+        data_fingerprint=fingerprint,
         parent_version=start.parent_version,
         warm_start=start.warm_start,
-        training_id=plan.training_id,
+        training_id=tid,
         code_version=CODE_VERSION,
         as_of=as_of,
         horizon_days=horizon_days,
-        training={
-            "epochs": len(outcome.history),
-            "best_epoch": outcome.best_epoch,
-            "steps": outcome.progress.step,
-            "samples_seen": outcome.progress.samples,
-            "resumed_from_step": outcome.resumed_from_step,
-            "world_size": ctx.world_size,
-            "device": device.type,
-            "learning_rate": start.learning_rate,
-            "start": start.reason,
-            "production_before": production.version if production else None,
-            "settings": settings.train.model_dump(),
+        training=_training_record(
+            outcome, start, production, spec, model.describe(), model.n_parameters, settings
+        )
+        | {
+            "device": outcome.record.get("device", device.type),
+            "judge_seconds": time.perf_counter() - judged,
         },
+    )
+    log.info("%s: registered as %s (%s)", spec.kind, manifest.version, model.describe())
+    return _Contender(manifest, outcome.history, False, checkpoints.uri())
+
+
+def _training_record(
+    outcome: FitOutcome,
+    start: StartPoint,
+    production: AliasRecord | None,
+    spec: FamilySpec,
+    description: str,
+    parameters: int,
+    settings: HybridflowSettings,
+) -> dict:
+    """What the version's manifest says about how it was fitted."""
+    return outcome.record | {
+        "family": spec.kind,
+        "spec": spec.model_dump(mode="json"),
+        "parameters": parameters,
+        "description": description,
+        "fit_seconds": outcome.seconds,
+        "start": start.reason,
+        "production_before": production.version if production else None,
+        "settings": settings.train.model_dump(mode="json"),
+    }
+
+
+def leaderboard_row(contender: _Contender, basis: str) -> LeaderboardRow:
+    """A registered contender's row (its figures from its manifest's evaluation)."""
+    manifest = contender.manifest
+    evaluation = ModelEvaluation.model_validate(manifest.evaluation)
+    training = manifest.training
+    fit = float(training.get("fit_seconds", 0.0))
+    return LeaderboardRow(
+        family=manifest.kind,
+        version=manifest.version,
+        size=int(training.get("parameters", 0)),
+        description=str(training.get("description", manifest.kind)),
+        basis=basis,  # type: ignore[arg-type]
+        **judged_figures(evaluation, basis),  # type: ignore[arg-type]
+        test_auc=evaluation.test.model.auc,
+        test_logloss=evaluation.test.model.logloss,
+        train_seconds=fit,
+        seconds=fit + float(training.get("judge_seconds", 0.0)),
+        device=str(training.get("device", "cpu")),
+        reused=contender.reused,
     )
 
 
-def _gate_and_report(
+def _crown_and_gate(
     registry: ModelRegistry,
-    manifest: ModelManifest,
+    contenders: list[_Contender],
     data: SnapshotStream,
     settings: HybridflowSettings,
     started: float,
     device: str,
-    history: list[EpochRecord] | None = None,
-    plan: _TrainingPlan | None = None,
 ) -> TrainStageOutput:
-    """Apply the gate to ``manifest`` (also a version an earlier run registered and may not have
-    gated before it died) and report the stage's result."""
+    """Rank the contenders, apply the gate to the champion (also a version an earlier run
+    registered and may not have gated before it died) and report the stage's result."""
+    evaluations = [ModelEvaluation.model_validate(c.manifest.evaluation) for c in contenders]
+    basis = judging_basis(evaluations)
+    board = crown([leaderboard_row(c, basis) for c in contenders])
+    champion = next(c for c in contenders if c.manifest.version == board[0].version)
+    manifest = champion.manifest
+    log.info("champion: %s", champion_line(board))
     decision, promoted, production_version = gate_and_promote(
         registry, manifest, data, settings.promotion_margin
     )
@@ -371,6 +356,7 @@ def _gate_and_report(
             rows_in=sum(data.rows(s) for s in data.splits),
         ),
         model_version=manifest.version,
+        family=manifest.kind,
         promoted=promoted,
         decision_reason=decision.reason,
         production_version=production_version,
@@ -384,20 +370,11 @@ def _gate_and_report(
         parent_version=manifest.parent_version,
         resumed_from_step=training.get("resumed_from_step"),
         steps=int(training.get("steps", 0)),
-        checkpoints_uri=plan.checkpoints.uri() if plan else "",
+        checkpoints_uri=champion.checkpoints_uri,
         evaluation=ModelEvaluation.model_validate(manifest.evaluation)
         if manifest.evaluation
         else None,
+        leaderboard=board,
+        champion_reason=champion_line(board),
     )
-    return TrainStageOutput(result=result, decision=decision, history=history or [])
-
-
-def _configure_threads(
-    settings: HybridflowSettings, model: torch.nn.Module, processes: int
-) -> None:
-    """Torch threads on CPU: the setting, else one for small models (intra-op parallelism only
-    adds overhead there), else the available cores shared among the local processes."""
-    n_params = sum(p.numel() for p in model.parameters())
-    small = n_params < SMALL_MODEL_PARAMS
-    threads = configure_cpu_threads(settings.train.threads or (1 if small else None), processes)
-    log.info("CPU training: %d torch threads per process (%d parameters)", threads, n_params)
+    return TrainStageOutput(result=result, decision=decision, history=champion.history)

@@ -36,6 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fresh", action="store_true", help="drop this training's checkpoints first")
     p.add_argument("--scratch", action="store_true", help="never warm-start from production")
     p.add_argument(
+        "--families", default=None, help="comma-separated model families to fit (default: setting)"
+    )
+    p.add_argument(
         "--stop-after-steps",
         type=int,
         default=None,
@@ -64,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
             settings,
             device_preference=args.device,
             options=TrainingOptions(
-                fresh=args.fresh, scratch=args.scratch, stop_after_steps=args.stop_after_steps
+                fresh=args.fresh,
+                scratch=args.scratch,
+                stop_after_steps=args.stop_after_steps,
+                families=args.families.split(",") if args.families else None,
             ),
         )
     except TrainingInterrupted as exc:

@@ -18,7 +18,8 @@ from infra.settings import HybridflowSettings
 from infra.store import LocalFolderStore
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.ml.backtest import train_backtest_model
-from tasks.ml.model import Normalizer
+from tasks.ml.models.mlp import MLPSpec
+from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.stages.features import features_stage
 from tasks.stages.preprocess import preprocess_stage
@@ -96,9 +97,9 @@ def test_events_after_t_minus_h_never_reach_the_backtest_snapshot_or_model(spark
     assert fa.n_backtest == fb.n_backtest and "NEW-CUSTOMER" not in set(frame_b.customer_id)
     settings = HybridflowSettings().train.model_copy(update={"max_epochs": 3, "batch_size": 64})
     torch.set_num_threads(1)
-    model_a = train_backtest_model(data_a, norm_a, settings, torch.device("cpu"))
-    model_b = train_backtest_model(data_b, norm_b, settings, torch.device("cpu"))
-    state_a, state_b = model_a.state_dict(), model_b.state_dict()
+    model_a = train_backtest_model(data_a, norm_a, MLPSpec(), settings, torch.device("cpu"))
+    model_b = train_backtest_model(data_b, norm_b, MLPSpec(), settings, torch.device("cpu"))
+    state_a, state_b = model_a.network.state_dict(), model_b.network.state_dict()
     for key in state_a:  # float32 normaliser buffers: the rounding above does not reach them
         assert torch.equal(state_a[key], state_b[key]), key
 

@@ -18,7 +18,8 @@ import torch
 from infra.datasets import read_dataset_manifest
 from infra.registry import ModelRegistry
 from infra.store import ObjectStore, open_store
-from tasks.ml.model import CustomerMLP, ModelConfig, bundle_bytes, load_bundle, predict_proba
+from tasks.ml.models import load_model, predict_proba
+from tasks.ml.models.mlp import CustomerMLP, MLPModel, ModelConfig
 from tasks.stages.spark_io import SparkJobs
 
 pytestmark = pytest.mark.integration
@@ -53,7 +54,7 @@ def _register(registry: ModelRegistry, features: list[str], seed: int) -> str:
             norm_std=[2.0] * len(features),
         )
     )
-    return registry.register(bundle_bytes(model), features=features).version
+    return registry.register(MLPModel(model).bundle_files(), features=features).version
 
 
 def _read_published(store: ObjectStore, prefix: str) -> pa.Table:
@@ -65,7 +66,7 @@ def _read_published(store: ObjectStore, prefix: str) -> pa.Table:
 def _plain_torch_scores(store: ObjectStore, version: str, features_prefix: str) -> dict[str, float]:
     """Score the published feature rows with the model in this process, all cores."""
     manifest, files = ModelRegistry(store).read_files(version)
-    model = load_bundle(files, manifest.files)
+    model = load_model(files, manifest.files)
     table = _read_published(store, features_prefix)
     x = np.column_stack([table.column(f).to_numpy().astype(np.float32) for f in manifest.features])
     torch.set_num_threads(os.cpu_count() or 1)

@@ -23,7 +23,8 @@ from infra.store import LocalFolderStore
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.ml.backtest import assess
 from tasks.ml.evaluation import ModelEvaluation
-from tasks.ml.model import Normalizer, load_bundle
+from tasks.ml.models import load_model
+from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.stages.records import PreprocessResult, read_stage_manifest
 
@@ -83,7 +84,7 @@ def test_calibration_on_held_out_rows_fixes_a_stale_base_rate(runs):
     store, pre_shift, summary = runs
     registry = ModelRegistry(store)
     manifest, files = registry.read_files(pre_shift.model_version)
-    stale = load_bundle(files, manifest.files)  # trained on labels before the shift
+    stale = load_model(files, manifest.files)  # trained on labels before the shift
     prepared = read_stage_manifest(store, summary.run_id, "preprocess", PreprocessResult)
     snapshot = read_dataset_manifest(store, prepared.snapshot_prefix)
     normalizer = Normalizer.model_validate(snapshot.metadata["normalizer"])

@@ -19,7 +19,7 @@ from serving_process import metric_value, running_server, wait_for
 from infra.layout import version_file_key
 from infra.registry import ModelRegistry
 from infra.store import LocalFolderStore
-from tasks.ml.model import load_bundle, predict_proba
+from tasks.ml.models import load_model, predict_proba
 from tests.fixtures.serving_sample import (
     SAMPLE_FEATURES,
     point_alias_unverified,
@@ -61,8 +61,8 @@ def _features_of(table, row: int) -> dict[str, float]:
 
 def _expected_score(store, version: str, features: dict[str, float]) -> float:
     manifest, files = ModelRegistry(store).read_files(version)
-    model = load_bundle(files, manifest.files)
-    x = np.asarray([[features[f] for f in model.config.features]], dtype=np.float32)
+    model = load_model(files, manifest.files)
+    x = np.asarray([[features[f] for f in model.features]], dtype=np.float32)
     return float(predict_proba(model, x)[0])
 
 

@@ -8,7 +8,7 @@ from cli.commands.plan import format_plan, parse_pins
 from flows.dag import ROUTED_STAGES, STAGE_KINDS
 from infra.errors import HybridflowInputError
 from infra.routing.costs import cost_report
-from infra.routing.planner import mlp_parameters, pipeline_workloads, plan_run
+from infra.routing.planner import ModelCost, pipeline_workloads, plan_run
 from infra.routing.pools import default_pools
 from infra.routing.profiles import StageProfile, fit_throughput, throughput_models
 from infra.routing.router import Workload, WorkloadKind, parse_duration, route
@@ -130,12 +130,20 @@ def test_throughput_fit_recovers_fixed_and_per_row_cost():
     assert m.seconds_for(100_000) == pytest.approx(15.0)
 
 
+def _cost(params: int) -> ModelCost:
+    return ModelCost(
+        parameters=params, train_flops_per_row=60.0 * params, score_flops_per_row=2.0 * params
+    )
+
+
 def test_plan_moves_the_best_value_stage_to_meet_a_pipeline_deadline():
     # train: CPU 10 s for $0.0049 vs GPU 5 s for $0.0059; features: CPU 40 s, GPU 50 s
     profiles = _profiles("train", 10_000, 20_000) + _profiles("features", 50_000, 40_000)
-    workloads = pipeline_workloads(
-        2_000_000, mlp_parameters(30, [64, 32]), ROUTED_STAGES, customers=100_000
+    params = 30 * 64 + 64 + 64 * 32 + 32 + 32 + 1  # the default MLP on 30 features
+    cost = ModelCost(
+        parameters=params, train_flops_per_row=60 * params, score_flops_per_row=2 * params
     )
+    workloads = pipeline_workloads(2_000_000, cost, ROUTED_STAGES, customers=100_000)
     relaxed = plan_run(workloads, POOLS, profiles)
     assert relaxed.pool_for("train") == "cpu-pool"  # cheaper without a deadline
     tight = plan_run(workloads, POOLS, profiles, deadline_s=47)
@@ -161,7 +169,9 @@ def test_cost_report_adds_up():
 
 
 def test_plan_output_is_stable_and_readable():
-    workloads = pipeline_workloads(1_000_000, 5000, ROUTED_STAGES, pinned={"train": "cpu-pool"})
+    workloads = pipeline_workloads(
+        1_000_000, _cost(5000), ROUTED_STAGES, pinned={"train": "cpu-pool"}
+    )
     text = format_plan(plan_run(workloads, POOLS, []))
     lines = text.splitlines()
     assert lines[0].split() == [
@@ -196,4 +206,4 @@ def test_parsing_helpers():
     with pytest.raises(HybridflowInputError):
         parse_pins(["train"])
     with pytest.raises(ValueError, match="unknown stage"):
-        pipeline_workloads(10, 10, ROUTED_STAGES, pinned={"nope": "cpu-pool"})
+        pipeline_workloads(10, _cost(10), ROUTED_STAGES, pinned={"nope": "cpu-pool"})

@@ -11,7 +11,7 @@ import torch
 
 from infra.errors import ChecksumMismatchError
 from infra.store import sha256_bytes
-from tasks.ml.model import CustomerMLP, ModelConfig, bundle_bytes
+from tasks.ml.models.mlp import CustomerMLP, MLPModel, ModelConfig
 from tasks.ml.scoring_worker import (
     ScoringModel,
     _WorkerModelCache,
@@ -30,7 +30,7 @@ def _model(seed: int) -> ScoringModel:
             features=FEATURES, hidden_sizes=[4], dropout=0.0, norm_mean=[0, 0], norm_std=[1, 1]
         )
     )
-    files = bundle_bytes(net)
+    files = MLPModel(net).bundle_files()
     return ScoringModel(
         version=f"v{seed}",
         files=files,

@@ -10,13 +10,21 @@ from infra.registry import ModelRegistry
 from infra.settings import HybridflowSettings, TrainingSettings
 from infra.store import LocalFolderStore
 from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
-from tasks.ml.model import Normalizer
+from tasks.ml.models import FitJob
+from tasks.ml.models.mlp import MLPFamily, MLPSpec, network_from_state
+from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SnapshotStream
-from tasks.ml.training_loop import build_model, model_from_state, train_model
+from tasks.ml.training_loop import train_model
 from tasks.stages.train import TrainingOptions, train_stage
 from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
 CPU = torch.device("cpu")
+
+
+def build_model(normalizer, settings):
+    """A fresh MLP of the default spec, seeded like the train stage builds it."""
+    job = FitJob(data=None, normalizer=normalizer, settings=settings)  # type: ignore[arg-type]
+    return MLPFamily().build(MLPSpec(), job)
 
 
 @pytest.fixture
@@ -103,7 +111,9 @@ def test_same_seed_gives_the_same_weights_and_resume_matches_an_uninterrupted_ru
     assert first.interrupted and first.progress.epoch == 2
     assert [m.step for m in ckpts.manifests()] == [50, 40]
     loaded = ckpts.latest_valid()
-    resumed = train_model(model_from_state(loaded.state), data, settings, CPU, resume=loaded.state)
+    resumed = train_model(
+        network_from_state(loaded.state), data, settings, CPU, resume=loaded.state
+    )
     assert resumed.resumed_from_step == 50
     assert resumed.progress.step == straight.progress.step
     assert _same_weights(resumed.model, straight.model)

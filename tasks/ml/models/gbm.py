@@ -1,0 +1,210 @@
+"""The ``gbm`` family: gradient-boosted trees (LightGBM), what data scientists try first on
+tabular data.
+
+Fitted on the raw features (trees do not care about monotone transforms) with early stopping on
+the val split's log loss, on all the machine's cores. LightGBM was chosen over scikit-learn's
+HistGradientBoosting by measurement (docs/benchmarks.md): on the demo data it fitted faster at
+the same backtest log loss, installs in a third of the space, and has a documented text model
+format — so the bundle is ``model.json`` plus ``model.txt`` (LightGBM's own text dump, parsed by
+its C++ reader: no pickle), both checked by sha256 before loading.
+
+Warm start: boosting continues from production's trees (same features) on the new window, with
+at most :attr:`GBMSpec.max_rounds` more rounds and the same early stopping.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, Field
+
+from infra.errors import ChecksumMismatchError
+from infra.settings import TrainingSettings
+from tasks.ml.calibration import Calibration
+from tasks.ml.models.base import (
+    CONFIG_FILE,
+    CostHints,
+    FamilySpec,
+    FitJob,
+    FitOutcome,
+    FittedModel,
+    ModelFamily,
+    fit_threads,
+    split_arrays,
+)
+from tasks.ml.models.registry import register_family
+
+TREES_FILE = "model.txt"
+
+
+class GBMSpec(FamilySpec):
+    """LightGBM's main knobs (binary log loss, early stopping on the val split)."""
+
+    kind: Literal["gbm"] = "gbm"
+    learning_rate: float = Field(default=0.05, gt=0, le=1)
+    num_leaves: int = Field(default=31, ge=2)
+    min_data_in_leaf: int = Field(default=50, ge=1)
+    feature_fraction: float = Field(default=0.9, gt=0, le=1)
+    lambda_l2: float = Field(default=1.0, ge=0)
+    max_rounds: int = Field(default=1000, ge=1)
+    early_stopping_rounds: int = Field(default=30, ge=1)
+    max_bin: int = Field(default=255, ge=2)
+
+
+class GBMConfig(BaseModel):
+    """What ``model.json`` says about the trees in ``model.txt``."""
+
+    kind: Literal["gbm"] = "gbm"
+    features: list[str]
+    trees: int
+    leaves: int
+    calibration: Calibration = Field(default_factory=Calibration)
+
+
+class GBMModel(FittedModel):
+    """A LightGBM booster; logits are its raw scores."""
+
+    kind = "gbm"
+
+    def __init__(self, config: GBMConfig, trees_text: str) -> None:
+        import lightgbm as lgb
+
+        self.config = config
+        self.trees_text = trees_text
+        self.booster = lgb.Booster(model_str=trees_text)
+
+    @property
+    def features(self) -> list[str]:
+        return list(self.config.features)
+
+    @property
+    def calibration(self) -> Calibration:
+        return self.config.calibration
+
+    def with_calibration(self, calibration: Calibration) -> GBMModel:
+        self.config = self.config.model_copy(update={"calibration": calibration})
+        return self
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if len(x) == 0:
+            return np.empty(0, dtype=np.float64)
+        # as many threads as this process gives torch: 1 inside a Spark task or the endpoint
+        raw = self.booster.predict(x, raw_score=True, num_threads=torch.get_num_threads())
+        return np.asarray(raw, dtype=np.float64)
+
+    def bundle_files(self) -> dict[str, bytes]:
+        return {
+            CONFIG_FILE: self.config.model_dump_json(indent=2).encode(),
+            TREES_FILE: self.trees_text.encode(),
+        }
+
+    @property
+    def n_parameters(self) -> int:
+        """Split thresholds and leaf values: ``2 * leaves - 1`` per tree."""
+        return 2 * self.config.leaves - self.config.trees
+
+    def describe(self) -> str:
+        return f"gbm {self.config.trees} trees, {self.config.leaves} leaves"
+
+
+class GBMFamily(ModelFamily):
+    """LightGBM boosting with early stopping on the val split."""
+
+    kind = "gbm"
+    spec_type = GBMSpec
+
+    def fit(self, spec: FamilySpec, job: FitJob) -> FitOutcome:
+        import lightgbm as lgb
+
+        assert isinstance(spec, GBMSpec)
+        started = time.perf_counter()
+        x, y = split_arrays(job.data, "train")
+        vx, vy = split_arrays(job.data, "val")
+        threads = fit_threads(len(y), job.settings.threads)
+        params = {
+            "objective": "binary",
+            "learning_rate": spec.learning_rate,
+            "num_leaves": spec.num_leaves,
+            "min_data_in_leaf": spec.min_data_in_leaf,
+            "feature_fraction": spec.feature_fraction,
+            "lambda_l2": spec.lambda_l2,
+            "max_bin": spec.max_bin,
+            "seed": job.settings.seed,
+            "deterministic": True,
+            "force_row_wise": True,
+            "num_threads": threads,
+            "verbosity": -1,
+        }
+        names = [f"f{i}" for i in range(x.shape[1])]  # LightGBM rejects some column names
+        train = lgb.Dataset(x, label=y, feature_name=names, params={"max_bin": spec.max_bin})
+        valid = lgb.Dataset(vx, label=vy, reference=train)
+        init = job.start.booster if isinstance(job.start, GBMModel) else None
+        start_trees = init.num_trees() if init is not None else 0
+        booster = lgb.train(
+            params,
+            train,
+            num_boost_round=spec.max_rounds,
+            valid_sets=[valid],
+            init_model=init,
+            callbacks=[lgb.early_stopping(spec.early_stopping_rounds, verbose=False)],
+        )
+        best = booster.best_iteration or booster.current_iteration()
+        text = booster.model_to_string(num_iteration=best)
+        model = _from_text(job.normalizer.features, text)
+        return FitOutcome(
+            model=model,
+            seconds=time.perf_counter() - started,
+            record={
+                "device": "cpu",
+                "threads": threads,
+                "rounds": best - start_trees,
+                "trees": model.config.trees,
+                "rows": len(y),
+            },
+        )
+
+    def load(self, config: dict[str, Any], files: dict[str, bytes]) -> GBMModel:
+        if TREES_FILE not in files:
+            raise ChecksumMismatchError(f"model bundle lacks {TREES_FILE} or its checksum")
+        return GBMModel(GBMConfig.model_validate(config), files[TREES_FILE].decode())
+
+    def cost_hints(
+        self, spec: FamilySpec, n_features: int, settings: TrainingSettings
+    ) -> CostHints:
+        assert isinstance(spec, GBMSpec)
+        rounds = min(spec.max_rounds, 300)  # early stopping ends most fits well before the cap
+        return CostHints(
+            parameters=rounds * (2 * spec.num_leaves - 1),
+            train_flops_per_row=rounds * n_features * 8.0,  # histogram building per round
+            score_flops_per_row=rounds * np.log2(spec.num_leaves) * 2.0,
+            network=False,
+        )
+
+    def warm_start(self, production: FittedModel, spec: FamilySpec) -> FittedModel | str:
+        return production
+
+    def training_key(self, spec: FamilySpec, settings: TrainingSettings) -> dict[str, Any]:
+        return super().training_key(spec, settings) | {"library": _library_version()}
+
+
+def _from_text(features: list[str], text: str) -> GBMModel:
+    import lightgbm as lgb
+
+    booster = lgb.Booster(model_str=text)
+    dump = booster.dump_model()
+    leaves = sum(int(t.get("num_leaves", 1)) for t in dump.get("tree_info", []))
+    config = GBMConfig(features=list(features), trees=booster.num_trees(), leaves=leaves)
+    return GBMModel(config, text)
+
+
+def _library_version() -> str:
+    from importlib.metadata import version
+
+    return version("lightgbm")
+
+
+register_family(GBMFamily())

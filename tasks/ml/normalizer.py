@@ -1,0 +1,27 @@
+"""The feature transform every family starts from: ``signed_log1p``, then standardised with the
+train split's mean and std (published with the snapshot by :mod:`tasks.data.split`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel
+
+
+class Normalizer(BaseModel):
+    """Per-feature mean/std of ``signed_log1p(x)`` on the train split."""
+
+    features: list[str]
+    mean: list[float]
+    std: list[float]
+
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        """``(signed_log1p(x) - mean) / std`` in float64 (a zero std counts as 1)."""
+        std = np.asarray(self.std, dtype=np.float64)
+        std = np.where(std > 1e-12, std, 1.0)
+        return (signed_log1p(x) - np.asarray(self.mean, dtype=np.float64)) / std
+
+
+def signed_log1p(x: np.ndarray) -> np.ndarray:
+    """``sign(x) * log1p(|x|)`` in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.sign(x) * np.log1p(np.abs(x))
