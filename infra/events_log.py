@@ -116,6 +116,21 @@ class EventsLog:
         info = SegmentInfo.model_validate_json(raw)
         return Segment(info, table.replace_schema_metadata(None).cast(SEGMENT_SCHEMA))
 
+    def read_info(self, seq: int) -> SegmentInfo | None:
+        """Segment ``seq``'s info (its footer only where the store is a folder), None while
+        there is none."""
+        key = events_log_segment_key(seq)
+        local = self.store.local_path(key)
+        try:
+            source = local if local is not None else io.BytesIO(self.store.get_bytes(key))
+            schema = pq.read_schema(source)
+        except FileNotFoundError:
+            return None
+        raw = (schema.metadata or {}).get(INFO_KEY)
+        if raw is None:
+            raise StoreError(f"{self.store.key_uri(key)}: not a segment")
+        return SegmentInfo.model_validate_json(raw)
+
     def head(self) -> int:
         """The newest segment's number (0 for an empty log), from a listing."""
         seqs = [

@@ -235,40 +235,58 @@ def _check_required(present: set[str]) -> None:
 @dataclass(frozen=True)
 class CheckedEvents:
     """A batch after the contract's rules: its rows typed as the validate stage publishes
-    them (:data:`infra.events_log.SEGMENT_SCHEMA`) and each row's reason (None: valid)."""
+    them (:data:`infra.events_log.SEGMENT_SCHEMA`) and each row's reason (:meth:`reason`)."""
 
     events: pa.Table
-    reasons: np.ndarray  # object: a reason of REASONS or None, per row
+    codes: np.ndarray  # uint8 per row: 0 valid, else 1 + the reason's index in REASONS
     sent: pa.Table  # the values as sent, for naming them
+
+    @property
+    def rows(self) -> int:
+        return len(self.codes)
+
+    def reason(self, row: int) -> str | None:
+        """Row ``row``'s reason, None when it is valid."""
+        code = int(self.codes[row])
+        return REASONS[code - 1] if code else None
+
+    def valid(self) -> np.ndarray:
+        return self.codes == 0
 
     def refuse_where(self, mask: np.ndarray, reason: str) -> CheckedEvents:
         """These checks with ``reason`` for the rows of ``mask`` that had none."""
-        reasons = self.reasons.copy()
-        reasons[mask & (reasons == None)] = reason  # noqa: E711 - elementwise on objects
-        return CheckedEvents(self.events, reasons, self.sent)
+        codes = self.codes.copy()
+        codes[mask & (codes == 0)] = REASONS.index(reason) + 1
+        return CheckedEvents(self.events, codes, self.sent)
+
+    def counts(self) -> dict[str, int]:
+        """Rows refused for each reason."""
+        found = np.bincount(self.codes, minlength=len(REASONS) + 1)
+        return {r: int(n) for r, n in zip(REASONS, found[1:], strict=True) if n}
 
     def problem(self) -> IngestError | None:
         """The refusal naming the bad rows (the first :data:`LISTED_ROWS`, all counted), or
         None when every row is valid."""
-        bad = np.flatnonzero(self.reasons != None)  # noqa: E711
+        bad = np.flatnonzero(self.codes)
         if bad.size == 0:
             return None
-        counts = {r: int((self.reasons == r).sum()) for r in REASONS if (self.reasons == r).any()}
+        counts = self.counts()
         listed = []
         for i in bad[:LISTED_ROWS].tolist():
-            reason = self.reasons[i]
-            field = REASON_FIELD.get(reason)
-            table = self.sent if field in self.sent.column_names else self.events
-            value = table.column(field)[i].as_py() if field else None
-            where = f"[{i}].{field}" if field else f"[{i}]"
-            shown = f" ({_shown(value)})" if field else ""
-            listed.append({"field": where, "message": f"{reason}{shown}"})
+            reason = self.reason(i)
+            field = REASON_FIELD.get(reason or "")
+            if field:
+                table = self.sent if field in self.sent.column_names else self.events
+                shown = f" ({_shown(table.column(field)[i].as_py())})"
+                listed.append({"field": f"[{i}].{field}", "message": f"{reason}{shown}"})
+            else:
+                listed.append({"field": f"[{i}]", "message": f"{reason}"})
         summary = ", ".join(f"{n} {r}" for r, n in counts.items())
         listed.insert(
             0,
             {
                 "field": "body",
-                "message": f"{bad.size} of {len(self.reasons)} events refused ({summary}); "
+                "message": f"{bad.size} of {self.rows} events refused ({summary}); "
                 "nothing was applied",
             },
         )
@@ -319,13 +337,14 @@ def check_contract(raw: pa.Table) -> CheckedEvents:
         ),
         (REASON_INVALID_QUANTITY, lambda: bad_quantity),
     ]
-    reasons = np.full(n, None, dtype=object)
+    codes = np.zeros(n, dtype=np.uint8)
     for reason, flags in rules:
-        reasons[flags() & (reasons == None)] = reason  # noqa: E711
-    valid = np.flatnonzero(reasons == None)  # noqa: E711
+        codes[flags() & (codes == 0)] = REASONS.index(reason) + 1
+    valid = np.flatnonzero(codes == 0)
     if valid.size > 1:
-        reasons[valid[_extra_copies(events.take(pa.array(valid)))]] = REASON_DUPLICATE
-    return CheckedEvents(events, reasons, raw)
+        copies = valid[_extra_copies(events.take(pa.array(valid)))]
+        codes[copies] = REASONS.index(REASON_DUPLICATE) + 1
+    return CheckedEvents(events, codes, raw)
 
 
 def _flags(mask: pa.Array) -> np.ndarray:
@@ -355,11 +374,18 @@ def _quantity(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
 
 
 def _extra_copies(valid: pa.Table) -> np.ndarray:
-    """Positions in ``valid`` of each row that repeats an earlier one exactly."""
-    if (
-        valid.group_by(valid.column_names, use_threads=False).aggregate([]).num_rows
-        == valid.num_rows
-    ):
+    """Positions in ``valid`` of each row that repeats an earlier one exactly. Copies share
+    their customer and time: only rows that share both with another are compared whole."""
+    ids = pc.dictionary_encode(valid.column("customer_id").combine_chunks()).indices
+    codes = ids.to_numpy(zero_copy_only=False)
+    t = valid.column("event_time").combine_chunks().cast(pa.int64()).to_numpy()
+    order = np.lexsort((t, codes))
+    same = (codes[order][1:] == codes[order][:-1]) & (t[order][1:] == t[order][:-1])
+    if not same.any():
         return np.zeros(0, dtype=np.intp)
-    frame = valid.to_pandas()
-    return np.flatnonzero(frame.duplicated(keep="first").to_numpy())
+    shared = np.zeros(len(order), dtype=bool)
+    shared[order[1:][same]] = True
+    shared[order[:-1][same]] = True
+    candidates = np.flatnonzero(shared)
+    frame = valid.take(pa.array(candidates)).to_pandas()
+    return candidates[frame.duplicated(keep="first").to_numpy()]

@@ -177,12 +177,21 @@ class OnlineFeatures:
         if follower is self.follower or self.follower is None:
             self._caught_up_at = self._clock()
 
-    def _apply(self, follower: Follower, info: SegmentInfo, events: EventArrays) -> None:
-        """Apply a segment's events (time-ordered, so chunks keep each customer's order)."""
-        applied = sum(
-            follower.state.apply(events.slice(start, start + APPLY_CHUNK))
-            for start in range(0, events.size, APPLY_CHUNK)
-        )
+    def _apply(
+        self,
+        follower: Follower,
+        info: SegmentInfo,
+        events: EventArrays,
+        known: np.ndarray | None = None,
+    ) -> None:
+        """Apply a segment's events in chunks (time-ordered, so chunks keep each customer's
+        order); ``known``: their customers' rows looked up a moment ago."""
+        state = follower.state
+        rows = state.rows_for(events.customer, known)
+        applied = 0
+        for start in range(0, events.size, APPLY_CHUNK):
+            chunk = slice(start, start + APPLY_CHUNK)
+            applied += state.apply(events.take(chunk), rows[chunk])
         follower.seq = info.seq
         follower.segments[info.segment_id] = (info.seq, info.content_sha256, info.rows)
         self._note(self._applied, applied)
@@ -201,13 +210,13 @@ class OnlineFeatures:
             raise refused("idempotency-key", "1 to 200 of A-Z a-z 0-9 . _ : -")
         checked = check_contract(parse_events(body, content_type))
         if (problem := checked.problem()) is not None:
-            self._metrics.events_ingested.labels("refused").inc(len(checked.reasons))
+            self._metrics.events_ingested.labels("refused").inc(checked.rows)
             raise problem
         sha = hashlib.sha256(body).hexdigest()
         segment_id = idempotency_key or f"sha256:{sha}"
         arrays = event_arrays(checked.events)
-        order = pa.array(np.argsort(arrays.t, kind="stable"))
-        ordered = checked.events.take(order)
+        order = np.argsort(arrays.t, kind="stable")  # a segment is in time order
+        ordered, ordered_arrays = checked.events.take(pa.array(order)), arrays.take(order)
         with self._write:
             follower = self.follower
             if follower is None:
@@ -216,29 +225,31 @@ class OnlineFeatures:
                 self._catch_up(follower)
                 if segment_id in follower.segments:
                     return self._repeated(follower, segment_id, sha)
-                online = self._online_checks(follower, checked, arrays)
+                known = follower.state.known_rows(arrays.customer)
+                online = self._online_checks(follower, checked, arrays, known)
                 if (problem := online.problem()) is not None:
-                    self._metrics.events_ingested.labels("refused").inc(len(online.reasons))
+                    self._metrics.events_ingested.labels("refused").inc(online.rows)
                     raise problem
                 try:
                     info = self.log.append(follower.seq + 1, ordered, segment_id, sha)
                 except PreconditionFailed:
                     continue  # another replica took that number: read it, check again
-                self._apply(follower, info, event_arrays(ordered))
+                self._apply(follower, info, ordered_arrays, known[order])
                 self._note(self._accepted, info.rows)
                 self._metrics.events_ingested.labels("accepted").inc(info.rows)
                 return self._answer(follower, info.seq, segment_id, info.rows, duplicate=False)
         raise refused("log", f"the log moved on {APPEND_ATTEMPTS} times in a row", status=503)
 
     def _online_checks(
-        self, follower: Follower, checked: CheckedEvents, arrays: EventArrays
+        self, follower: Follower, checked: CheckedEvents, arrays: EventArrays, known: np.ndarray
     ) -> CheckedEvents:
         state = follower.state
         latest = int((self._clock() + self._settings.max_lead_s) * 1e6)
+        out_of_order = state.purchase_order_breaks(arrays, known)
         return (
             checked.refuse_where(arrays.t <= state.seed_cutoff, REASON_BEFORE_SNAPSHOT)
             .refuse_where(arrays.t > latest, REASON_IN_THE_FUTURE)
-            .refuse_where(state.purchase_order_breaks(arrays), REASON_PURCHASE_OUT_OF_ORDER)
+            .refuse_where(out_of_order, REASON_PURCHASE_OUT_OF_ORDER)
         )
 
     def _repeated(self, follower: Follower, segment_id: str, sha: str) -> dict:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from infra.events_log import EventsLog
+from infra.events_log import SEGMENT_SCHEMA, EventsLog
 from infra.settings import IngestSettings
 from infra.store import LocalFolderStore
 from serving.metrics import ServingMetrics
@@ -26,6 +26,7 @@ from serving.online.service import OnlineFeatures
 from serving.online.state import DAY_US, end_of_day_micros
 from serving.snapshot import load_snapshot, newest_snapshot_manifest
 from tasks.definitions.feature_specs import FEATURE_SPECS
+from tasks.stages.validate import validate_stage
 from tests.fixtures.online_events import BASE, BASE_DAY, events_table, random_stream
 from tests.fixtures.online_store import online_sample_store, publish_run, scoring_table
 from tests.unit.serving.test_ingest import ipc
@@ -243,3 +244,14 @@ def test_without_events_behind_the_snapshot_there_is_no_online_state(tmp_path):
 
 def test_day_arithmetic():
     assert end_of_day_micros(BASE_DAY) + 1 == (BASE_DAY + 1) * DAY_US
+
+
+def test_the_logs_segments_folder_is_a_batch_runs_events_input(store, tmp_path):
+    online = replica(store)
+    online.ingest(body(event("c1", 2, 9), event("n1", 3, 1, event_type="view")), "", None)
+    online.ingest(body(event("c2", 4, 9, quantity=3, channel="web")), "", None)
+    segments = store.local_path("events-log/segments")
+    run_store = LocalFolderStore(tmp_path / "run-store")
+    result = validate_stage(None, run_store, "run-on-the-log", str(segments), 0.0)
+    assert (result.rows_read, result.rows_valid, result.rows_quarantined) == (3, 3, 0)
+    assert set(result.available_columns) == set(SEGMENT_SCHEMA.names)
