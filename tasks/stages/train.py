@@ -24,9 +24,10 @@ from pydantic import BaseModel
 
 from infra.datasets import local_dataset_dir, read_dataset_manifest, release_local_dir
 from infra.devices import configure_accelerator
-from infra.registry import AliasRecord, ModelManifest, ModelRegistry
+from infra.registry import AliasRecord, ModelManifest, ModelRegistry, new_version_id
+from infra.routing.accounting import embedded_pool
 from infra.settings import HybridflowSettings
-from infra.store import ObjectStore
+from infra.store import ObjectStore, sha256_bytes
 from infra.warm_imports import finish_warm_imports
 from tasks.ml.champion import LeaderboardRow, champion_line, crown, judged_figures, judging_basis
 from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
@@ -58,6 +59,7 @@ class TrainingOptions(BaseModel):
     scratch: bool = False
     stop_after_steps: int | None = None
     families: list[str] | None = None  # None: HYBRIDFLOW_TRAIN__FAMILIES
+    pool: str = ""  # the work pool running the stage ("": this machine's, by its device)
 
 
 class TrainingInterrupted(RuntimeError):
@@ -74,12 +76,14 @@ class TrainStageOutput(BaseModel):
 
 @dataclass
 class _Contender:
-    """A contender's registered version and what this run did to get it."""
+    """A contender: its version's manifest (registered by an earlier run, or to be registered
+    with the leaderboard once every contender is judged) and what this run did to get it."""
 
     manifest: ModelManifest
     history: list[EpochRecord]
     reused: bool
     checkpoints_uri: str
+    files: dict[str, bytes] | None = None  # the bundle of a version not registered yet
 
 
 def launch_training(
@@ -185,7 +189,7 @@ def train_stage(
                 contenders.append(contender)
         if not ctx.is_main:
             return None
-        return _crown_and_gate(registry, contenders, data, settings, started, device.type)
+        return _crown_and_gate(registry, contenders, data, settings, options, started, device.type)
     finally:
         release_local_dir(store, local)
 
@@ -255,8 +259,11 @@ def _contend(
     model, evaluation = judge_candidate(
         store, prepared, outcome.model, spec, data, settings, device, as_of, horizon_days
     )
-    manifest = registry.register(
-        model.bundle_files(),
+    files = model.bundle_files()
+    manifest = ModelManifest(
+        version=new_version_id(),
+        created_at=dt.datetime.now(dt.UTC),
+        files={name: sha256_bytes(body) for name, body in files.items()},
         kind=spec.kind,
         metrics=evaluation.flat_metrics()
         | {"n_train": float(data.rows("train")), "n_test": float(data.rows("test"))},
@@ -274,11 +281,12 @@ def _contend(
         )
         | {
             "device": outcome.record.get("device", device.type),
+            "pool": options.pool or embedded_pool(device.type),
             "judge_seconds": time.perf_counter() - judged,
         },
     )
-    log.info("%s: registered as %s (%s)", spec.kind, manifest.version, model.describe())
-    return _Contender(manifest, outcome.history, False, checkpoints.uri())
+    log.info("%s: judged (%s)", spec.kind, model.describe())
+    return _Contender(manifest, outcome.history, False, checkpoints.uri(), files)
 
 
 def _training_record(
@@ -303,7 +311,7 @@ def _training_record(
     }
 
 
-def leaderboard_row(contender: _Contender, basis: str) -> LeaderboardRow:
+def leaderboard_row(contender: _Contender, basis: str, pool: str) -> LeaderboardRow:
     """A registered contender's row (its figures from its manifest's evaluation)."""
     manifest = contender.manifest
     evaluation = ModelEvaluation.model_validate(manifest.evaluation)
@@ -321,8 +329,23 @@ def leaderboard_row(contender: _Contender, basis: str) -> LeaderboardRow:
         train_seconds=fit,
         seconds=fit + float(training.get("judge_seconds", 0.0)),
         device=str(training.get("device", "cpu")),
+        pool=str(training.get("pool") or pool),
         reused=contender.reused,
     )
+
+
+def _registered(
+    registry: ModelRegistry, contender: _Contender, board: list[LeaderboardRow]
+) -> _Contender:
+    """The contender with its version registered (this run's leaderboard in its manifest)."""
+    if contender.files is None:
+        return contender
+    fields = contender.manifest.model_dump(exclude={"created_at", "files"})
+    manifest = registry.register(
+        contender.files, **fields | {"leaderboard": [r.model_dump(mode="json") for r in board]}
+    )
+    log.info("%s: registered as %s", manifest.kind, manifest.version)
+    return _Contender(manifest, contender.history, False, contender.checkpoints_uri)
 
 
 def _crown_and_gate(
@@ -330,6 +353,7 @@ def _crown_and_gate(
     contenders: list[_Contender],
     data: SnapshotStream,
     settings: HybridflowSettings,
+    options: TrainingOptions,
     started: float,
     device: str,
 ) -> TrainStageOutput:
@@ -337,10 +361,12 @@ def _crown_and_gate(
     registered and may not have gated before it died) and report the stage's result."""
     evaluations = [ModelEvaluation.model_validate(c.manifest.evaluation) for c in contenders]
     basis = judging_basis(evaluations)
-    board = crown([leaderboard_row(c, basis) for c in contenders])
+    pool = options.pool or embedded_pool(device)
+    board = crown([leaderboard_row(c, basis, pool) for c in contenders])
+    log.info("champion: %s", champion_line(board))
+    contenders = [_registered(registry, c, board) for c in contenders]
     champion = next(c for c in contenders if c.manifest.version == board[0].version)
     manifest = champion.manifest
-    log.info("champion: %s", champion_line(board))
     decision, promoted, production_version = gate_and_promote(
         registry, manifest, data, settings.promotion_margin
     )
@@ -376,5 +402,6 @@ def _crown_and_gate(
         else None,
         leaderboard=board,
         champion_reason=champion_line(board),
+        start_reason=str(training.get("start", "")),
     )
     return TrainStageOutput(result=result, decision=decision, history=champion.history)
