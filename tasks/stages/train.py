@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from infra.datasets import local_dataset_dir, read_dataset_manifest, release_local_dir
 from infra.devices import configure_accelerator
+from infra.errors import HybridflowInputError
 from infra.registry import AliasRecord, ModelManifest, ModelRegistry, new_version_id
 from infra.routing.accounting import embedded_pool
 from infra.settings import HybridflowSettings
@@ -164,6 +165,7 @@ def train_stage(
             chunk_rows=settings.train.stream_chunk_rows,
             cache_bytes=settings.train.stream_cache_mb << 20,
         )
+        check_trainable(data, as_of, horizon_days)
         registry = ModelRegistry(store)
         production = registry.alias()
         fingerprint = data.fingerprint()
@@ -192,6 +194,47 @@ def train_stage(
         return _crown_and_gate(registry, contenders, data, settings, options, started, device.type)
     finally:
         release_local_dir(store, local)
+
+
+MIN_EXAMPLES_PER_CLASS = 5  # in every split: what fitting, calibrating and judging need
+
+
+def check_trainable(data: SnapshotStream, as_of: dt.date, horizon_days: int) -> None:
+    """HybridflowInputError naming the cause and the fix when no family could produce a model
+    from the snapshot: no examples, one class only, or too few of a class in a split."""
+    window = f"({as_of - dt.timedelta(days=horizon_days)}, {as_of}]"
+    counts = {}
+    for split in data.splits:
+        labels = [y for _, y in data.chunks(split)]
+        positives = int(sum(float(y.sum()) for y in labels))
+        counts[split] = (data.rows(split), positives)
+    rows = sum(n for n, _ in counts.values())
+    positives = sum(p for _, p in counts.values())
+    fix = (
+        "fix: give more history (events before the window), or choose --as-of / "
+        "--horizon-days so that some, but not all, customers buy in the window"
+    )
+    if rows == 0:
+        raise HybridflowInputError(
+            f"no training examples: no customer has events before the label window {window}; {fix}"
+        )
+    if positives in (0, rows):
+        who = "no customer" if positives == 0 else "every customer"
+        raise HybridflowInputError(
+            f"all {rows} training examples have one class: {who} bought in the label window "
+            f"{window}, and no model can learn from one class; {fix}"
+        )
+    short = [
+        f"{split} {n} rows, {p} buying"
+        for split, (n, p) in counts.items()
+        if min(p, n - p) < MIN_EXAMPLES_PER_CLASS
+    ]
+    if short:
+        raise HybridflowInputError(
+            f"too few training examples to fit and judge a model ({'; '.join(short)}; every "
+            f"split needs at least {MIN_EXAMPLES_PER_CLASS} customers who bought in {window} and "
+            f"{MIN_EXAMPLES_PER_CLASS} who did not): more customers are needed; {fix}"
+        )
 
 
 def _contend(
@@ -370,6 +413,13 @@ def _crown_and_gate(
     decision, promoted, production_version = gate_and_promote(
         registry, manifest, data, settings.promotion_margin
     )
+    if not promoted and registry.alias() is None:
+        raise HybridflowInputError(
+            f"no model to score with: this run's champion {manifest.version} ({manifest.kind}) "
+            f"was not promoted ({decision.reason}) and there is no production model yet; "
+            f"fix: serve it anyway with `hybridflow models promote {manifest.version}`, or give "
+            "the run more history (a longer event log) so that a contender beats the baseline"
+        )
     metrics = {
         k.removeprefix("test_"): v for k, v in manifest.metrics.items() if k.startswith("test_")
     }

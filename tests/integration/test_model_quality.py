@@ -111,5 +111,9 @@ def test_model_card_artifact_embeds_the_reliability_plot_and_lift_chart(runs):
     card = next(str(c.data) for c in cards if f"# Model {summary.model_version}" in str(c.data))
     assert "## Out-of-time backtest" in card and "| | model | model (raw) | baseline |" in card
     images = re.findall(r"!\[([^\]]+)\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", card)
-    assert [alt for alt, _ in images] == ["reliability plot (backtest)", "lift chart (backtest)"]
+    assert [alt for alt, _ in images] == [
+        "contenders (backtest)",
+        "reliability plot (backtest)",
+        "lift chart (backtest)",
+    ]
     assert all(base64.b64decode(data).startswith(b"<svg ") for _, data in images)
