@@ -123,3 +123,28 @@ def test_the_champion_is_recorded_in_the_summary_manifest_and_card(first_run):
     card = next(str(c.data) for c in cards if f"# Model {summary.model_version}" in str(c.data))
     assert "## Contenders" in card and f"| champion | {champion['family']} |" in card
     assert "![contenders (backtest)](data:image/svg+xml;base64," in card
+
+
+def test_refresh_fine_tunes_the_champions_family_and_says_why_another_fits_fresh(first_run):
+    from flows.refresh import RefreshParams, refresh_flow
+
+    store_dir, params, _ = first_run
+    registry = ModelRegistry(LocalFolderStore(store_dir))
+    production = registry.get(registry.alias().version)
+    refresh = RefreshParams(
+        events=params.events, store=params.store, device="cpu", as_of=production.as_of
+    )
+    same = refresh_flow(refresh)
+    assert same.family == production.kind
+    assert (
+        same.warm_start and same.start_reason == f"warm start from production {production.version}"
+    )
+    assert registry.get(same.candidate_version).parent_version == production.version
+    other = next(k for k in ("logistic", "gbm", "mlp") if k != production.kind)
+    before = registry.alias().version
+    fresh = refresh_flow(refresh.model_copy(update={"families": [other]}))
+    assert fresh.family == other and not fresh.warm_start
+    assert (
+        f"production {before} is a " in fresh.start_reason
+        and f"this fit is {other}" in fresh.start_reason
+    )
