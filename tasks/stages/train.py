@@ -85,6 +85,7 @@ class _Contender:
     reused: bool
     checkpoints_uri: str
     files: dict[str, bytes] | None = None  # the bundle of a version not registered yet
+    start: str = ""  # where this run's fit started (warm start from production, or why not)
 
 
 def launch_training(
@@ -267,7 +268,12 @@ def _contend(
             tid,
             done.version,
         )
-        return _Contender(done, [], True, checkpoints.uri()) if ctx.is_main else None
+        start_reason = f"{start.reason} (the same fit as version {done.version}, reused)"
+        return (
+            _Contender(done, [], True, checkpoints.uri(), start=start_reason)
+            if ctx.is_main
+            else None
+        )
     log.info(
         "%s: training %s: %s; checkpoints at %s", spec.kind, tid, start.reason, checkpoints.uri()
     )
@@ -329,7 +335,7 @@ def _contend(
         },
     )
     log.info("%s: judged (%s)", spec.kind, model.describe())
-    return _Contender(manifest, outcome.history, False, checkpoints.uri(), files)
+    return _Contender(manifest, outcome.history, False, checkpoints.uri(), files, start.reason)
 
 
 def _training_record(
@@ -388,7 +394,9 @@ def _registered(
         contender.files, **fields | {"leaderboard": [r.model_dump(mode="json") for r in board]}
     )
     log.info("%s: registered as %s", manifest.kind, manifest.version)
-    return _Contender(manifest, contender.history, False, contender.checkpoints_uri)
+    return _Contender(
+        manifest, contender.history, False, contender.checkpoints_uri, start=contender.start
+    )
 
 
 def _crown_and_gate(
@@ -452,6 +460,6 @@ def _crown_and_gate(
         else None,
         leaderboard=board,
         champion_reason=champion_line(board),
-        start_reason=str(training.get("start", "")),
+        start_reason=champion.start or str(training.get("start", "")),
     )
     return TrainStageOutput(result=result, decision=decision, history=champion.history)
