@@ -136,9 +136,9 @@ def test_refresh_fine_tunes_the_champions_family_and_says_why_another_fits_fresh
     )
     same = refresh_flow(refresh)
     assert same.family == production.kind
-    assert (
-        same.warm_start and same.start_reason == f"warm start from production {production.version}"
-    )
+    # (an earlier run of the same fit from the same production is reused, and says so)
+    assert same.warm_start
+    assert same.start_reason.startswith(f"warm start from production {production.version}")
     assert registry.get(same.candidate_version).parent_version == production.version
     other = next(k for k in ("logistic", "gbm", "mlp") if k != production.kind)
     before = registry.alias().version
