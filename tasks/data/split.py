@@ -30,16 +30,39 @@ def signed_log1p_sql(column: str) -> str:
     return f"signum(`{column}`) * log1p(abs(`{column}`))"
 
 
-def assign_split(df: DataFrame, seed: int, fractions: SplitFractions | None = None) -> DataFrame:
-    """Add ``split`` from a hash of ``customer_id`` and ``seed``: same customer, same split."""
+HASH_BITS = 32
+"""The split hashes each customer to a 32-bit bucket (the first 8 hex digits of an md5) in SQL
+that Spark and DuckDB (:mod:`tasks.data.split_in_process`) both run."""
+_HEX_DIGITS = "0123456789abcdef"
+
+
+def split_bucket_sql(column: str, seed: int) -> str:
+    """A customer's bucket in ``[0, 2**32)`` as SQL both engines compute natively: the first 8
+    hex digits of ``md5('<id>|<seed>')`` (its UTF-8 bytes) read as a number."""
+    digest = f"md5(concat({column}, '|{int(seed)}'))"
+    digits = [
+        f"CAST(instr('{_HEX_DIGITS}', substr({digest}, {i + 1}, 1)) - 1 AS BIGINT)"
+        f" * {16 ** (HASH_BITS // 4 - 1 - i)}"
+        for i in range(HASH_BITS // 4)
+    ]
+    return "(" + " + ".join(digits) + ")"
+
+
+def split_sql(
+    seed: int, fractions: SplitFractions | None = None, column: str = "customer_id"
+) -> str:
+    """``split`` of a customer as SQL (Spark SQL and DuckDB): its bucket against the fractions'
+    bounds, whole numbers both engines compare exactly. Same customer and seed, same split."""
     fractions = fractions or SplitFractions()
-    bucket = F.pmod(F.xxhash64(F.col("customer_id"), F.lit(seed)), F.lit(10_000)) / 10_000.0
-    split = (
-        F.when(bucket < fractions.train, "train")
-        .when(bucket < fractions.train + fractions.val, "val")
-        .otherwise("test")
-    )
-    return df.withColumn("split", split)
+    bucket = split_bucket_sql(column, seed)
+    train = int(fractions.train * 2**HASH_BITS)
+    val = int((fractions.train + fractions.val) * 2**HASH_BITS)
+    return f"CASE WHEN {bucket} < {train} THEN 'train' WHEN {bucket} < {val} THEN 'val' ELSE 'test' END"
+
+
+def assign_split(df: DataFrame, seed: int, fractions: SplitFractions | None = None) -> DataFrame:
+    """Add ``split`` by :func:`split_sql`: same customer, same split."""
+    return df.withColumn("split", F.expr(split_sql(seed, fractions)))
 
 
 def split_count_columns() -> list[Column]:

@@ -1,4 +1,5 @@
-"""The events contract's rules in Spark: cast, default, and flag every row that breaks them.
+"""The events contract in Spark: the input conformed (cast, parsed, defaulted) by Spark's parsers,
+then the rules of :mod:`tasks.data.validation_sql` (the text DuckDB runs too) as Spark SQL.
 
 Plain functions (DataFrame in, DataFrames out); the stage runner that reads the input and
 publishes the results is :mod:`tasks.stages.validate`.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tasks.data.input_formats import (
@@ -17,26 +18,27 @@ from tasks.data.input_formats import (
     check_required_columns,
     warn_extra_columns,
 )
-from tasks.definitions.contract import (
-    CONTRACT_COLUMNS,
-    OPTIONAL_DEFAULTS,
-    REASON_DUPLICATE,
-    REASON_INVALID_AMOUNT,
-    REASON_INVALID_EVENT_TIME,
-    REASON_INVALID_QUANTITY,
-    REASON_MISSING_CUSTOMER_ID,
-)
+from tasks.data.validation_sql import deduplicated_sql, good_sql, quarantine_sql
+from tasks.definitions.contract import CONTRACT_COLUMNS, OPTIONAL_DEFAULTS
+
+SQL_FUNCTIONS = {
+    "timestamp_text(t BIGINT) RETURNS STRING": "CAST(timestamp_micros(t) AS STRING)",
+    "double_text(x DOUBLE) RETURNS STRING": "CAST(x AS STRING)",
+    "utc_timestamp(t BIGINT) RETURNS TIMESTAMP": "timestamp_micros(t)",
+}
+"""The functions :mod:`tasks.data.validation_sql` asks of an engine, in Spark SQL."""
 
 
 def conform_events(df: DataFrame, timestamp_format: str | None = None) -> DataFrame:
-    """Check required columns, add defaults for missing optional ones, keep raw values as
-    strings (``raw_*``) for the quarantine and typed values for everything downstream."""
+    """The conformed events :mod:`tasks.data.validation_sql` validates: required columns
+    checked, typed values (``event_time`` in microseconds) with defaults for missing optional
+    columns, and the input's values as strings (``src_*``) for the quarantine."""
     check_required_columns(df.columns)
     warn_extra_columns(df.columns)
-    raw = [F.col(c).cast("string").alias(f"raw_{c}") for c in CONTRACT_COLUMNS if c in df.columns]
+    src = [F.col(c).cast("string").alias(f"src_{c}") for c in CONTRACT_COLUMNS if c in df.columns]
     typed: list[Column] = [
         F.trim(F.col("customer_id").cast("string")).alias("customer_id"),
-        parse_event_time(df, timestamp_format).alias("event_time"),
+        F.unix_micros(parse_event_time(df, timestamp_format)).alias("event_time"),
         F.col("amount").try_cast("double").alias("amount"),
     ]
     for name, default in OPTIONAL_DEFAULTS.items():
@@ -50,7 +52,7 @@ def conform_events(df: DataFrame, timestamp_format: str | None = None) -> DataFr
             col = F.trim(F.col(name).cast("string"))
             fallback = F.lit(default).cast("string")
             typed.append(F.when((col.isNull()) | (col == ""), fallback).otherwise(col).alias(name))
-    return df.select(*typed, *raw)
+    return df.select(*typed, *src)
 
 
 def parse_event_time(df: DataFrame, timestamp_format: str | None) -> Column:
@@ -67,24 +69,6 @@ def parse_event_time(df: DataFrame, timestamp_format: str | None) -> Column:
     if timestamp_format:
         return F.try_to_timestamp(text, F.lit(timestamp_format))
     return text.try_cast("timestamp")
-
-
-def quarantine_reason(df: DataFrame) -> Column:
-    """The first contract rule a conformed row breaks, or null for a good row."""
-    amount = F.col("amount")
-    bad_amount = amount.isNull() | F.isnan(amount) | (F.abs(amount) == float("inf")) | (amount < 0)
-    quantity_given = (
-        F.col("raw_quantity").isNotNull() if "raw_quantity" in df.columns else F.lit(False)
-    )
-    bad_quantity = quantity_given & (F.col("quantity").isNull() | (F.col("quantity") < 1))
-    return (
-        F.when(
-            F.col("customer_id").isNull() | (F.col("customer_id") == ""), REASON_MISSING_CUSTOMER_ID
-        )
-        .when(F.col("event_time").isNull(), REASON_INVALID_EVENT_TIME)
-        .when(bad_amount, REASON_INVALID_AMOUNT)
-        .when(bad_quantity, REASON_INVALID_QUANTITY)
-    )
 
 
 @dataclass
@@ -117,7 +101,8 @@ class ValidatedEvents:
 
 
 def split_valid_events(conformed: DataFrame, partitions: int) -> ValidatedEvents:
-    """Separate rows that break the contract, then exact duplicates among the rest (kept once).
+    """Separate rows that break the contract, then exact duplicates among the rest (kept once):
+    :mod:`tasks.data.validation_sql` over the :func:`conform_events` frame ``conformed``.
 
     One shuffle by ``customer_id`` and one group-by over all columns (typed values, and the raw
     input strings only for rows that break a rule) count the copies of every distinct row:
@@ -125,35 +110,24 @@ def split_valid_events(conformed: DataFrame, partitions: int) -> ValidatedEvents
     was kept; a bad row goes to the quarantine as many times as it was read, with its raw
     input strings.
     """
-    flagged = conformed.withColumn("reason", quarantine_reason(conformed))
-    raw_cols = [c for c in flagged.columns if c.startswith("raw_")]
-    bad = F.col("reason").isNotNull()
-    typed = [
-        F.coalesce(F.col(c), F.lit(1)).alias(c) if c == "quantity" else F.col(c)
-        for c in CONTRACT_COLUMNS
-    ]
-    rows = flagged.select(*typed, *[F.when(bad, F.col(c)).alias(c) for c in raw_cols], "reason")
-    deduplicated = (
-        rows.repartition(partitions, "customer_id")
-        .groupBy(*rows.columns)
-        .agg(F.count(F.lit(1)).alias("_copies"))
-        .localCheckpoint(eager=False)
-    )
-    good = deduplicated.filter(~bad).select(*CONTRACT_COLUMNS)
-    first_quarantined = F.when(bad, F.lit(1)).otherwise(F.lit(2))
-    quarantine = (
-        deduplicated.filter(bad | (F.col("_copies") > 1))
-        .withColumn("_copy", F.explode(F.sequence(first_quarantined, F.col("_copies"))))
-        .select(
-            *[
-                F.when(bad, F.col(c))
-                .otherwise(F.col(c.removeprefix("raw_")).cast("string"))
-                .alias(c.removeprefix("raw_"))
-                for c in raw_cols
-            ],
-            F.coalesce(F.col("reason"), F.lit(REASON_DUPLICATE)).alias("reason"),
-        )
-    )
+    spark = conformed.sparkSession
+    present = [c for c in CONTRACT_COLUMNS if f"src_{c}" in conformed.columns]
+    define_sql_functions(spark, present)
+    # the frames go in as parameters: no temp view outlives the lazily analysed results
+    deduplicated = spark.sql(
+        deduplicated_sql("{conformed}", present, partitions), conformed=conformed
+    ).localCheckpoint(eager=False)
     return ValidatedEvents(
-        good=good, quarantine=quarantine, deduplicated=deduplicated, partitions=partitions
+        good=spark.sql(good_sql("{deduplicated}"), deduplicated=deduplicated),
+        quarantine=spark.sql(quarantine_sql("{deduplicated}", present), deduplicated=deduplicated),
+        deduplicated=deduplicated,
+        partitions=partitions,
     )
+
+
+def define_sql_functions(spark: SparkSession, present: list[str]) -> None:
+    """The session's definitions of the functions the validation SQL calls: the input values
+    are strings already (:func:`conform_events`)."""
+    functions = SQL_FUNCTIONS | {f"input_text_{c}(x STRING) RETURNS STRING": "x" for c in present}
+    for signature, body in functions.items():
+        spark.sql(f"CREATE OR REPLACE TEMPORARY FUNCTION {signature} RETURN {body}")

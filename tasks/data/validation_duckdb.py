@@ -1,5 +1,6 @@
-"""The events contract's rules in DuckDB, for an input one process holds: the casts, defaults,
-quarantine reasons and deduplication of :mod:`tasks.data.validation`, with the same results.
+"""The events contract in DuckDB, for an input one process holds: the input conformed as Spark's
+casts conform it (:mod:`tasks.data.validation`), then the rules of
+:mod:`tasks.data.validation_sql` (the text Spark runs too), with the same results.
 
 Only for columns whose Spark casts this reproduces exactly (:func:`in_process_type_problem`):
 native Parquet types (timestamps to the microsecond, dates, whole numbers, doubles, booleans,
@@ -23,15 +24,12 @@ from infra.duckdb_session import (
     sql_string,
 )
 from tasks.data.spark_text import java_double_strings
+from tasks.data.validation_sql import deduplicated_sql, good_sql, quarantine_sql
 from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     OPTIONAL_DEFAULTS,
     QUARANTINE_REASONS,
     REASON_DUPLICATE,
-    REASON_INVALID_AMOUNT,
-    REASON_INVALID_EVENT_TIME,
-    REASON_INVALID_QUANTITY,
-    REASON_MISSING_CUSTOMER_ID,
 )
 
 MICROS = 1_000_000
@@ -133,14 +131,18 @@ class InProcessValidation:
         self._con = duckdb_connection()
         for name, table in (tables or {}).items():
             self._con.register(name, table)
-        self._con.create_function(
-            "java_double", java_double_strings, ["DOUBLE"], "VARCHAR", type="arrow"
-        )
+        self._define_sql_functions()
         columns = ", ".join(
             f"{self._micros(c, sql_identifier(sources[c]))} AS {c}" for c in self._present
         )
         self._con.execute(f"CREATE TEMP VIEW input_events AS SELECT {columns} FROM {source}")
-        self._con.execute(f"CREATE TEMP TABLE deduplicated AS {self._deduplicated_sql()}")
+        typed = ", ".join(f"{self._typed(c)} AS {c}" for c in CONTRACT_COLUMNS)
+        src = "".join(f", {c} AS src_{c}" for c in self._present)
+        self._con.execute(
+            f"CREATE TEMP VIEW conformed_events AS SELECT {typed}{src} FROM input_events"
+        )
+        dedup = deduplicated_sql("conformed_events", self._present, partitions=1)
+        self._con.execute(f"CREATE TEMP TABLE deduplicated AS {dedup}")
 
     @classmethod
     def of_parquet(
@@ -168,21 +170,23 @@ class InProcessValidation:
             return f"epoch_us(CAST({column} AS TIMESTAMP))"
         return f"epoch_us({column})"
 
-    def _deduplicated_sql(self) -> str:
-        typed = ",\n".join(f"{self._typed(c)} AS {c}" for c in CONTRACT_COLUMNS)
-        sources = "".join(f", {c} AS src_{c}" for c in self._present)
-        raw = "".join(
-            f", CASE WHEN reason IS NOT NULL THEN {self._raw(c)} END AS raw_{c}"
-            for c in self._present
+    def _define_sql_functions(self) -> None:
+        """The functions the validation SQL calls, in DuckDB: Spark's text of doubles and
+        timestamps, the input's values as Spark's text (by the input's type), Spark's
+        ``explode`` and ``sequence``."""
+        self._con.create_function(
+            "double_text", java_double_strings, ["DOUBLE"], "VARCHAR", type="arrow"
         )
-        keys = [c for c in CONTRACT_COLUMNS if c != "quantity"]
-        return f"""
-        WITH conformed AS (SELECT {typed}{sources} FROM input_events),
-        flagged AS (SELECT *, {self._reason()} AS reason FROM conformed)
-        SELECT {", ".join(keys)}, coalesce(quantity, 1) AS quantity{raw}, reason,
-               count(*) AS copies
-        FROM flagged GROUP BY ALL
-        """
+        macros = {
+            "timestamp_text(t)": _timestamp_text("t"),
+            "utc_timestamp(t)": "make_timestamptz(t)",
+            "explode(x)": "unnest(x)",
+            "sequence(a, b)": "generate_series(a, b)",
+        }
+        for c in self._present:
+            macros[f"input_text_{c}(x)"] = self._input_text(c, "x")
+        for signature, body in macros.items():
+            self._con.execute(f"CREATE TEMP MACRO {signature} AS {body}")
 
     def _typed(self, name: str) -> str:
         """The contract's value of ``name`` (Spark's ``conform_events``)."""
@@ -195,7 +199,7 @@ class InProcessValidation:
         if name == "event_time":
             return name  # micros since the epoch (the input_events view)
         if name == "amount":
-            return f"CAST({name} AS DOUBLE) + 0.0"  # -0.0 groups (and is kept) as 0.0
+            return f"CAST({name} AS DOUBLE)"
         if name == "quantity":
             whole = f"NOT isnan({name}) AND {name} = floor({name})" if _double(t) else "TRUE"
             return f"CASE WHEN {whole} THEN TRY_CAST({name} AS INTEGER) END"
@@ -207,44 +211,20 @@ class InProcessValidation:
         trimmed = f"trim({text}, ' ')"
         return f"CASE WHEN coalesce({trimmed}, '') = '' THEN {fallback} ELSE {trimmed} END"
 
-    def _raw(self, name: str) -> str:
-        """The input value of ``name`` as Spark's ``CAST(... AS STRING)`` writes it."""
-        t, src = self._types[name], f"src_{name}"
+    def _input_text(self, name: str, value: str) -> str:
+        """An input value of ``name`` as Spark's ``CAST(... AS STRING)`` writes it."""
+        t = self._types[name]
         if name == "event_time":
-            return _date_text(src) if pa.types.is_date32(t) else _timestamp_text(src)
+            return _date_text(value) if pa.types.is_date32(t) else _timestamp_text(value)
         if _double(t):
-            return f"java_double({src})"
-        return src if _text(t) else f"CAST({src} AS VARCHAR)"
-
-    def _reason(self) -> str:
-        quantity_given = "src_quantity IS NOT NULL" if "quantity" in self._present else "FALSE"
-        return f"""CASE
-            WHEN customer_id IS NULL OR customer_id = '' THEN '{REASON_MISSING_CUSTOMER_ID}'
-            WHEN event_time IS NULL THEN '{REASON_INVALID_EVENT_TIME}'
-            WHEN amount IS NULL OR isnan(amount) OR isinf(amount) OR amount < 0
-                THEN '{REASON_INVALID_AMOUNT}'
-            WHEN {quantity_given} AND (quantity IS NULL OR quantity < 1)
-                THEN '{REASON_INVALID_QUANTITY}'
-        END"""
+            return f"double_text({value})"
+        return value if _text(t) else f"CAST({value} AS VARCHAR)"
 
     def _good_sql(self) -> str:
-        typed = {
-            "event_time": "make_timestamptz(event_time)",
-            "quantity": "CAST(quantity AS INTEGER)",
-        }
-        columns = ", ".join(f"{typed.get(c, c)} AS {c}" for c in CONTRACT_COLUMNS)
-        return f"SELECT {columns} FROM deduplicated WHERE reason IS NULL"
+        return good_sql("deduplicated")
 
     def _quarantine_sql(self) -> str:
-        columns = ", ".join(
-            f"CASE WHEN reason IS NOT NULL THEN raw_{c} ELSE {self._kept_text(c)} END AS {c}"
-            for c in self._present
-        )
-        copies = "unnest(range(CASE WHEN reason IS NULL THEN 1 ELSE 0 END, copies)) AS copy"
-        return f"""SELECT {", ".join(self._present)}, reason FROM (
-            SELECT {columns}, coalesce(reason, '{REASON_DUPLICATE}') AS reason, {copies}
-            FROM deduplicated WHERE reason IS NOT NULL OR copies > 1
-        )"""
+        return quarantine_sql("deduplicated", self._present)
 
     def good(self) -> pa.Table:
         """Every valid event once, contract columns, typed as Spark's validate writes them
@@ -270,14 +250,6 @@ class InProcessValidation:
 
     def _copy(self, query: str, path: Path) -> None:
         self._con.execute(f"COPY ({query}) TO {sql_string(str(path))} (FORMAT parquet)")
-
-    def _kept_text(self, name: str) -> str:
-        """A kept (typed) value as Spark's ``CAST(... AS STRING)`` writes it."""
-        if name == "event_time":
-            return _timestamp_text(name)
-        if name == "amount":
-            return f"java_double({name})"
-        return f"CAST({name} AS VARCHAR)"
 
     def figures(self) -> ValidationFigures:
         """Kept rows, their first and last event time, quarantined rows per reason."""

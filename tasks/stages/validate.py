@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 VALIDATE_CODE = (
     "tasks.stages.validate",
     "tasks.data.validation",
+    "tasks.data.validation_sql",
     "tasks.data.validation_duckdb",
     "tasks.data.spark_text",
     "tasks.data.input_formats",

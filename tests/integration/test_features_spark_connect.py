@@ -3,7 +3,8 @@ SQL statement whose input goes in as a parameter (Spark Connect analyses lazily,
 dropped after ``spark.sql`` would be missing when a job runs), and the stage's task per bucket
 runs its DuckDB in the server's Python workers. A child process runs both through a Connect
 server it starts on a free loopback port; their features must equal DuckDB's in this process
-for the same rows."""
+for the same rows. The validation SQL (its functions defined in the Connect session) runs there
+too."""
 
 from __future__ import annotations
 
@@ -94,6 +95,10 @@ CHILD = textwrap.dedent(
     out = {name: {r["customer_id"]: r for r in read_table(store, m).to_pylist()}
            for name, m in published.items()}
     print("BUCKETS " + json.dumps(out))
+    from tasks.data.validation import conform_events, split_valid_events
+    parts = split_valid_events(conform_events(events.unionByName(events.limit(1))), 2)
+    reasons = [r["reason"] for r in parts.quarantine.collect()]
+    print("VALIDATED " + json.dumps({"good": parts.good.count(), "quarantine": reasons}))
     spark.stop()
     """
 )
@@ -119,9 +124,10 @@ def test_features_on_spark_connect_equal_duckdb():
     printed = {
         line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
         for line in done.stdout.splitlines()
-        if line.startswith(("FEATURES ", "BUCKETS "))
+        if line.startswith(("FEATURES ", "BUCKETS ", "VALIDATED "))
     }
-    assert done.returncode == 0 and len(printed) == 2, done.stderr[-3000:]
+    assert done.returncode == 0 and len(printed) == 3, done.stderr[-3000:]
+    assert printed.pop("VALIDATED") == {"good": len(rows), "quarantine": ["duplicate_event"]}
 
     table = pa.Table.from_pylist(
         [dict(zip(GOOD_EVENTS_SCHEMA.names, r, strict=True)) for r in rows], GOOD_EVENTS_SCHEMA

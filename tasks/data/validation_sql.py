@@ -1,0 +1,137 @@
+"""The events contract's rules as one SQL text that both engines run: Spark SQL
+(:mod:`tasks.data.validation`) and DuckDB in process (:mod:`tasks.data.validation_duckdb`).
+
+Only the prepared input differs by engine (each parses its input types its own way): a relation
+of *conformed events* with the contract's typed columns (``customer_id`` trimmed text,
+``event_time`` as integer microseconds since the epoch in UTC, ``amount`` a double,
+``quantity`` an int or null when not a whole number, the optional text columns with their
+defaults) and, for every contract column the input has, ``src_<column>``: its input value. Each
+engine also defines the few functions below under the same names, so that the text is the same:
+
+- ``input_text_<column>(src)``: an input value as Spark's ``CAST(... AS STRING)`` writes it (the
+  quarantine keeps what the user sent);
+- ``timestamp_text(micros)``, ``double_text(x)``: a kept value as Spark writes it as text;
+- ``utc_timestamp(micros)``: the engine's UTC timestamp;
+- ``explode``/``sequence`` are Spark's; DuckDB gets them as macros.
+
+To add a rule: a reason in :data:`tasks.definitions.contract.QUARANTINE_REASONS` and a :class:`Rule`
+in :data:`RULES` (a condition over the conformed columns that is true for a row that breaks it;
+the first rule a row breaks is its reason; a rule with a parameter, such as a time floor, writes
+it into the condition as a literal, and :func:`deduplicated_sql` takes the rules to apply). Both
+engines then quarantine by it;
+``tests/unit/tasks/data/test_validation_duckdb.py`` holds their outputs equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tasks.definitions.contract import (
+    CONTRACT_COLUMNS,
+    REASON_DUPLICATE,
+    REASON_INVALID_AMOUNT,
+    REASON_INVALID_EVENT_TIME,
+    REASON_INVALID_QUANTITY,
+    REASON_MISSING_CUSTOMER_ID,
+)
+
+TYPED_IN_TEXT = {"event_time": "timestamp_text", "amount": "double_text"}
+"""The functions that write a kept (typed) value as text; other columns are cast."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A contract rule: ``condition`` (SQL over the conformed columns) is true for a row that
+    breaks it; a rule that ``needs`` an input column applies only when the input has it."""
+
+    reason: str
+    condition: str
+    needs: str | None = None
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(REASON_MISSING_CUSTOMER_ID, "customer_id IS NULL OR customer_id = ''"),
+    Rule(REASON_INVALID_EVENT_TIME, "event_time IS NULL"),
+    Rule(
+        REASON_INVALID_AMOUNT,
+        "amount IS NULL OR isnan(amount) OR abs(amount) = CAST('Infinity' AS DOUBLE) OR amount < 0",
+    ),
+    Rule(
+        REASON_INVALID_QUANTITY,
+        "src_quantity IS NOT NULL AND (quantity IS NULL OR quantity < 1)",
+        needs="quantity",
+    ),
+)
+
+
+def reason_sql(present: Sequence[str], rules: Sequence[Rule] = RULES) -> str:
+    """The first rule a conformed row breaks (its reason), or null for a good row."""
+    cases = [
+        f"WHEN {r.condition} THEN '{r.reason}'"
+        for r in rules
+        if r.needs is None or r.needs in present
+    ]
+    return f"CASE {' '.join(cases)} END"
+
+
+def deduplicated_sql(
+    source: str, present: Sequence[str], partitions: int, rules: Sequence[Rule] = RULES
+) -> str:
+    """Every distinct row of the conformed events ``source`` once, with ``copies`` (how many
+    times it was read) and its ``reason``; a bad row also keeps its input values as text
+    (``raw_<column>``, for the ``present`` columns), a good row only its typed values.
+
+    The rows go to ``partitions`` partitions by ``customer_id`` first (a hint to Spark, whose
+    group-by then needs no second shuffle and whose good rows come out clustered by customer; a
+    comment to DuckDB). ``amount + 0.0`` makes -0.0 group (and be kept) as 0.0.
+    """
+    typed = ", ".join(
+        {
+            "amount": "amount + CAST(0.0 AS DOUBLE) AS amount",
+            "quantity": "coalesce(quantity, 1) AS quantity",
+        }.get(c, c)
+        for c in CONTRACT_COLUMNS
+    )
+    raw = "".join(
+        f", CASE WHEN reason IS NOT NULL THEN input_text_{c}(src_{c}) END AS raw_{c}"
+        for c in present
+    )
+    keys = ", ".join([*CONTRACT_COLUMNS, *(f"raw_{c}" for c in present), "reason"])
+    return f"""SELECT {keys}, count(*) AS copies FROM (
+  SELECT /*+ REPARTITION({int(partitions)}, customer_id) */ {typed}{raw}, reason
+  FROM (SELECT *, {reason_sql(present, rules)} AS reason FROM {source}) AS flagged
+) AS flagged_rows
+GROUP BY {keys}"""
+
+
+def good_sql(deduplicated: str) -> str:
+    """The good events of :func:`deduplicated_sql`'s table ``deduplicated``, once each, in the
+    contract's columns and types."""
+    typed = {
+        "event_time": "utc_timestamp(event_time) AS event_time",
+        "quantity": "CAST(quantity AS INT) AS quantity",
+    }
+    columns = ", ".join(typed.get(c, c) for c in CONTRACT_COLUMNS)
+    return f"SELECT {columns} FROM {deduplicated} WHERE reason IS NULL"
+
+
+def quarantine_sql(deduplicated: str, present: Sequence[str]) -> str:
+    """The quarantine from :func:`deduplicated_sql`'s table ``deduplicated``: a bad row as many
+    times as it was read, with its input values; each extra copy of a good row as
+    ``duplicate_event``, with the values that were kept. Every column is text."""
+    columns = ", ".join(
+        f"CASE WHEN reason IS NOT NULL THEN raw_{c} ELSE {_kept_text(c)} END AS {c}"
+        for c in present
+    )
+    first_copy = "CASE WHEN reason IS NULL THEN CAST(2 AS BIGINT) ELSE CAST(1 AS BIGINT) END"
+    return f"""SELECT {", ".join(present)}, reason FROM (
+  SELECT {columns}, coalesce(reason, '{REASON_DUPLICATE}') AS reason,
+         explode(sequence({first_copy}, copies)) AS copy
+  FROM {deduplicated} WHERE reason IS NOT NULL OR copies > 1
+) AS copies"""
+
+
+def _kept_text(name: str) -> str:
+    function = TYPED_IN_TEXT.get(name)
+    return f"{function}({name})" if function else f"CAST({name} AS STRING)"
