@@ -25,7 +25,7 @@ class TrainingSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore")
 
     families: Annotated[list[str], NoDecode] = Field(
-        default=["mlp"],
+        default=["logistic", "gbm", "mlp"],
         description="model families that contend in every training run (the champion is "
         "promoted): any of logistic, gbm, mlp",
     )
