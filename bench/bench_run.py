@@ -32,8 +32,15 @@ def _hybridflow_run(events: Path, store: Path, *args: str) -> tuple[float, float
 
 
 def _epochs(store: Path, run_id: str) -> int:
+    """Epochs the run's network trained (the ``mlp`` contender, whichever family won)."""
+    from infra.layout import version_manifest_key
+
     train = json.loads((store / "runs" / run_id / "train.json").read_text())
-    return int(train["epochs"])
+    mlp = next((r for r in train.get("leaderboard", []) if r["family"] == "mlp"), None)
+    if mlp is None:
+        return int(train["epochs"])
+    manifest = json.loads((store / version_manifest_key(mlp["version"])).read_text())
+    return int(manifest["training"]["epochs"])
 
 
 def _small_transaction_log(work: Path) -> Path:
@@ -114,6 +121,7 @@ def main(results_dir: Path) -> list[dict]:
                     stages_s=stages,
                     epochs=epochs,
                     auc=round(summary["metrics"]["test_auc"], 4),
+                    champion=summary["metrics"].get("family", "mlp"),
                     baseline_auc=round(base["test_auc"], 4),
                     baseline_backtest_auc=round(base["backtest_auc"], 4),
                 )

@@ -128,6 +128,7 @@ def _stage_env(store: Path, quick: bool) -> dict[str, str]:
         "HYBRIDFLOW_TRAIN__BATCH_SIZE": "4096" if not quick else "256",
         "HYBRIDFLOW_TRAIN__MAX_EPOCHS": "5" if not quick else "2",
         "HYBRIDFLOW_TRAIN__PATIENCE": "5",
+        "HYBRIDFLOW_TRAIN__FAMILIES": "mlp",
         "HYBRIDFLOW_TRAIN__SPECS": '{"mlp": {"hidden_sizes": %s}}'
         % ("[1024, 1024, 512]" if not quick else "[64, 32]"),
         "HYBRIDFLOW_TRAIN__WARM_START": "false",

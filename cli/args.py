@@ -95,6 +95,28 @@ def run_inputs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def family_list(value: str) -> list[str]:
+    """argparse type: comma-separated model families (``logistic,gbm,mlp``)."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(
+            f"expected family names such as logistic,gbm, got {value!r}"
+        )
+    return names
+
+
+def add_families_arg(p: argparse.ArgumentParser) -> None:
+    """``--families``: which model families contend (the settings' list when absent)."""
+    p.add_argument(
+        "--families",
+        type=family_list,
+        default=None,
+        metavar="A,B",
+        help="model families that contend, e.g. logistic,gbm,mlp "
+        "(default: HYBRIDFLOW_TRAIN__FAMILIES); the champion goes to the promotion gate",
+    )
+
+
 def add_run_args(p: argparse.ArgumentParser) -> None:
     """Options shared by ``run`` and ``features``."""
     p.add_argument("--events", required=True, help="Parquet/CSV file or folder of events")

@@ -55,6 +55,11 @@ class StageParams(RunInputs):
     model_version: str | None = Field(
         default=None, description="batch inference: score with this version (default: production)"
     )
+    families: list[str] | None = Field(
+        default=None,
+        description='train: the model families that contend, e.g. ["logistic", "gbm", '
+        '"mlp"] (default: HYBRIDFLOW_TRAIN__FAMILIES); the champion goes to the gate',
+    )
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,10 @@ refresh: the flow refuses at once (one clear error, nothing written) instead of 
 model behind the pipeline's back.
 
 Reuses the stage flows: prepare-data (validate -> features -> preprocess at ``as_of``, i.e.
-labels from the most recent horizon window) and train (warm start from production when the
-features match, production evaluated on the same test split, promotion gate). ``promote=always``
+labels from the most recent horizon window) and train (production's family, fine-tuned from
+production when its features match — or the ``families`` asked for, a family other than
+production's fitted fresh and the reason saying so — production evaluated on the same test
+split, promotion gate). ``promote=always``
 lets an operator push the candidate through. A promotion records the new version's drift
 reference and emits ``hybridflow.model.promoted``; serving endpoints pick the new production up
 within one poll interval.
@@ -63,6 +65,10 @@ class RefreshParams(RunInputs):
     trigger_event: str | None = Field(
         default=None, description="id of the Prefect event that started this refresh"
     )
+    families: list[str] | None = Field(
+        default=None,
+        description="model families to fit (default: production's family, fine-tuned from it)",
+    )
 
     @property
     def run_label(self) -> str:
@@ -81,7 +87,12 @@ def refresh_flow(params: RefreshParams) -> RefreshResult:
     horizon = refresh_horizon(params.horizon_days, production, run.settings.horizon_days)
     stage_params = StageParams.model_validate(
         params.model_dump(include=set(RunInputs.model_fields))
-        | {"run_id": run_id, "horizon_days": horizon, "store": run.store.uri}
+        | {
+            "run_id": run_id,
+            "horizon_days": horizon,
+            "store": run.store.uri,
+            "families": params.families or [production.kind],
+        }
     )
     prepare_flow(stage_params)
     trained = train_flow(stage_params)
@@ -96,6 +107,8 @@ def refresh_flow(params: RefreshParams) -> RefreshResult:
         production_before=production.version,
         production_after=after.version if after else None,
         warm_start=trained.warm_start,
+        family=trained.family,
+        start_reason=trained.start_reason,
         promoted=promoted,
         forced=forced,
         reason=reason,

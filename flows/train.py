@@ -11,7 +11,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from flows.artifacts import publish_stage_table, publish_training_artifacts
-from flows.context import record_stage_result, resolve_run_id
+from flows.context import current_pool, record_stage_result, resolve_run_id
 from flows.dag import TRAIN
 from flows.params import StageParams, resolve
 from infra.layout import VERSIONS
@@ -32,7 +32,9 @@ def train_flow(params: StageParams) -> TrainResult:
         run_id,
         run.settings,
         device_preference=params.device,
-        options=TrainingOptions(fresh=fresh, scratch=params.scratch),
+        options=TrainingOptions(
+            fresh=fresh, scratch=params.scratch, families=params.families, pool=current_pool("")
+        ),
     )
     result = record_stage_result(run.store, run_id, TRAIN.name, output.result)
     publish_training_artifacts(

@@ -64,6 +64,10 @@ class ModelManifest(BaseModel):
     evaluation: dict[str, Any] = Field(
         default_factory=dict, description="calibration, test and backtest figures vs the baseline"
     )
+    leaderboard: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="every contender of the training run that registered it, best first",
+    )
 
 
 AliasAction = Literal["promote", "rollback", "repair"]

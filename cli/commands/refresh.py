@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cli.args import EXIT_OK, events_path, fraction, iso_date
+from cli.args import EXIT_OK, add_families_arg, events_path, fraction, iso_date
 from infra.prefect_api import prefect_api, start_temporary_api
 
 
@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-bad-fraction", type=fraction, default=None, help="default 0.05")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    add_families_arg(p)
     p.set_defaults(handler=run)
 
 
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
                 promote=args.promote,
                 max_bad_fraction=args.max_bad_fraction,
                 device=args.device,
+                families=args.families,
             )
         )
     if args.json:
@@ -51,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"refresh {result.run_id} as_of {result.as_of} (horizon {result.horizon_days} days) "
         f"in {result.seconds:.0f}s\n"
-        f"  candidate  : {result.candidate_version} ({moved}; "
-        f"{'fine-tuned from production' if result.warm_start else 'trained from scratch'})\n"
+        f"  candidate  : {result.candidate_version} ({result.family}, {moved}; "
+        f"{result.start_reason or ('fine-tuned' if result.warm_start else 'from scratch')})\n"
         f"  production : {result.production_before or '-'} -> {result.production_after or '-'}\n"
         f"  reason     : {result.reason}\n"
         f"  test AUC   : {result.metrics.get('auc', float('nan')):.4f}"

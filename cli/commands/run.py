@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from cli.args import EXIT_OK, add_run_args, check_events_and_start_engines, run_inputs
+from cli.args import (
+    EXIT_OK,
+    add_families_arg,
+    add_run_args,
+    check_events_and_start_engines,
+    run_inputs,
+)
 from cli.commands.plan import parse_pins
 from infra.prefect_api import prefect_api
 from infra.warm_imports import start_warm_imports
@@ -28,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--pin", action="append", default=[], metavar="STAGE=POOL", help="force a stage's pool"
     )
     p.add_argument("--tight-budget", action="store_true", help="CPU first where rules decide")
+    add_families_arg(p)
     p.set_defaults(handler=run)
 
 
@@ -42,6 +49,7 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
             "deadline": args.deadline,
             "pinned_pools": parse_pins(args.pin),
             "tight_budget": args.tight_budget,
+            "families": args.families,
         }
     )
 
@@ -86,6 +94,7 @@ def format_summary(summary: PipelineSummary) -> str:
         f"log loss {m['test_logloss']:.4f} | n_train {int(m['n_train'])}"
         f"{origins_note(m.get('training_origins') or [])} | n_test {int(m['n_test'])}",
         f"  backtest    : {format_backtest(m.get('backtest') or {})}",
+        *format_leaderboard(m.get("leaderboard") or [], m.get("champion") or ""),
         f"  rows        : read {summary.rows_read:,} | quarantined {summary.rows_quarantined:,} "
         f"{reasons} | scored {summary.rows_scored:,}",
         f"  quarantine  : {summary.quarantine_uri}",
@@ -101,6 +110,26 @@ def format_summary(summary: PipelineSummary) -> str:
 def origins_note(origins: list[str]) -> str:
     """`` (4 origins)`` after the training examples' count when they come from several."""
     return f" ({len(origins)} origins)" if len(origins) > 1 else ""
+
+
+def format_leaderboard(rows: list[dict], why: str) -> list[str]:
+    """The contenders, best first (the champion starred), under the run's model line."""
+    if not rows:
+        return []
+    basis = rows[0].get("basis", "backtest")
+    out = [
+        f"  champion    : {why}",
+        f"  contenders  : ({basis}, calibrated)  AUC     log loss  ECE     mean/rate      "
+        "size        fit    device pool",
+    ]
+    for r in rows:
+        mark = "*" if r.get("champion") else " "
+        out.append(
+            f"   {mark} {r['family']:<10}                {r['auc']:.4f}  {r['logloss']:.4f}    "
+            f"{r['ece']:.4f}  {r['mean_score']:.3f}/{r['positive_rate']:.3f}  "
+            f"{r['size']:>9,}  {r['train_seconds']:6.1f}s  {r['device']:<5}  {r['pool']}"
+        )
+    return out
 
 
 def format_backtest(backtest: dict) -> str:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from cli.args import EXIT_OK, add_run_args, check_events_and_start_engines, iso_date, run_inputs
+from cli.args import (
+    EXIT_OK,
+    add_families_arg,
+    add_run_args,
+    check_events_and_start_engines,
+    iso_date,
+    run_inputs,
+)
 from infra.prefect_api import prefect_api, start_temporary_api
 
 
@@ -23,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--scratch", action="store_true", help="do not warm-start from the production model"
     )
+    add_families_arg(train)
     train.set_defaults(handler=run_train)
 
     infer = sub.add_parser(
@@ -60,7 +68,11 @@ def run_train(args: argparse.Namespace) -> int:
     with prefect_api():
         result = train_flow(
             StageParams(
-                run_id=args.run_id, device=args.device, fresh=args.fresh, scratch=args.scratch
+                run_id=args.run_id,
+                device=args.device,
+                fresh=args.fresh,
+                scratch=args.scratch,
+                families=args.families,
             )
         )
     print(result.model_dump_json(indent=2))

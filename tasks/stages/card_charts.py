@@ -182,3 +182,31 @@ def _document(title: str, parts: list[str]) -> str:
         f'<text x="{WIDTH / 2}" y="18" text-anchor="middle" font-size="12">'
         f"{escape(title)}</text>\n{body}\n</svg>\n"
     )
+
+
+def leaderboard_svg(losses: dict[str, float], floor: float | None, title: str) -> str:
+    """One bar per contender: its calibrated log loss (lower is better; the champion, listed
+    first, in the model colour), and the RFM baseline's as a dashed line when known."""
+    top = max([*losses.values(), floor or 0.0, 1e-3])
+    plot = _Plot(0.0, _nice_ceiling(top * 1.05), 0.0, float(max(len(losses), 1)))
+    parts = _axes(plot, _ticks(plot.x_max), [], "log loss (lower is better)", "")
+    height = 0.6
+    for i, (name, loss) in enumerate(losses.items()):
+        y_top, y_bottom = plot.y(plot.y_max - i - 0.2), plot.y(plot.y_max - i - 0.2 - height)
+        colour = COLOURS["model"] if i == 0 else COLOURS["model (raw)"]
+        parts.append(
+            f'<rect class="bar" data-model={quoteattr(name)} x="{plot.x(0.0):.1f}" '
+            f'y="{y_top:.1f}" width="{plot.x(loss) - plot.x(0.0):.1f}" '
+            f'height="{y_bottom - y_top:.1f}" fill="{colour}"/>'
+        )
+        parts.append(
+            f'<text x="{plot.x(0.0) + 4:.1f}" y="{(y_top + y_bottom) / 2 + 4:.1f}">'
+            f"{escape(name)} {loss:.4f}</text>"
+        )
+    legend = [("champion", COLOURS["model"], False), ("contender", COLOURS["model (raw)"], False)]
+    if floor is not None:
+        parts.append(
+            _line([(floor, 0.0), (floor, plot.y_max)], plot, COLOURS["baseline"], dashed=True)
+        )
+        legend.append(("RFM baseline", COLOURS["baseline"], True))
+    return _document(title, parts + _legend(legend, right=True))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from infra.datasets import DatasetManifest
+from infra.datasets import DatasetManifest, SourceEvents
 from tasks.data.cutoffs import Cutoff
 
 
@@ -15,10 +15,16 @@ from tasks.data.cutoffs import Cutoff
 class FeatureOutput:
     """A dataset of the stage, published at ``prefix``: the customers seen at the one unlabelled
     cutoff and their features, or the training examples at the labelled ``cutoffs`` (origins,
-    newest first; features, ``label`` and ``origin``)."""
+    newest first; features, ``label`` and ``origin``); ``source`` (the scoring output's),
+    recorded in its manifest, names the events it was computed from."""
 
     cutoffs: tuple[Cutoff, ...]
     prefix: str
+    source: SourceEvents | None = None
+
+    def metadata(self) -> dict[str, Any]:
+        """What the output's manifest records beside its schema."""
+        return self.source.to_metadata() if self.source is not None else {}
 
     def __post_init__(self) -> None:
         labelled = {c.label_until is not None for c in self.cutoffs}

@@ -62,7 +62,10 @@ class InProcessFeatureFrame:
         with memory_bounded("the features stage"):
             rows = self._table().output_table(output.cutoffs)
         manifest = write_table(
-            rows, self._store, output.prefix, metadata=spark_schema_metadata(rows.schema)
+            rows,
+            self._store,
+            output.prefix,
+            metadata={**spark_schema_metadata(rows.schema), **output.metadata()},
         )
         if not output.labelled or rows.num_rows == 0:
             return manifest, 0.0

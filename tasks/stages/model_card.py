@@ -11,7 +11,7 @@ from tasks.ml.baseline import BASELINE_NAME
 from tasks.ml.evaluation import BacktestReport, ModelComparison, ModelEvaluation
 from tasks.ml.metrics import QualityMetrics
 from tasks.ml.promotion import PromotionDecision
-from tasks.stages.card_charts import lift_svg, reliability_svg, svg_data_uri
+from tasks.stages.card_charts import leaderboard_svg, lift_svg, reliability_svg, svg_data_uri
 from tasks.stages.records import FeaturesResult, TrainResult
 
 COMPARED = ("model", "model (raw)", "baseline")
@@ -48,6 +48,7 @@ def model_card_markdown(
         f"| required margin | {decision.margin:.4f} |",
         f"| against the baseline | {decision.baseline.describe() if decision.baseline else '-'} |",
         "",
+        *leaderboard_section(result),
         *quality_sections(result.evaluation, result.n_train, result.n_test, m),
         "",
         "## Training",
@@ -74,6 +75,39 @@ def model_card_markdown(
         f"**Features ({len(manifest.features)}):** " + ", ".join(manifest.features),
     ]
     return "\n".join(lines)
+
+
+def leaderboard_section(result: TrainResult) -> list[str]:
+    """Every contender of the run, best first, and a chart of their log losses."""
+    board = result.leaderboard
+    if not board:
+        return []
+    basis = board[0].basis
+    lines = [
+        "## Contenders",
+        "",
+        f"Each family fitted on the same snapshot and judged on the same {basis} "
+        f"(calibrated); lowest log loss wins, AUC breaks ties. {result.champion_reason}.",
+        "",
+        "| | family | size | AUC | log loss | ECE | mean score / rate | fit seconds | device "
+        "| pool | version |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in board:
+        lines.append(
+            f"| {'champion' if r.champion else ''} | {r.family} | {r.size:,} | {r.auc:.4f} "
+            f"| {r.logloss:.4f} | {r.ece:.4f} | {r.mean_score:.3f} / {r.positive_rate:.3f} "
+            f"| {r.train_seconds:.1f} | {r.device} | {r.pool} | `{r.version}`"
+            + (" (reused)" if r.reused else "")
+            + " |"
+        )
+    floor = None
+    evaluation = result.evaluation
+    if evaluation is not None:
+        shown = evaluation.backtest.result if basis == "backtest" else evaluation.test
+        floor = shown.baseline.logloss if shown is not None else None
+    chart = leaderboard_svg({r.family: r.logloss for r in board}, floor, f"Contenders ({basis})")
+    return [*lines, "", f"![contenders ({basis})]({svg_data_uri(chart)})", ""]
 
 
 def quality_sections(

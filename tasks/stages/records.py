@@ -135,6 +135,7 @@ class TrainResult(BaseModel):
         default_factory=list, description="every contender, best first (the champion first)"
     )
     champion_reason: str = ""
+    start_reason: str = Field(default="", description="warm start from production, or why not")
 
 
 class InferenceResult(BaseModel):
@@ -180,7 +181,8 @@ class PipelineSummary(BaseModel):
     promotion_reason: str
     scored_with: str
     metrics: dict[str, Any] = Field(
-        description="test_* figures (calibrated) and the out-of-time `backtest` report"
+        description="test_* figures (calibrated), the out-of-time `backtest` report, the "
+        "champion's `family`, why it won (`champion`) and every contender (`leaderboard`)"
     )
     predictions_uri: str
     quarantine_uri: str

@@ -91,6 +91,8 @@ class RefreshResult(BaseModel):
     production_before: str | None
     production_after: str | None
     warm_start: bool = False
+    family: str = "mlp"
+    start_reason: str = ""
     promoted: bool
     forced: bool
     reason: str

@@ -24,9 +24,11 @@ from pydantic import BaseModel
 
 from infra.datasets import local_dataset_dir, read_dataset_manifest, release_local_dir
 from infra.devices import configure_accelerator
-from infra.registry import AliasRecord, ModelManifest, ModelRegistry
+from infra.errors import HybridflowInputError
+from infra.registry import AliasRecord, ModelManifest, ModelRegistry, new_version_id
+from infra.routing.accounting import embedded_pool
 from infra.settings import HybridflowSettings
-from infra.store import ObjectStore
+from infra.store import ObjectStore, sha256_bytes
 from infra.warm_imports import finish_warm_imports
 from tasks.ml.champion import LeaderboardRow, champion_line, crown, judged_figures, judging_basis
 from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
@@ -58,6 +60,7 @@ class TrainingOptions(BaseModel):
     scratch: bool = False
     stop_after_steps: int | None = None
     families: list[str] | None = None  # None: HYBRIDFLOW_TRAIN__FAMILIES
+    pool: str = ""  # the work pool running the stage ("": this machine's, by its device)
 
 
 class TrainingInterrupted(RuntimeError):
@@ -74,12 +77,15 @@ class TrainStageOutput(BaseModel):
 
 @dataclass
 class _Contender:
-    """A contender's registered version and what this run did to get it."""
+    """A contender: its version's manifest (registered by an earlier run, or to be registered
+    with the leaderboard once every contender is judged) and what this run did to get it."""
 
     manifest: ModelManifest
     history: list[EpochRecord]
     reused: bool
     checkpoints_uri: str
+    files: dict[str, bytes] | None = None  # the bundle of a version not registered yet
+    start: str = ""  # where this run's fit started (warm start from production, or why not)
 
 
 def launch_training(
@@ -160,6 +166,7 @@ def train_stage(
             chunk_rows=settings.train.stream_chunk_rows,
             cache_bytes=settings.train.stream_cache_mb << 20,
         )
+        check_trainable(data, as_of, horizon_days)
         registry = ModelRegistry(store)
         production = registry.alias()
         fingerprint = data.fingerprint()
@@ -185,9 +192,50 @@ def train_stage(
                 contenders.append(contender)
         if not ctx.is_main:
             return None
-        return _crown_and_gate(registry, contenders, data, settings, started, device.type)
+        return _crown_and_gate(registry, contenders, data, settings, options, started, device.type)
     finally:
         release_local_dir(store, local)
+
+
+MIN_EXAMPLES_PER_CLASS = 5  # in every split: what fitting, calibrating and judging need
+
+
+def check_trainable(data: SnapshotStream, as_of: dt.date, horizon_days: int) -> None:
+    """HybridflowInputError naming the cause and the fix when no family could produce a model
+    from the snapshot: no examples, one class only, or too few of a class in a split."""
+    window = f"({as_of - dt.timedelta(days=horizon_days)}, {as_of}]"
+    counts = {}
+    for split in data.splits:
+        labels = [y for _, y in data.chunks(split)]
+        positives = int(sum(float(y.sum()) for y in labels))
+        counts[split] = (data.rows(split), positives)
+    rows = sum(n for n, _ in counts.values())
+    positives = sum(p for _, p in counts.values())
+    fix = (
+        "fix: give more history (events before the window), or choose --as-of / "
+        "--horizon-days so that some, but not all, customers buy in the window"
+    )
+    if rows == 0:
+        raise HybridflowInputError(
+            f"no training examples: no customer has events before the label window {window}; {fix}"
+        )
+    if positives in (0, rows):
+        who = "no customer" if positives == 0 else "every customer"
+        raise HybridflowInputError(
+            f"all {rows} training examples have one class: {who} bought in the label window "
+            f"{window}, and no model can learn from one class; {fix}"
+        )
+    short = [
+        f"{split} {n} rows, {p} buying"
+        for split, (n, p) in counts.items()
+        if min(p, n - p) < MIN_EXAMPLES_PER_CLASS
+    ]
+    if short:
+        raise HybridflowInputError(
+            f"too few training examples to fit and judge a model ({'; '.join(short)}; every "
+            f"split needs at least {MIN_EXAMPLES_PER_CLASS} customers who bought in {window} and "
+            f"{MIN_EXAMPLES_PER_CLASS} who did not): more customers are needed; {fix}"
+        )
 
 
 def _contend(
@@ -220,7 +268,12 @@ def _contend(
             tid,
             done.version,
         )
-        return _Contender(done, [], True, checkpoints.uri()) if ctx.is_main else None
+        start_reason = f"{start.reason} (the same fit as version {done.version}, reused)"
+        return (
+            _Contender(done, [], True, checkpoints.uri(), start=start_reason)
+            if ctx.is_main
+            else None
+        )
     log.info(
         "%s: training %s: %s; checkpoints at %s", spec.kind, tid, start.reason, checkpoints.uri()
     )
@@ -255,8 +308,11 @@ def _contend(
     model, evaluation = judge_candidate(
         store, prepared, outcome.model, spec, data, settings, device, as_of, horizon_days
     )
-    manifest = registry.register(
-        model.bundle_files(),
+    files = model.bundle_files()
+    manifest = ModelManifest(
+        version=new_version_id(),
+        created_at=dt.datetime.now(dt.UTC),
+        files={name: sha256_bytes(body) for name, body in files.items()},
         kind=spec.kind,
         metrics=evaluation.flat_metrics()
         | {
@@ -277,12 +333,13 @@ def _contend(
         )
         | {
             "device": outcome.record.get("device", device.type),
+            "pool": options.pool or embedded_pool(device.type),
             "judge_seconds": time.perf_counter() - judged,
             "origins": [o.isoformat() for o in data.origins()],
         },
     )
-    log.info("%s: registered as %s (%s)", spec.kind, manifest.version, model.describe())
-    return _Contender(manifest, outcome.history, False, checkpoints.uri())
+    log.info("%s: judged (%s)", spec.kind, model.describe())
+    return _Contender(manifest, outcome.history, False, checkpoints.uri(), files, start.reason)
 
 
 def _training_record(
@@ -307,7 +364,7 @@ def _training_record(
     }
 
 
-def leaderboard_row(contender: _Contender, basis: str) -> LeaderboardRow:
+def leaderboard_row(contender: _Contender, basis: str, pool: str) -> LeaderboardRow:
     """A registered contender's row (its figures from its manifest's evaluation)."""
     manifest = contender.manifest
     evaluation = ModelEvaluation.model_validate(manifest.evaluation)
@@ -325,7 +382,24 @@ def leaderboard_row(contender: _Contender, basis: str) -> LeaderboardRow:
         train_seconds=fit,
         seconds=fit + float(training.get("judge_seconds", 0.0)),
         device=str(training.get("device", "cpu")),
+        pool=str(training.get("pool") or pool),
         reused=contender.reused,
+    )
+
+
+def _registered(
+    registry: ModelRegistry, contender: _Contender, board: list[LeaderboardRow]
+) -> _Contender:
+    """The contender with its version registered (this run's leaderboard in its manifest)."""
+    if contender.files is None:
+        return contender
+    fields = contender.manifest.model_dump(exclude={"created_at", "files"})
+    manifest = registry.register(
+        contender.files, **fields | {"leaderboard": [r.model_dump(mode="json") for r in board]}
+    )
+    log.info("%s: registered as %s", manifest.kind, manifest.version)
+    return _Contender(
+        manifest, contender.history, False, contender.checkpoints_uri, start=contender.start
     )
 
 
@@ -334,6 +408,7 @@ def _crown_and_gate(
     contenders: list[_Contender],
     data: SnapshotStream,
     settings: HybridflowSettings,
+    options: TrainingOptions,
     started: float,
     device: str,
 ) -> TrainStageOutput:
@@ -341,14 +416,23 @@ def _crown_and_gate(
     registered and may not have gated before it died) and report the stage's result."""
     evaluations = [ModelEvaluation.model_validate(c.manifest.evaluation) for c in contenders]
     basis = judging_basis(evaluations)
-    board = crown([leaderboard_row(c, basis) for c in contenders])
+    pool = options.pool or embedded_pool(device)
+    board = crown([leaderboard_row(c, basis, pool) for c in contenders])
+    log.info("champion: %s", champion_line(board))
+    contenders = [_registered(registry, c, board) for c in contenders]
     champion = next(c for c in contenders if c.manifest.version == board[0].version)
     manifest = champion.manifest
-    log.info("champion: %s", champion_line(board))
     judged = data.newest_origin()  # the test split the candidate's test metrics are of
     decision, promoted, production_version = gate_and_promote(
         registry, manifest, judged, settings.promotion_margin
     )
+    if not promoted and registry.alias() is None:
+        raise HybridflowInputError(
+            f"no model to score with: this run's champion {manifest.version} ({manifest.kind}) "
+            f"was not promoted ({decision.reason}) and there is no production model yet; "
+            f"fix: serve it anyway with `hybridflow models promote {manifest.version}`, or give "
+            "the run more history (a longer event log) so that a contender beats the baseline"
+        )
     metrics = {
         k.removeprefix("test_"): v for k, v in manifest.metrics.items() if k.startswith("test_")
     }
@@ -381,5 +465,6 @@ def _crown_and_gate(
         else None,
         leaderboard=board,
         champion_reason=champion_line(board),
+        start_reason=champion.start or str(training.get("start", "")),
     )
     return TrainStageOutput(result=result, decision=decision, history=champion.history)

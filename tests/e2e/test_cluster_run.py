@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 # rows over in (files and rows are ordered by the engine's partitioning), so every engine must
 # give the same model, up to float summation order
 SAME_MODEL = {
+    "HYBRIDFLOW_TRAIN__FAMILIES": "mlp",
     "HYBRIDFLOW_TRAIN__SPECS": '{"mlp": {"dropout": 0}}',
     "HYBRIDFLOW_TRAIN__BATCH_SIZE": "65536",
     "HYBRIDFLOW_TRAIN__MAX_EPOCHS": "15",

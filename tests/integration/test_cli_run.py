@@ -106,3 +106,53 @@ def test_missing_path_exits_2(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("hybridflow:")]
     assert errors == [f"hybridflow: error: events path not found: {tmp_path / 'nope'}"]
     assert "Traceback" not in proc.stderr
+
+
+def _four_column_log(demo_events: Path, path: Path) -> Path:
+    """The demo's purchases as a shop exports them: customer, date, quantity, amount (CSV)."""
+    import csv
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(demo_events)
+    table = table.filter(pc.equal(table["event_type"], "purchase"))
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["CustomerID", "InvoiceDate", "Quantity", "Amount"])
+        for cid, t, q, a in zip(
+            table["customer_id"].to_pylist(),
+            table["event_time"].to_pylist(),
+            table["quantity"].to_pylist(),
+            table["amount"].to_pylist(),
+            strict=True,
+        ):
+            writer.writerow([cid, t.strftime("%d/%m/%Y"), q, "" if a is None else f"{a:.2f}"])
+    return path
+
+
+def test_first_run_on_a_four_column_log_ends_with_predictions_and_a_leaderboard(
+    demo_events, tmp_path
+):
+    log = _four_column_log(demo_events, tmp_path / "transactions.csv")
+    maps = [
+        "customer_id=CustomerID",
+        "event_time=InvoiceDate",
+        "quantity=Quantity",
+        "amount=Amount",
+    ]
+    args = ["run", "--events", str(log), "--json"] + [a for m in maps for a in ("--map", m)]
+    proc = _hybridflow(args, tmp_path, tmp_path / "store")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["promoted"] and summary["scored_with"] == summary["model_version"]
+    assert summary["rows_scored"] > 1000
+    board = summary["metrics"]["leaderboard"]
+    assert sorted(r["family"] for r in board) == ["gbm", "logistic", "mlp"]
+    assert board[0]["champion"] and board[0]["family"] == summary["metrics"]["family"]
+    assert board[0]["version"] == summary["model_version"]
+    assert [r["logloss"] for r in board] == sorted(r["logloss"] for r in board)
+    import pandas as pd
+
+    predictions = pd.read_parquet(summary["predictions_uri"])
+    assert len(predictions) == summary["rows_scored"] and predictions.score.between(0, 1).all()

@@ -72,7 +72,9 @@ def test_calibrated_backtest_log_loss_is_at_or_below_the_baselines(runs):
         "train_labels_until": str(summary.as_of - dt.timedelta(days=90)),
         "judged_labels_until": str(summary.as_of),
     }
-    assert "beats the RFM baseline" in summary.promotion_reason and summary.promoted
+    # the champion beats the floor; whether it also beats the pre-shift production on test AUC
+    # depends on which family won each time
+    assert "beats the RFM baseline" in summary.promotion_reason
     manifest = ModelRegistry(store).get(summary.model_version)
     evaluation = ModelEvaluation.model_validate(manifest.evaluation)
     assert evaluation.backtest.result.model.logloss == pytest.approx(model["logloss"])
@@ -111,5 +113,9 @@ def test_model_card_artifact_embeds_the_reliability_plot_and_lift_chart(runs):
     card = next(str(c.data) for c in cards if f"# Model {summary.model_version}" in str(c.data))
     assert "## Out-of-time backtest" in card and "| | model | model (raw) | baseline |" in card
     images = re.findall(r"!\[([^\]]+)\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", card)
-    assert [alt for alt, _ in images] == ["reliability plot (backtest)", "lift chart (backtest)"]
+    assert [alt for alt, _ in images] == [
+        "contenders (backtest)",
+        "reliability plot (backtest)",
+        "lift chart (backtest)",
+    ]
     assert all(base64.b64decode(data).startswith(b"<svg ") for _, data in images)

@@ -53,7 +53,8 @@ def test_registry_and_quarantine(first_run):
     registry = ModelRegistry(LocalFolderStore(store_dir))
     assert summary.promoted and registry.alias().version == summary.model_version
     manifest = registry.get(summary.model_version)
-    assert set(manifest.files) == {"model.pt", "model.json"}
+    bundles = {"mlp": {"model.pt", "model.json"}, "gbm": {"model.txt", "model.json"}}
+    assert set(manifest.files) == bundles.get(manifest.kind, {"model.json"})
     assert manifest.features and manifest.metrics["test_auc"] == pytest.approx(
         summary.metrics["test_auc"]
     )
@@ -73,7 +74,8 @@ def test_second_run_goes_through_the_gate(first_run):
     second = pipeline_flow(params)
     assert second.model_version != first.model_version
     registry = ModelRegistry(LocalFolderStore(store_dir))
-    assert registry.get(second.model_version).parent_version == first.model_version
+    if second.metrics["family"] == first.metrics["family"]:  # the champion's family warm-starts
+        assert registry.get(second.model_version).parent_version == first.model_version
     assert "production" in second.promotion_reason
     expected = second.model_version if second.promoted else first.model_version
     assert registry.alias().version == expected == second.scored_with
@@ -94,3 +96,55 @@ def test_run_is_planned_priced_and_profiled(first_run):
     assert sorted(p.stage for p in profiles) == sorted(s.name for s in summary.stages)
     assert all(p.seconds > 0 and p.peak_memory_mb and p.peak_memory_mb > 0 for p in profiles)
     assert summary.run_id in {r.run_id for r in read_cost_reports(store)}
+
+
+def test_the_champion_is_recorded_in_the_summary_manifest_and_card(first_run):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    store_dir, _, summary = first_run
+    board = summary.metrics["leaderboard"]
+    assert sorted(r["family"] for r in board) == ["gbm", "logistic", "mlp"]
+    champion = board[0]
+    assert champion["champion"] and champion["version"] == summary.model_version
+    assert champion["family"] == summary.metrics["family"] and champion["basis"] == "backtest"
+    assert [r["logloss"] for r in board] == sorted(r["logloss"] for r in board)
+    assert all(r["size"] > 0 and r["train_seconds"] > 0 and r["pool"] for r in board)
+    registry = ModelRegistry(LocalFolderStore(store_dir))
+    manifest = registry.get(summary.model_version)
+    assert manifest.kind == champion["family"]
+    assert [r["version"] for r in manifest.leaderboard] == [r["version"] for r in board]
+    for row in board[1:]:  # every contender is a version of its own, never promoted
+        assert registry.get(row["version"]).kind == row["family"]
+    with get_client(sync_client=True) as client:
+        cards = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["model-card"]))
+        )
+    card = next(str(c.data) for c in cards if f"# Model {summary.model_version}" in str(c.data))
+    assert "## Contenders" in card and f"| champion | {champion['family']} |" in card
+    assert "![contenders (backtest)](data:image/svg+xml;base64," in card
+
+
+def test_refresh_fine_tunes_the_champions_family_and_says_why_another_fits_fresh(first_run):
+    from flows.refresh import RefreshParams, refresh_flow
+
+    store_dir, params, _ = first_run
+    registry = ModelRegistry(LocalFolderStore(store_dir))
+    production = registry.get(registry.alias().version)
+    refresh = RefreshParams(
+        events=params.events, store=params.store, device="cpu", as_of=production.as_of
+    )
+    same = refresh_flow(refresh)
+    assert same.family == production.kind
+    # (an earlier run of the same fit from the same production is reused, and says so)
+    assert same.warm_start
+    assert same.start_reason.startswith(f"warm start from production {production.version}")
+    assert registry.get(same.candidate_version).parent_version == production.version
+    other = next(k for k in ("logistic", "gbm", "mlp") if k != production.kind)
+    before = registry.alias().version
+    fresh = refresh_flow(refresh.model_copy(update={"families": [other]}))
+    assert fresh.family == other and not fresh.warm_start
+    assert (
+        f"production {before} is a " in fresh.start_reason
+        and f"this fit is {other}" in fresh.start_reason
+    )

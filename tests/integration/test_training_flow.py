@@ -27,6 +27,7 @@ def test_train_flow_reuses_a_finished_training_and_publishes_the_model_card(
         "HYBRIDFLOW_TRAIN__BATCH_SIZE": "64",
         "HYBRIDFLOW_TRAIN__MAX_EPOCHS": "4",
         "HYBRIDFLOW_TRAIN__THREADS": "1",
+        "HYBRIDFLOW_TRAIN__FAMILIES": "mlp",  # the network's checkpoints and resume
         "HYBRIDFLOW_CHECKPOINT__EVERY_STEPS": "40",
     }.items():
         monkeypatch.setenv(name, value)

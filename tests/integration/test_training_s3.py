@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _settings(**train) -> HybridflowSettings:
     base = {"batch_size": 32, "max_epochs": 4, "threads": 1, "warm_start": False}
+    base["families"] = ["mlp"]  # the network: checkpoints and their store
     return HybridflowSettings(train=base | train, checkpoint={"every_steps": 50, "keep": 3})
 
 
@@ -46,6 +47,7 @@ def _env(store: S3Store, **extra: str) -> dict[str, str]:
             "HYBRIDFLOW_STORE": store.uri,
             "HYBRIDFLOW_TRAIN__THREADS": "1",
             "HYBRIDFLOW_TRAIN__WARM_START": "false",
+            "HYBRIDFLOW_TRAIN__FAMILIES": "mlp",  # the network: checkpoints, kills, DDP
             "HYBRIDFLOW_CHECKPOINT__EVERY_SECONDS": "0",
             "PYTHONPATH": str(ROOT),
         }
@@ -293,7 +295,7 @@ def test_ddp_two_gloo_processes_checkpoint_once_per_interval_and_resume(
     second = captured.out + captured.err
     for rank in (0, 1):
         assert (
-            f"rank{rank} tasks.stages.train: training {tid} resumed from checkpoint step 100"
+            f"rank{rank} tasks.ml.network_fit: training {tid} resumed from checkpoint step 100"
             in second
         )
     result = flow_result.model_dump()

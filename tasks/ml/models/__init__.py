@@ -15,7 +15,9 @@ from tasks.ml.models.base import (
     ModelFamily,
     Scorer,
     evaluate,
+    fit_threads,
     predict_proba,
+    split_arrays,
 )
 from tasks.ml.models.registry import (
     LEGACY_KIND,
@@ -43,12 +45,14 @@ __all__ = [
     "bundle_kind",
     "evaluate",
     "family_specs",
+    "fit_threads",
     "get_family",
     "list_families",
     "load_model",
     "predict_proba",
     "register_family",
     "spec_adapter",
+    "split_arrays",
     "unregister_family",
     "verify_bundle",
 ]

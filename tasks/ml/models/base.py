@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
 
 CONFIG_FILE = "model.json"
+PARALLEL_FIT_ROWS = 200_000  # below this, one thread fits faster than a busy machine's cores
 Scorer = Callable[[np.ndarray], np.ndarray]
 
 
@@ -162,6 +163,26 @@ def predict_proba(model: FittedModel, x: np.ndarray, *, calibrated: bool = True)
     (``calibrated=False``: the raw sigmoid)."""
     calibration = model.calibration if calibrated else Calibration()
     return calibration.probabilities(model.logits(x))
+
+
+def fit_threads(rows: int, setting: int = 0) -> int:
+    """Threads for a CPU fit of ``rows`` rows: the setting (``HYBRIDFLOW_TRAIN__THREADS``),
+    else one below :data:`PARALLEL_FIT_ROWS` (OpenMP/BLAS workers spinning on a shared 2-core
+    box made a 12k-row fit 5-16x slower), else every available core."""
+    from infra.devices import available_cores
+
+    return setting or (1 if rows < PARALLEL_FIT_ROWS else available_cores())
+
+
+def split_arrays(data: SnapshotStream, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """The raw features (float32, rows x features) and labels of one split, in file order."""
+    xs, ys = [], []
+    for x, y in data.chunks(split):
+        xs.append(x)
+        ys.append(y)
+    if not xs:
+        return np.empty((0, len(data.features)), dtype=np.float32), np.empty(0, dtype=np.float32)
+    return np.concatenate(xs), np.concatenate(ys)
 
 
 def evaluate(

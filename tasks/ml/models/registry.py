@@ -23,7 +23,12 @@ from infra.store import sha256_bytes
 from tasks.ml.models.base import CONFIG_FILE, FamilySpec, FittedModel, ModelFamily
 
 LEGACY_KIND = "mlp"  # what a bundle without a kind is
-BUILTIN_FAMILY_MODULES: tuple[str, ...] = ("tasks.ml.models.mlp", "tasks.ml.models.sequence")
+BUILTIN_FAMILY_MODULES: tuple[str, ...] = (
+    "tasks.ml.models.logistic",
+    "tasks.ml.models.gbm",
+    "tasks.ml.models.mlp",
+    "tasks.ml.models.sequence",
+)
 
 _families: dict[str, ModelFamily] = {}
 _lock = threading.Lock()

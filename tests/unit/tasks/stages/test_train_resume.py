@@ -122,7 +122,13 @@ def test_same_seed_gives_the_same_weights_and_resume_matches_an_uninterrupted_ru
 
 def test_warm_start_reaches_scratch_quality_in_fewer_steps(store):
     settings = HybridflowSettings(
-        train={"batch_size": 64, "max_epochs": 25, "patience": 2, "threads": 1},
+        train={
+            "batch_size": 64,
+            "max_epochs": 25,
+            "patience": 2,
+            "threads": 1,
+            "families": ["mlp"],  # the network's warm start and resume
+        },
         checkpoint={"every_steps": 0, "every_seconds": 0},
     )
     feats, old = publish_synthetic_snapshot(store, "old", rows=4000, seed=21)
