@@ -9,7 +9,9 @@ inputs from the list columns, the training loop, early-stopping bookkeeping); th
 every input preloaded as one tensor. Run once per encoder (GRU and transformer); the bare loop
 runs before and after the family, so load drift on a shared box cancels. ``ratio`` = family
 samples/s over the bare loop's. CPU only here (1 torch thread); on CUDA the same code runs with
-bf16 autocast and ``torch.compile``.
+bf16 autocast and ``torch.compile``. Also one request's scoring latency (p99 of
+``predict_proba`` on one customer's inputs, what the endpoint runs for this family) against the
+MLP's fast path.
 """
 
 from __future__ import annotations
@@ -54,10 +56,10 @@ def _bare_loop(network: nn.Module, x: torch.Tensor, y: torch.Tensor, val_x: np.n
     return time.perf_counter() - started, samples
 
 
-def _rows_for(encoder: str, root: Path, length: int) -> dict:
+def _rows_for(encoder: str, root: Path, length: int) -> list[dict]:
     from infra.settings import TrainingSettings
     from tasks.ml.model_inputs import input_matrix
-    from tasks.ml.models import FitJob, family_specs, get_family
+    from tasks.ml.models import FitJob, family_specs, get_family, predict_proba
     from tasks.ml.normalizer import Normalizer
     from tasks.ml.snapshot_reader import SnapshotStream
     from tests.fixtures.sequence_snapshot import FEATURES
@@ -88,7 +90,10 @@ def _rows_for(encoder: str, root: Path, length: int) -> dict:
     samples = int(outcome.record["samples_seen"])
     bare_rate = (before[1] + after[1]) / (before[0] + after[0])
     rate = samples / fit_s
-    return {
+    latency = _latency_ms(lambda: predict_proba(outcome.model, val_x[:1]))
+    fast = _mlp_fast_path(len(FEATURES))
+    mlp_latency = _latency_ms(lambda: fast(val_x[:1, : len(FEATURES)]))
+    throughput = {
         "benchmark": f"sequence_{encoder}",
         "subject": f"sequence family fit ({outcome.model.describe()}), {EPOCHS} epochs",
         "baseline": "bare PyTorch loop, same network, preloaded tensors",
@@ -101,6 +106,45 @@ def _rows_for(encoder: str, root: Path, length: int) -> dict:
         "parameters": outcome.model.n_parameters,
         "load": os.getloadavg()[0],
     }
+    scoring = {
+        "benchmark": f"sequence_{encoder}_request",
+        "subject": "one customer scored as the endpoint does (predict_proba), p99",
+        "baseline": "the MLP's fast path on the aggregate features, p99",
+        "ratio": mlp_latency[1] / latency[1],
+        "unit": "ms",
+        "value": latency[1],
+        "baseline_value": mlp_latency[1],
+        "p50_ms": latency[0],
+        "length": length,
+    }
+    return [throughput, scoring]
+
+
+def _latency_ms(call, n: int = 300) -> tuple[float, float]:
+    """p50 and p99 of ``call`` in milliseconds (after a warm-up)."""
+    for _ in range(20):
+        call()
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - started) * 1000)
+    return float(np.percentile(times, 50)), float(np.percentile(times, 99))
+
+
+def _mlp_fast_path(n_features: int):
+    from tasks.ml.models.mlp import CustomerMLP, ModelConfig, fast_scorer
+
+    config = ModelConfig(
+        features=[f"f{i}" for i in range(n_features)],
+        hidden_sizes=[64, 32],
+        dropout=0.0,
+        norm_mean=[0.0] * n_features,
+        norm_std=[1.0] * n_features,
+    )
+    scorer = fast_scorer(CustomerMLP(config).eval())
+    assert scorer is not None
+    return scorer
 
 
 def main(results_dir: Path) -> list[dict]:
@@ -114,6 +158,8 @@ def main(results_dir: Path) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="hf-bench-sequence-"))
     try:
         root = write_sequence_snapshot(work / "snapshot", rows, length)
-        return [_rows_for(encoder, root, length) for encoder in ("gru", "transformer")]
+        return [
+            row for encoder in ("gru", "transformer") for row in _rows_for(encoder, root, length)
+        ]
     finally:
         shutil.rmtree(work, ignore_errors=True)
