@@ -7,7 +7,8 @@ snapshot-only endpoint.
    customers, so every batch is accepted) against the bare baseline measured in this process:
    decode the IPC stream and append it to an events log (the same Parquet segment written once,
    fsynced), no checks, no online state. ``events_per_cpu_s`` is events per CPU second of the
-   endpoint process, which other load on a shared machine disturbs far less than wall time.
+   endpoint process, which other load on a shared machine disturbs far less than wall time
+   (``load_avg_1m``, the machine's load when the row was measured, says how busy it was).
    The goal: at least ``GOAL_EVENTS_S`` events/s.
 2. **predict**: ``/predict`` at concurrency 1 on fresh features while events stream in at half
    the goal (``GOAL_EVENTS_S / 2``, batches of ``PACED_BATCH`` events) against the endpoint with
@@ -26,6 +27,7 @@ import datetime as dt
 import hashlib
 import http.client
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -110,6 +112,7 @@ def main(results_dir: Path) -> list[dict]:
                     "events_per_cpu_s": events / cpu,
                     "goal_events_per_s": GOAL_EVENTS_S,
                     "errors": sent["errors"],
+                    "load_avg_1m": os.getloadavg()[0],
                 }
             )
             ready = json.loads(_get(endpoint.url, "/ready"))["online"]
@@ -143,6 +146,7 @@ def main(results_dir: Path) -> list[dict]:
                     "rps": during["rps"],
                     "errors": during["errors"] + streaming["errors"],
                     "goal_p99_ms": 10.0,
+                    "load_avg_1m": os.getloadavg()[0],
                 }
             )
             ready = json.loads(_get(endpoint.url, "/ready"))["online"]
