@@ -461,6 +461,18 @@ class OnlineState:
             ring_day, newest = self.ring_day, self.newest
         return Reading(_aggregates(life, ring, mix, overflow, ring_day, day), day, newest)
 
+    def read_one(self, row: int, at_least_day: int) -> Reading:
+        """:meth:`read` for one customer, its aggregates as scalars (what a single request
+        needs: a few microseconds instead of a hundred array operations)."""
+        with self.lock:
+            day = max(at_least_day, self.cutoff_day())
+            life = {name: array[row] for name, array in self._life.items()}
+            ring = np.stack([array[row] for array in self._ring.values()])
+            mix = {col: counts[row].copy() for col, counts in self._mix.items()}
+            overflow = self._overflow.get(row)
+            ring_day, newest = self.ring_day, self.newest
+        return Reading(_aggregates_of_one(life, ring, mix, overflow, ring_day, day), day, newest)
+
     def aggregates(self, rows: np.ndarray, cutoff_day: int) -> dict[str, np.ndarray]:
         """Every aggregate of :data:`tasks.definitions.feature_formulas.AGGREGATES` for the
         customers at ``rows`` at the end of ``cutoff_day`` (no earlier than
@@ -515,24 +527,12 @@ def _aggregates(
     }
     for kind in EVENT_TYPE_MIX:
         a[f"_n_{kind}"] = life[f"n_{kind}"].astype(np.float64)
-    # ring slots from the oldest day (ring_day - RING_DAYS + 1) to ring_day, in day order
-    oldest = ring_day - RING_DAYS + 1
-    order = np.arange(oldest, ring_day + 1) % RING_DAYS
-    days = {name: values[:, order] for name, values in ring.items()}
-    for w in WINDOWS_DAYS:
-        start = max(cutoff_day - w + 1 - oldest, 0)  # the window's first day in ``days``
-        n_w = days["day_n"][:, start:].sum(axis=1, dtype=np.int64).astype(np.float64)
-        n_p_w = days["day_n_p"][:, start:].sum(axis=1, dtype=np.int64).astype(np.float64)
-        if overflow is not None:
-            first_day = oldest + start
-            for i, extra in enumerate(overflow):
-                for d, (more_n, more_p) in (extra or {}).items():
-                    if d >= first_day:
-                        n_w[i] += more_n
-                        n_p_w[i] += more_p
-        a[f"_n_{w}"] = n_w
-        a[f"_n_p_{w}"] = n_p_w
-        a[f"_amount_{w}"] = np.where(n_p_w > 0, days["day_amount"][:, start:].sum(axis=1), np.nan)
+    ring_stack = np.stack([ring["day_n"], ring["day_n_p"], ring["day_amount"]])
+    sums = _window_sums(ring_stack, overflow, ring_day, cutoff_day)
+    for j, w in enumerate(WINDOWS_DAYS):
+        a[f"_n_{w}"] = sums[0, :, j]
+        a[f"_n_p_{w}"] = sums[1, :, j]
+        a[f"_amount_{w}"] = np.where(sums[1, :, j] > 0, sums[2, :, j], np.nan)
     for col, counts in mix.items():
         c = counts.astype(np.float64)
         present = c > 0
@@ -543,4 +543,73 @@ def _aggregates(
         a[f"_{col}_top"] = c.max(axis=1, initial=0.0)
         a[f"_{col}_total"] = c.sum(axis=1)
         a[f"_{col}_clogc"] = np.where(any_value, clogc, np.nan)
+    return a
+
+
+def _window_sums(
+    ring: np.ndarray,
+    overflow: list[dict[int, list[int]] | None] | None,
+    ring_day: int,
+    cutoff_day: int,
+) -> np.ndarray:
+    """Events, purchases and amount (``ring``'s first axis) of each window
+    (:data:`WINDOWS_DAYS`, the last axis) ending at the end of ``cutoff_day``, per customer
+    (the middle axis). A window ending on or after the ring's newest day
+    is a suffix of the ring's days in order, summed newest first (amounts are non-negative: no
+    sum loses precision to cancellation)."""
+    oldest = ring_day - RING_DAYS + 1
+    shift = oldest % RING_DAYS
+    days = ring.astype(np.float64)
+    in_order = np.concatenate([days[..., shift:], days[..., :shift]], axis=-1)
+    suffix = np.zeros(in_order.shape[:-1] + (RING_DAYS + 1,))
+    suffix[..., :RING_DAYS] = np.cumsum(in_order[..., ::-1], axis=-1)[..., ::-1]
+    starts = [min(max(cutoff_day - w + 1 - oldest, 0), RING_DAYS) for w in WINDOWS_DAYS]
+    sums = suffix[..., starts]
+    for i, extra in enumerate(overflow or []):
+        for d, (more_n, more_p) in (extra or {}).items():
+            late = [j for j, start in enumerate(starts) if d >= oldest + start]
+            sums[0, i, late] += more_n
+            sums[1, i, late] += more_p
+    return sums
+
+
+def _aggregates_of_one(
+    life: dict[str, np.generic],
+    ring: np.ndarray,
+    mix: dict[str, np.ndarray],
+    overflow: dict[int, list[int]] | None,
+    ring_day: int,
+    cutoff_day: int,
+) -> dict[str, np.float64]:
+    """:func:`_aggregates` of one customer, as float64 scalars (NaN for SQL's null)."""
+    f, nan = np.float64, np.float64(np.nan)
+    n_p = f(life["n_p"])
+    bought, gaps = n_p > 0, n_p - 1
+    a = {
+        "_last_t": nan if life["last_t"] == NO_TIME else f(life["last_t"]),
+        "_first_t": f(life["first_t"]),
+        "_n": f(life["n"]),
+        "_n_p": n_p,
+        "_last_p_t": nan if life["last_p_t"] == NO_TIME else f(life["last_p_t"]),
+        "_amount": f(life["amount"]) if bought else nan,
+        "_basket_mean": f(life["q_sum"]) / n_p if bought else nan,
+        "_basket_max": f(life["q_max"]) if bought else nan,
+        "_gap_mean": f(life["gap_mean"]) if gaps > 0 else nan,
+        "_gap_std": np.sqrt(max(f(life["gap_m2"]), f(0.0)) / gaps) if gaps > 0 else nan,
+        "_gap_max": f(life["gap_max"]) if gaps > 0 else nan,
+    }
+    for kind in EVENT_TYPE_MIX:
+        a[f"_n_{kind}"] = f(life[f"n_{kind}"])
+    one = ring[:, None, :]
+    sums = _window_sums(one, None if overflow is None else [overflow], ring_day, cutoff_day)[:, 0]
+    for j, w in enumerate(WINDOWS_DAYS):
+        n_w, n_p_w, amount_w = sums[0, j], sums[1, j], sums[2, j]
+        a[f"_n_{w}"], a[f"_n_p_{w}"] = n_w, n_p_w
+        a[f"_amount_{w}"] = amount_w if n_p_w > 0 else nan
+    for col, counts in mix.items():
+        c = counts[counts > 0].astype(np.float64)
+        a[f"_{col}_values"] = f(c.size)
+        a[f"_{col}_top"] = c.max() if c.size else f(0.0)
+        a[f"_{col}_total"] = c.sum() if c.size else f(0.0)
+        a[f"_{col}_clogc"] = (c * np.log(c)).sum() if c.size else nan
     return a

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving.online.features import online_features
+from serving.online.features import fresh_features, online_features
 from serving.online.state import (
     DAY_US,
     RING_DAYS,
@@ -55,6 +55,8 @@ def assert_same_features(state: OnlineState, rows, cutoff_day: int, available: s
     ids = sorted(expected)
     got = online_features(state, np.asarray([state.row_of[c] for c in ids]), cutoff_day, names)
     for i, customer in enumerate(ids):
+        # one customer at a time: the request path's scalar evaluation of the same formulas
+        (one,), _ = fresh_features(state, np.asarray([state.row_of[customer]]), cutoff_day, names)
         for j, name in enumerate(names):
             want = expected[customer][name]
             assert math.isclose(got[i, j], want, rel_tol=1e-9, abs_tol=1e-12), (
@@ -63,6 +65,7 @@ def assert_same_features(state: OnlineState, rows, cutoff_day: int, available: s
                 got[i, j],
                 want,
             )
+            assert math.isclose(one[j], want, rel_tol=1e-9, abs_tol=1e-12), (customer, name)
 
 
 @settings(
@@ -153,8 +156,11 @@ def test_counts_past_the_ring_cells_width_stay_exact():
     assert state.customers == 1
     state2 = OnlineState(end_of_day_micros(BASE_DAY))
     state2.seed(event_arrays(table))
-    got = online_features(state2, np.asarray([0]), BASE_DAY, ["purchases_30d", "amount_30d"])[0]
+    names = ["purchases_30d", "amount_30d"]
+    got = online_features(state2, np.asarray([0, 0]), BASE_DAY, names)[0]
     assert got.tolist() == [float(n), n * 0.5]
+    one, _ = fresh_features(state2, np.asarray([0]), BASE_DAY, names)
+    assert one[0].tolist() == [float(n), n * 0.5]
 
 
 def test_a_purchase_before_the_customers_last_one_is_found():
