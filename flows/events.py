@@ -9,6 +9,7 @@ files together.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +77,24 @@ def events_landed(
             **decision.model_dump(mode="json"),
         },
     )
+
+
+def log_segments_landed(
+    log_uri: str,
+    first: int,
+    last: int,
+    segments: list[str],
+    as_of: object,
+    rows: int,
+    decision: RefreshDecision,
+) -> EventSpec:
+    """``hybridflow.events.landed`` for segments ``first`` to ``last`` of the events log (the
+    endpoints' accepted events): the same event a pipeline run emits for its input, its
+    ``events`` the log's segments folder, its resource named by the segments' ids."""
+    fingerprint = hashlib.sha256("\n".join(segments).encode()).hexdigest()
+    spec = events_landed(log_uri, fingerprint, as_of, rows, decision)
+    spec.payload.update(source="events-log", segments=[first, last])
+    return spec
 
 
 def drift_detected(

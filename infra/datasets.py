@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from infra.errors import StoreError
 from infra.layout import (
@@ -54,6 +54,30 @@ class DatasetManifest(BaseModel):
     previous_data_prefix: str | None = Field(
         default=None, description="the generation this one replaced (kept for its readers)"
     )
+
+
+SOURCE_EVENTS_KEY = "source_events"
+
+
+class SourceEvents(BaseModel):
+    """What a scoring-feature dataset was computed from, recorded in its manifest's metadata:
+    the validated events generation and the cutoff (microseconds since the epoch). The endpoint
+    seeds its online state from these events (:mod:`serving.online`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    events_prefix: str
+    events_data_prefix: str
+    cutoff_micros: int
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {SOURCE_EVENTS_KEY: self.model_dump()}
+
+    @classmethod
+    def of(cls, manifest: DatasetManifest) -> SourceEvents | None:
+        """The source recorded in ``manifest``, None for a dataset without one."""
+        entry = manifest.metadata.get(SOURCE_EVENTS_KEY)
+        return cls.model_validate(entry) if entry is not None else None
 
 
 def new_generation(now: dt.datetime | None = None) -> str:

@@ -17,6 +17,8 @@
     drift/references/<version>.json                 what drift compares with (bin edges, shares)
     drift/references/<version>/customers/           the customers a version was trained on
     cache/<stage>/<fingerprint>.json                reusable CPU stage outputs
+    events-log/segments/<seq:012d>.parquet          accepted events, each segment written once
+    events-log/readers/<reader>.json                how far a log reader got (e.g. the emitter)
     .staging/                                       a folder store's scratch space
 
 A dataset at ``<prefix>`` is ``<prefix>/_manifest.json`` naming one ``<prefix>/data-<id>/``
@@ -40,6 +42,8 @@ PROFILES = "profiles"
 COSTS = "costs"
 DRIFT_REFERENCES = "drift/references"
 CACHE = "cache"
+EVENTS_LOG = "events-log"
+EVENTS_LOG_SEGMENTS = f"{EVENTS_LOG}/segments"
 STAGING = ".staging"
 BACKTEST = "backtest"
 BACKTEST_EXAMPLES = "backtest_examples"
@@ -47,6 +51,7 @@ DATASET_MANIFEST = "_manifest.json"
 MODEL_MANIFEST = "manifest.json"
 CHECKPOINT_STATE = "state.pt"
 
+_EVENTS_LOG_SEGMENT = re.compile(rf"^{EVENTS_LOG_SEGMENTS}/(\d{{12}})\.parquet$")
 _SCORING_FEATURES_MANIFEST = re.compile(
     rf"^{FEATURES}/as_of=(\d{{4}}-\d{{2}}-\d{{2}})/{re.escape(DATASET_MANIFEST)}$"
 )
@@ -245,3 +250,25 @@ def drift_customers_prefix(version: str) -> str:
 def cache_key(stage: str, fingerprint: str) -> str:
     """The reusable output of a CPU stage for an input fingerprint."""
     return f"{CACHE}/{stage}/{fingerprint}.json"
+
+
+# the events log
+
+
+def events_log_segment_key(seq: int) -> str:
+    """Segment ``seq`` (1, 2, ...) of the events log: accepted events, written once, in order;
+    the segments folder is a Parquet folder a batch run reads (``hybridflow run --events``)."""
+    if seq < 1:
+        raise ValueError(f"segment numbers start at 1, not {seq}")
+    return f"{EVENTS_LOG_SEGMENTS}/{seq:012d}.parquet"
+
+
+def events_log_segment_seq(key: str) -> int | None:
+    """The number of a segment's key, None for any other key."""
+    match = _EVENTS_LOG_SEGMENT.match(key)
+    return int(match.group(1)) if match else None
+
+
+def events_log_reader_key(reader: str) -> str:
+    """How far a reader of the events log got (a small JSON record it moves on)."""
+    return f"{EVENTS_LOG}/readers/{reader}.json"

@@ -81,6 +81,37 @@ class CheckpointSettings(BaseSettings):
     keep: int = Field(default=3, ge=1, description="newest checkpoints kept per training run")
 
 
+class IngestSettings(BaseSettings):
+    """Events sent to the endpoint and its online features (``HYBRIDFLOW_SERVE__INGEST__*``)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    online: bool = Field(
+        default=True,
+        description="keep the per-customer online state and serve fresh features (off: "
+        "customer ids are looked up in the snapshot only, POST /events answers 503)",
+    )
+    token: SecretStr | None = Field(
+        default=None, description="bearer token for POST /events; unset = ingestion disabled"
+    )
+    max_body_bytes: int = Field(
+        default=32 * 1024 * 1024, ge=1024, description="largest POST /events body"
+    )
+    tail_interval_s: float = Field(
+        default=1.0, gt=0, description="how often the events log is checked for new segments"
+    )
+    max_lead_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="events later than the server's clock plus this are refused (in_the_future)",
+    )
+    clock: Literal["log", "wall"] = Field(
+        default="log",
+        description="the day features are computed at: the newest event's (log) or the later of "
+        "that and today's UTC date (wall)",
+    )
+
+
 class ServingSettings(BaseSettings):
     """The real-time endpoint (``HYBRIDFLOW_SERVE__*``)."""
 
@@ -106,6 +137,7 @@ class ServingSettings(BaseSettings):
         default=512, ge=2, description="open connections before new requests get 503"
     )
     torch_threads: int = Field(default=1, ge=1, description="torch intra-op threads")
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
 
 
 class DriftSettings(BaseSettings):

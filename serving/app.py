@@ -1,4 +1,5 @@
-"""The FastAPI app: ``/predict``, ``/health``, ``/ready``, ``/metrics``, ``/admin/reload``."""
+"""The FastAPI app: ``/predict``, ``/events``, ``/health``, ``/ready``, ``/metrics``,
+``/admin/reload``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -18,6 +20,9 @@ from infra.settings import ServingSettings
 from serving.holder import ModelHolder, ServingState
 from serving.metrics import ServingMetrics
 from serving.middleware import LimitsAndMetrics
+from serving.online.features import fresh_features
+from serving.online.ingest import IngestError
+from serving.online.service import OnlineFeatures, OnlineView, iso_time
 from serving.schemas import PredictItem, PredictRequest, describe_validation_error
 
 log = logging.getLogger(__name__)
@@ -31,10 +36,10 @@ class PredictError(Exception):
         self.status, self.field, self.message = status, field, message
 
 
-def error_response(status: int, problems: list[dict[str, str]]) -> JSONResponse:
-    """``{"detail": "field: message; ...", "errors": [...]}``."""
+def error_response(status: int, problems: list[dict[str, str]], **extra: object) -> JSONResponse:
+    """``{"detail": "field: message; ...", "errors": [...]}`` (and ``extra``)."""
     detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
-    return JSONResponse({"detail": detail, "errors": problems}, status_code=status)
+    return JSONResponse({"detail": detail, "errors": problems, **extra}, status_code=status)
 
 
 def problem(status: int, field: str, message: str) -> JSONResponse:
@@ -42,13 +47,53 @@ def problem(status: int, field: str, message: str) -> JSONResponse:
     return error_response(status, [{"field": field, "message": message}])
 
 
-def feature_matrix(state: ServingState, items: list[PredictItem], batch: bool) -> np.ndarray:
-    """Raw features in the model's order, one row per item; PredictError naming the field."""
+@dataclass(frozen=True)
+class FreshRows:
+    """Items scored on the online state's features: their positions, their features (model
+    order) and the newest event those include (microseconds)."""
+
+    items: list[int]
+    values: np.ndarray
+    as_of: int
+
+
+def fresh_rows(
+    online: OnlineView | None, items: list[PredictItem], features: tuple[str, ...]
+) -> FreshRows | None:
+    """The features of the items whose customer the online state has, None without any."""
+    if online is None:
+        return None
+    row_of = online.state.row_of
+    found = {}
+    for i, item in enumerate(items):
+        if item.customer_id is not None and (row := row_of.get(item.customer_id)) is not None:
+            found[i] = row
+    if not found:
+        return None
+    rows = np.fromiter(found.values(), dtype=np.int64, count=len(found))
+    values, as_of = fresh_features(online.state, rows, online.at_least_day, features)
+    return FreshRows(list(found), values, as_of)
+
+
+def feature_matrix(
+    state: ServingState,
+    items: list[PredictItem],
+    batch: bool,
+    fresh: FreshRows | None = None,
+) -> np.ndarray:
+    """Raw features in the model's order, one row per item; PredictError naming the field.
+    The items of ``fresh`` get its features, other customers the snapshot's."""
     served = state.model
     assert served is not None
     x = np.empty((len(items), len(served.features)), dtype=np.float32)
+    done = set()
+    if fresh is not None:
+        x[fresh.items] = fresh.values
+        done = set(fresh.items)
     for i, item in enumerate(items):
         where = f"items[{i}]." if batch else ""
+        if i in done:
+            continue
         if item.customer_id is not None:
             snapshot = state.snapshot
             if snapshot is None or state.snapshot_columns is None:
@@ -57,11 +102,12 @@ def feature_matrix(state: ServingState, items: list[PredictItem], batch: bool) -
                 )
             row = snapshot.row_of.get(item.customer_id)
             if row is None:
+                log_too = " nor in the events log" if fresh is not None else ""
                 raise PredictError(
                     404,
                     f"{where}customer_id",
                     f"unknown customer {item.customer_id!r} "
-                    f"(not in the feature snapshot as_of {snapshot.as_of})",
+                    f"(not in the feature snapshot as_of {snapshot.as_of}{log_too})",
                 )
             x[i] = snapshot.values[row, state.snapshot_columns]
         else:
@@ -88,31 +134,68 @@ def feature_matrix(state: ServingState, items: list[PredictItem], batch: bool) -
     return x
 
 
+def features_as_of(state: ServingState, fresh: FreshRows | None) -> str | None:
+    """When the features of a customer id were taken: the newest event applied online, else
+    the snapshot's cutoff (the end of its as-of day)."""
+    if fresh is not None:
+        return iso_time(fresh.as_of)
+    if state.snapshot is not None:
+        return f"{state.snapshot.as_of.isoformat()}T23:59:59.999999Z"
+    return None
+
+
+def bearer_problem(request: Request, token: str | None, disabled: str) -> JSONResponse | None:
+    """401 without a bearer token, 403 with a wrong one or when none is set (``disabled`` says
+    which setting enables it); None when the request carries the token."""
+    if token is None:
+        return problem(403, "authorization", disabled)
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        response = problem(401, "authorization", "bearer token required")
+        response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        return problem(403, "authorization", "wrong token")
+    return None
+
+
 def _names(names: list[str], shown: int = 5) -> str:
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
 
 
-def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingMetrics):
+def create_app(
+    holder: ModelHolder,
+    settings: ServingSettings,
+    metrics: ServingMetrics,
+    online: OnlineFeatures | None = None,
+):
     """The endpoint as an ASGI app (FastAPI wrapped in the limits-and-metrics middleware).
 
     Startup loads the production model and the newest snapshot, then a background task checks
-    for new ones every ``poll_interval_s``.
+    for new ones every ``poll_interval_s``; with ``online``, another keeps its state with the
+    served snapshot and the events log every ``ingest.tail_interval_s``.
     """
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(holder.refresh)
-        poller = asyncio.create_task(_poll(holder, settings.poll_interval_s))
+        tasks = [asyncio.create_task(_poll(holder, settings.poll_interval_s))]
+        if online is not None:
+            interval = settings.ingest.tail_interval_s
+            tasks.append(asyncio.create_task(_follow(online, holder, interval)))
         try:
             yield
         finally:
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     app = FastAPI(title="hybridflow real-time scoring", lifespan=lifespan)
     token = settings.admin_token.get_secret_value() if settings.admin_token else None
+    ingest_token = settings.ingest.token.get_secret_value() if settings.ingest.token else None
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -130,6 +213,8 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
             "customers": state.snapshot.rows if state.snapshot else 0,
             "last_reload_error": holder.last_error,
         }
+        if online is not None:
+            body["online"] = online.report()
         return JSONResponse(body, status_code=200 if state.model else 503)
 
     @app.get("/metrics")
@@ -155,23 +240,28 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
         if len(items) > settings.max_batch_items:
             limit = settings.max_batch_items
             return problem(413, "items", f"{len(items)} items; at most {limit}")
+        view = online.view(state.model.features) if online is not None else None
+        fresh = fresh_rows(view, items, state.model.features)
         try:
-            x = feature_matrix(state, items, batch)
+            x = feature_matrix(state, items, batch, fresh)
         except PredictError as exc:
             return problem(exc.status, exc.field, exc.message)
         scores = state.model.score(x)
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         metrics.items.inc(len(items))
         version = state.model.version
+        as_of = features_as_of(state, fresh) if any(i.customer_id for i in items) else None
         if not batch:
             out = {"score": float(scores[0]), "model_version": version, "latency_ms": latency_ms}
             if req.customer_id is not None:
                 out["customer_id"] = req.customer_id
+                out["features_as_of"] = as_of
             return JSONResponse(out)
         return JSONResponse(
             {
                 "model_version": version,
                 "latency_ms": latency_ms,
+                **({"features_as_of": as_of} if as_of else {}),
                 "items": [
                     {
                         "score": float(s),
@@ -186,23 +276,51 @@ def create_app(holder: ModelHolder, settings: ServingSettings, metrics: ServingM
 
     app.add_route("/predict", predict, methods=["POST"])
 
+    async def events(request: Request) -> Response:
+        """Append a batch of events to the log and apply it (bearer token required): a JSON
+        array, or an Arrow IPC stream; all of it, or nothing with the reasons."""
+        disabled = "ingestion is disabled: set HYBRIDFLOW_SERVE__INGEST__TOKEN"
+        if (refusal := bearer_problem(request, ingest_token, disabled)) is not None:
+            return refusal
+        if online is None or not settings.ingest.online:
+            return problem(503, "online", "the online state is off on this endpoint")
+        body = await request.body()
+        content_type = request.headers.get("content-type", "")
+        key = request.headers.get("idempotency-key")
+        try:
+            answer = await asyncio.to_thread(online.ingest, body, content_type, key)
+        except IngestError as exc:
+            return error_response(exc.status, exc.problems, **exc.extra)
+        return JSONResponse(answer)
+
+    app.add_route("/events", events, methods=["POST"])
+
     @app.post("/admin/reload")
     async def admin_reload(request: Request) -> JSONResponse:
         """Check the alias and snapshots now (bearer token required)."""
-        if token is None:
-            disabled = "reload is disabled: set HYBRIDFLOW_SERVE__ADMIN_TOKEN"
-            return problem(403, "authorization", disabled)
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not given:
-            response = problem(401, "authorization", "bearer token required")
-            response.headers["WWW-Authenticate"] = "Bearer"
-            return response
-        if not hmac.compare_digest(given.encode(), token.encode()):
-            return problem(403, "authorization", "wrong token")
+        disabled = "reload is disabled: set HYBRIDFLOW_SERVE__ADMIN_TOKEN"
+        if (refusal := bearer_problem(request, token, disabled)) is not None:
+            return refusal
         report = await asyncio.to_thread(holder.refresh, True)
         return JSONResponse(report.model_dump(mode="json"))
 
-    return LimitsAndMetrics(app, metrics, settings.max_body_bytes, settings.body_timeout_s)
+    return LimitsAndMetrics(
+        app,
+        metrics,
+        settings.max_body_bytes,
+        settings.body_timeout_s,
+        route_body_bytes={"/events": settings.ingest.max_body_bytes},
+    )
+
+
+async def _follow(online: OnlineFeatures, holder: ModelHolder, interval_s: float) -> None:
+    """Keep the online state with the served snapshot and the events log."""
+    while True:
+        try:
+            await asyncio.to_thread(online.sync, holder.state.snapshot)
+        except Exception:  # store down, unreadable segment: tried again next time
+            log.exception("following the events log failed")
+        await asyncio.sleep(interval_s)
 
 
 async def _poll(holder: ModelHolder, interval_s: float) -> None:

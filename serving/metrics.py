@@ -25,7 +25,7 @@ LATENCY_BUCKETS = (
     0.25,
     1.0,
 )
-ROUTES = frozenset({"/predict", "/health", "/ready", "/metrics", "/admin/reload"})
+ROUTES = frozenset({"/predict", "/events", "/health", "/ready", "/metrics", "/admin/reload"})
 
 
 class ServingMetrics:
@@ -83,6 +83,41 @@ class ServingMetrics:
         self.model_loaded_at = Gauge(
             "hybridflow_serving_model_loaded_timestamp_seconds",
             "when the served model was swapped in (unix time)",
+            registry=r,
+        )
+        self.events_ingested = Counter(
+            "hybridflow_serving_events_ingested",
+            "events sent to POST /events: accepted (appended to the log), refused (a bad batch, "
+            "nothing applied), duplicate (a re-sent segment, not applied again)",
+            ["result"],
+            registry=r,
+        )
+        self.events_applied = Counter(
+            "hybridflow_serving_events_applied",
+            "events applied to the online state from the log (any replica's segments)",
+            registry=r,
+        )
+        self.online_position = Gauge(
+            "hybridflow_serving_events_log_position",
+            "the last segment of the events log applied to the online state",
+            registry=r,
+        )
+        self.online_lag = Gauge(
+            "hybridflow_serving_events_log_lag_seconds",
+            "seconds since this replica last had every segment of the log",
+            registry=r,
+        )
+        self.online_customers = Gauge(
+            "hybridflow_serving_online_customers", "customers in the online state", registry=r
+        )
+        self.online_bytes = Gauge(
+            "hybridflow_serving_online_state_bytes",
+            "bytes of the online state's arrays (allocated capacity included)",
+            registry=r,
+        )
+        self.online_newest = Gauge(
+            "hybridflow_serving_online_features_as_of_timestamp_seconds",
+            "the newest event applied to the online state (unix time)",
             registry=r,
         )
 

@@ -39,12 +39,18 @@ class LimitsAndMetrics:
     count and time every HTTP request."""
 
     def __init__(
-        self, app: ASGIApp, metrics: ServingMetrics, max_body_bytes: int, body_timeout_s: float
+        self,
+        app: ASGIApp,
+        metrics: ServingMetrics,
+        max_body_bytes: int,
+        body_timeout_s: float,
+        route_body_bytes: dict[str, int] | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
+        self.route_body_bytes = route_body_bytes or {}  # a route's own limit (POST /events)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -59,12 +65,13 @@ class LimitsAndMetrics:
                 status = message["status"]
             await send(message)
 
+        limit = self.route_body_bytes.get(scope["path"], self.max_body_bytes)
         try:
             try:
                 async with asyncio.timeout(self.body_timeout_s):
-                    body = await self._read_body(scope, receive)
+                    body = await self._read_body(scope, receive, limit)
             except BodyTooLarge:
-                await _send_problem(send_and_note, 413, f"larger than {self.max_body_bytes} bytes")
+                await _send_problem(send_and_note, 413, f"larger than {limit} bytes")
                 return
             except TimeoutError:
                 self.metrics.dropped.labels("body_timeout").inc()
@@ -79,13 +86,13 @@ class LimitsAndMetrics:
         finally:
             self.metrics.observe(scope["path"], status, time.perf_counter() - started)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        """The whole body; BodyTooLarge over the limit (declared or actual), ClientGone when the
-        client disconnects before its end."""
+    async def _read_body(self, scope: Scope, receive: Receive, limit: int) -> bytes:
+        """The whole body; BodyTooLarge over ``limit`` (declared or actual), ClientGone when
+        the client disconnects before its end."""
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
-                    if int(value) > self.max_body_bytes:
+                    if int(value) > limit:
                         raise BodyTooLarge
                 except ValueError:
                     raise BodyTooLarge from None
@@ -97,7 +104,7 @@ class LimitsAndMetrics:
                 raise ClientGone
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
+            if size > limit:
                 raise BodyTooLarge
             chunks.append(chunk)
             if not message.get("more_body", False):

@@ -17,6 +17,7 @@ import pyarrow.dataset as pads
 
 from infra.datasets import (
     DatasetManifest,
+    SourceEvents,
     find_dataset,
     local_dataset_dir,
     release_local_dir,
@@ -40,6 +41,7 @@ class FeatureSnapshot:
     columns: tuple[str, ...]
     values: np.ndarray  # float32, rows x columns; nulls stored as 0.0 like batch scoring
     row_of: dict[str, int]
+    source: SourceEvents | None = None  # the events it was computed from (online state seed)
 
     @property
     def rows(self) -> int:
@@ -92,4 +94,5 @@ def load_snapshot(store: ObjectStore, manifest: DatasetManifest) -> FeatureSnaps
         columns=tuple(numeric),
         values=values,
         row_of={cid: i for i, cid in enumerate(ids) if cid is not None},
+        source=SourceEvents.of(manifest),
     )

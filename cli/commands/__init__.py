@@ -7,6 +7,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "cli.commands.stages",
     "cli.commands.models",
     "cli.commands.serve",
+    "cli.commands.events",
     "cli.commands.refresh",
     "cli.commands.drift",
     "cli.commands.plan",

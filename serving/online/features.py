@@ -45,11 +45,25 @@ def online_features(
     state: OnlineState, rows: np.ndarray, cutoff_day: int, names: Sequence[str]
 ) -> np.ndarray:
     """Features ``names`` (doubles, rows x names) of the customers at ``rows`` at the end of
-    ``cutoff_day``: what the batch features stage computes at that cutoff over the same events."""
-    ops = ArrayOps(state.aggregates(rows, cutoff_day))
+    ``cutoff_day``: what the batch features stage computes at that cutoff over the same events
+    (ValueError for a day before the newest event's)."""
+    return _evaluate(state.aggregates(rows, cutoff_day), cutoff_day, names)
+
+
+def fresh_features(
+    state: OnlineState, rows: np.ndarray, at_least_day: int, names: Sequence[str]
+) -> tuple[np.ndarray, int]:
+    """:func:`online_features` at the end of ``at_least_day`` or of the newest event's day,
+    whichever is later, with the newest event's time (microseconds) they include."""
+    reading = state.read(rows, at_least_day)
+    return _evaluate(reading.aggregates, reading.day, names), reading.newest
+
+
+def _evaluate(aggregates: dict[str, np.ndarray], day: int, names: Sequence[str]) -> np.ndarray:
+    ops = ArrayOps(aggregates)
     with np.errstate(divide="ignore", invalid="ignore"):
-        values = feature_values(ops, end_of_day_micros(cutoff_day))
-        out = np.empty((len(rows), len(names)), dtype=np.float64)
+        values = feature_values(ops, end_of_day_micros(day))
+        out = np.empty((len(next(iter(aggregates.values()))), len(names)), dtype=np.float64)
         for j, name in enumerate(names):
             out[:, j] = values[name]
     return out

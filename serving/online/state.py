@@ -76,31 +76,56 @@ def bytes_per_customer(mix_values: int = 0) -> int:
 
 
 @dataclass(frozen=True)
-class EventArrays:
-    """Valid events as the state applies them: times in microseconds, a purchase flag, the
-    quantity as a double, the event type's index in the mix (-1 for other types)."""
+class Coded:
+    """A text column as codes into its distinct values (-1 for null)."""
 
-    customer_id: pa.Array
+    codes: np.ndarray  # int32 per event
+    values: list[str]
+    every_value_used: bool = False  # each value has an event (no need to find which)
+
+    @classmethod
+    def of(cls, column: pa.Array) -> Coded:
+        encoded = pc.dictionary_encode(column)
+        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+        return cls(codes.astype(np.int32, copy=False), encoded.dictionary.to_pylist(), True)
+
+    def take(self, index: np.ndarray | slice) -> Coded:
+        return Coded(self.codes[index], self.values)
+
+    def used(self) -> np.ndarray:
+        """The codes with at least one event."""
+        if self.every_value_used:
+            return np.arange(len(self.values))
+        return np.unique(self.codes[self.codes >= 0])
+
+
+@dataclass(frozen=True)
+class EventArrays:
+    """Valid events as the state applies them: customer ids and mix values as codes, times in
+    microseconds, a purchase flag, the quantity as a double, the event type's index in the mix
+    (-1 for other types)."""
+
+    customer: Coded
     t: np.ndarray
     purchase: np.ndarray
     amount: np.ndarray
     quantity: np.ndarray
     kind: np.ndarray
-    mix: dict[str, pa.Array]
+    mix: dict[str, Coded]
 
     @property
     def size(self) -> int:
         return len(self.t)
 
-    def take(self, mask: np.ndarray) -> EventArrays:
-        index = pa.array(np.flatnonzero(mask))
+    def take(self, index: np.ndarray | slice) -> EventArrays:
+        """The events at ``index`` (positions, a mask or a slice)."""
         return EventArrays(
-            customer_id=self.customer_id.take(index),
-            t=self.t[mask],
-            purchase=self.purchase[mask],
-            amount=self.amount[mask],
-            quantity=self.quantity[mask],
-            kind=self.kind[mask],
+            customer=self.customer.take(index),
+            t=self.t[index],
+            purchase=self.purchase[index],
+            amount=self.amount[index],
+            quantity=self.quantity[index],
+            kind=self.kind[index],
             mix={c: v.take(index) for c, v in self.mix.items()},
         )
 
@@ -117,16 +142,18 @@ def event_arrays(events: pa.Table) -> EventArrays:
     event_type = column("event_type")
     kind = pc.fill_null(pc.index_in(event_type, value_set=pa.array(EVENT_TYPE_MIX)), -1)
     return EventArrays(
-        customer_id=pc.cast(column("customer_id"), pa.string()),
+        customer=Coded.of(pc.cast(column("customer_id"), pa.string())),
         t=t.to_numpy(zero_copy_only=False).astype(np.int64, copy=False),
         purchase=pc.equal(event_type, "purchase").to_numpy(zero_copy_only=False),
         amount=pc.cast(column("amount"), pa.float64()).to_numpy(zero_copy_only=False),
         quantity=pc.cast(column("quantity"), pa.float64()).to_numpy(zero_copy_only=False),
         kind=kind.to_numpy(zero_copy_only=False).astype(np.int8),
         mix={
-            c: pc.cast(column(c), pa.string())
-            if c in events.column_names
-            else pa.nulls(n, pa.string())
+            c: Coded.of(
+                pc.cast(column(c), pa.string())
+                if c in events.column_names
+                else pa.nulls(n, pa.string())
+            )
             for c in MIX_COLUMNS
         },
     )
@@ -176,34 +203,47 @@ class OnlineState:
 
     def seed(self, events: EventArrays) -> int:
         """Apply the snapshot's events (those at or before the seed cutoff); how many."""
-        return self._apply_where(events, events.t <= self.seed_cutoff)
+        return self._apply_where(events, events.t <= self.seed_cutoff, None)
 
-    def apply(self, events: EventArrays) -> int:
+    def apply(self, events: EventArrays, rows: np.ndarray | None = None) -> int:
         """Apply events after the seed cutoff (earlier ones are the snapshot's and are skipped);
-        how many were applied."""
-        return self._apply_where(events, events.t > self.seed_cutoff)
+        how many were applied. ``rows``: the events' customer rows (:meth:`rows_for`), when
+        known already."""
+        return self._apply_where(events, events.t > self.seed_cutoff, rows)
 
-    def purchase_order_breaks(self, events: EventArrays) -> np.ndarray:
-        """True for each purchase before its customer's last purchase in the state (applying it
-        would put the gaps between purchases out of order)."""
+    def known_rows(self, customer: Coded) -> np.ndarray:
+        """Each event's customer row, -1 for a customer the state has not seen."""
         with self.lock:
-            known = np.fromiter(
-                (self.row_of.get(c, -1) for c in events.customer_id.to_pylist()),
-                dtype=np.int64,
-                count=events.size,
-            )
-            last = np.full(events.size, NO_TIME, dtype=np.int64)
-            seen = known >= 0
-            last[seen] = self._life["last_p_t"][known[seen]]
-            return events.purchase & (events.t < last)
+            return self._known_rows(customer)
 
-    def _apply_where(self, events: EventArrays, mask: np.ndarray) -> int:
+    def rows_for(self, customer: Coded, known: np.ndarray | None = None) -> np.ndarray:
+        """Each event's customer row, new customers given new rows; ``known``: the rows
+        :meth:`known_rows` gave a moment ago (only its -1s are looked up again)."""
+        with self.lock:
+            return self._rows(customer, known)
+
+    def purchase_order_breaks(
+        self, events: EventArrays, rows: np.ndarray | None = None
+    ) -> np.ndarray:
+        """True for each purchase before its customer's last purchase in the state (applying it
+        would put the gaps between purchases out of order); ``rows``: the events'
+        :meth:`known_rows`, when known already."""
+        rows = self.known_rows(events.customer) if rows is None else rows
+        breaks = np.zeros(events.size, dtype=bool)
+        bought = events.purchase & (rows >= 0)
+        with self.lock:
+            last = self._life["last_p_t"][rows[bought]]
+        breaks[bought] = events.t[bought] < last
+        return breaks
+
+    def _apply_where(self, events: EventArrays, mask: np.ndarray, rows: np.ndarray | None) -> int:
         if not mask.all():
             events = events.take(mask)
+            rows = None if rows is None else rows[mask]
         if events.size == 0:
             return 0
         with self.lock:
-            rows = self._rows(events.customer_id)
+            rows = self._rows(events.customer) if rows is None else rows
             order = np.lexsort((events.t, rows))
             rows, t = rows[order], events.t[order]
             purchase = events.purchase[order]
@@ -213,24 +253,39 @@ class OnlineState:
             self._apply_gaps(rows, t, purchase)
             self._apply_ring(rows, t, purchase, events.amount[order])
             for col, values in events.mix.items():
-                self._apply_mix(col, rows, values.take(pa.array(order)))
+                self._apply_mix(col, rows, values.take(order))
             self.newest = max(self.newest, int(t.max()))
         return events.size
 
-    def _rows(self, ids: pa.Array) -> np.ndarray:
+    def _known_rows(self, customer: Coded) -> np.ndarray:
+        """Each event's customer row, -1 for a customer the state has not seen."""
+        present = customer.used()
+        values = customer.values
+        row_of = self.row_of
+        rows = np.asarray([row_of.get(values[c], -1) for c in present.tolist()], dtype=np.int64)
+        by_code = np.full(len(values), -1, dtype=np.int64)
+        by_code[present] = rows
+        return by_code[customer.codes]
+
+    def _rows(self, customer: Coded, known: np.ndarray | None = None) -> np.ndarray:
         """Each event's customer row; new customers get new rows."""
-        encoded = pc.dictionary_encode(ids)
-        uniques = encoded.dictionary.to_pylist()
-        rows = np.fromiter((self.row_of.get(u, -1) for u in uniques), np.int64, len(uniques))
-        new = np.flatnonzero(rows < 0)
-        if new.size:
+        rows = self._known_rows(customer) if known is None else known.copy()
+        new = rows < 0
+        if new.any() and known is not None:  # added by another apply since ``known``
+            rows[new] = self._known_rows(customer.take(new))
+            new = rows < 0
+        if new.any():
+            codes = np.unique(customer.codes[new])
             first = len(self.ids)
-            self._grow(first + new.size)
-            for i, u in zip(new.tolist(), range(first, first + new.size), strict=True):
-                self.row_of[uniques[i]] = u
-                self.ids.append(uniques[i])
-                rows[i] = u
-        return rows[encoded.indices.to_numpy(zero_copy_only=False)]
+            self._grow(first + codes.size)
+            assigned = np.full(len(customer.values), -1, dtype=np.int64)
+            for code, row in zip(codes.tolist(), range(first, first + codes.size), strict=True):
+                customer_id = customer.values[code]
+                self.row_of[customer_id] = row
+                self.ids.append(customer_id)
+                assigned[code] = row
+            rows[new] = assigned[customer.codes[new]]
+        return rows
 
     def _apply_lifetime(
         self,
@@ -346,19 +401,21 @@ class OnlineState:
             else:
                 del self._overflow[row]
 
-    def _apply_mix(self, col: str, rows: np.ndarray, values: pa.Array) -> None:
-        valid = pc.is_valid(values).to_numpy(zero_copy_only=False)
+    def _apply_mix(self, col: str, rows: np.ndarray, values: Coded) -> None:
+        valid = values.codes >= 0
         if not valid.any():
             return
-        rows = rows[valid]
-        encoded = pc.dictionary_encode(values.filter(pa.array(valid)))
+        present = values.used()
         vocab = self._vocab[col]
-        ids = np.asarray([vocab.setdefault(v, len(vocab)) for v in encoded.dictionary.to_pylist()])
+        ids = np.full(len(values.values), -1, dtype=np.int64)
+        ids[present] = [vocab.setdefault(values.values[c], len(vocab)) for c in present.tolist()]
         if len(vocab) > self._mix[col].shape[1]:
             self._widen_mix(col, len(vocab))
-        value_ids = ids[encoded.indices.to_numpy(zero_copy_only=False)]
         counts = self._mix[col]
-        np.add.at(counts, (rows, value_ids), 1)
+        cells, added = np.unique(
+            rows[valid] * counts.shape[1] + ids[values.codes[valid]], return_counts=True
+        )
+        counts.reshape(-1)[cells] += added.astype(np.uint32)  # cells are unique
 
     # growth
 
@@ -391,21 +448,37 @@ class OnlineState:
 
     # reads
 
-    def aggregates(self, rows: np.ndarray, cutoff_day: int) -> dict[str, np.ndarray]:
-        """Every aggregate of :data:`tasks.definitions.feature_formulas.AGGREGATES` for the
-        customers at ``rows``, at the end of ``cutoff_day`` (no earlier than
-        :meth:`cutoff_day`); doubles, NaN for SQL's null."""
+    def read(self, rows: np.ndarray, at_least_day: int) -> Reading:
+        """The aggregates of the customers at ``rows`` at the end of ``at_least_day`` or of
+        :meth:`cutoff_day`, whichever is later, read at one moment (events applied meanwhile
+        wait)."""
         with self.lock:
-            if cutoff_day < self.cutoff_day():
-                raise ValueError(
-                    f"cutoff day {cutoff_day} is before the newest event's day {self.cutoff_day()}"
-                )
+            day = max(at_least_day, self.cutoff_day())
             life = {name: array[rows] for name, array in self._life.items()}
             ring = {name: array[rows] for name, array in self._ring.items()}
             mix = {col: counts[rows] for col, counts in self._mix.items()}
             overflow = [self._overflow.get(int(r)) for r in rows] if self._overflow else None
-            ring_day = self.ring_day
-        return _aggregates(life, ring, mix, overflow, ring_day, cutoff_day)
+            ring_day, newest = self.ring_day, self.newest
+        return Reading(_aggregates(life, ring, mix, overflow, ring_day, day), day, newest)
+
+    def aggregates(self, rows: np.ndarray, cutoff_day: int) -> dict[str, np.ndarray]:
+        """Every aggregate of :data:`tasks.definitions.feature_formulas.AGGREGATES` for the
+        customers at ``rows`` at the end of ``cutoff_day`` (no earlier than
+        :meth:`cutoff_day`); doubles, NaN for SQL's null."""
+        reading = self.read(rows, cutoff_day)
+        if reading.day != cutoff_day:
+            raise ValueError(f"cutoff day {cutoff_day} is before the newest event's {reading.day}")
+        return reading.aggregates
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Customers' aggregates (:meth:`OnlineState.read`): at the end of ``day``, with the
+    newest event applied then (microseconds)."""
+
+    aggregates: dict[str, np.ndarray]
+    day: int
+    newest: int
 
 
 def _aggregates(

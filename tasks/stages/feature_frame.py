@@ -4,19 +4,25 @@ from which each output dataset is published (:mod:`tasks.stages.features` picks 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from infra.datasets import DatasetManifest
+from infra.datasets import DatasetManifest, SourceEvents
 from tasks.data.cutoffs import Cutoff
 
 
 @dataclass(frozen=True)
 class FeatureOutput:
     """A dataset of the stage: the customers seen at ``cutoff`` and their features (and label,
-    for a labelled cutoff), published at ``prefix``."""
+    for a labelled cutoff), published at ``prefix``; ``source`` (the scoring output's), recorded
+    in its manifest, names the events it was computed from."""
 
     cutoff: Cutoff
     prefix: str
+    source: SourceEvents | None = None
+
+    def metadata(self) -> dict[str, Any]:
+        """What the output's manifest records beside its schema."""
+        return self.source.to_metadata() if self.source is not None else {}
 
 
 class FeatureFrame(Protocol):

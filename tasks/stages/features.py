@@ -12,7 +12,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from infra.datasets import DatasetManifest, read_dataset_manifest
+from infra.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
 from infra.settings import in_process_limit
@@ -131,7 +131,13 @@ def build_features(
     cutoffs = pipeline_cutoffs(as_of, horizon_days)
     too_short = _history_too_short(validated, cutoffs.backtest)
     training = FeatureOutput(cutoffs.train, run_dataset_prefix(run_id, "training_examples"))
-    scoring_output = FeatureOutput(cutoffs.score, scoring_features_prefix(as_of))
+    events = read_dataset_manifest(store, validated.events_prefix)
+    source = SourceEvents(
+        events_prefix=events.prefix,
+        events_data_prefix=events.data_prefix,
+        cutoff_micros=cutoffs.score.micros(),
+    )
+    scoring_output = FeatureOutput(cutoffs.score, scoring_features_prefix(as_of), source)
     backtest_output = FeatureOutput(cutoffs.backtest, backtest_examples_prefix(run_id))
     outputs = [training, scoring_output] + ([] if too_short else [backtest_output])
     with feature_frame(spark, store, validated, outputs, in_process_rows) as frame:
@@ -237,9 +243,13 @@ class SparkFeatureFrame:
         unlabelled) is observed by the write."""
         rows = cutoff_features(self._frame(), output.cutoff, self._available)
         if output.cutoff.label_until is None:
-            return write_dataset(rows, self._store, output.prefix), 0.0
+            return write_dataset(rows, self._store, output.prefix, metadata=output.metadata()), 0.0
         examples, observed = write_observed(
-            rows, self._store, output.prefix, [F.sum("label").alias("positives")]
+            rows,
+            self._store,
+            output.prefix,
+            [F.sum("label").alias("positives")],
+            metadata=output.metadata(),
         )
         rate = float(observed["positives"]) / examples.rows if examples.rows else 0.0
         return examples, rate

@@ -59,7 +59,10 @@ class InProcessFeatureFrame:
         with memory_bounded("the features stage"):
             rows = self._table().cutoff_table(output.cutoff)
         manifest = write_table(
-            rows, self._store, output.prefix, metadata=spark_schema_metadata(rows.schema)
+            rows,
+            self._store,
+            output.prefix,
+            metadata={**spark_schema_metadata(rows.schema), **output.metadata()},
         )
         if output.cutoff.label_until is None or rows.num_rows == 0:
             return manifest, 0.0

@@ -222,7 +222,10 @@ class BucketFeatureFrame:
             part.data_prefix,
             part.keys,
             rows=part.rows,
-            metadata=spark_schema_metadata(part.schema) if part.schema is not None else None,
+            metadata={
+                **(spark_schema_metadata(part.schema) if part.schema is not None else {}),
+                **output.metadata(),
+            },
         )
         rate = part.positives / part.rows if part.rows and output.cutoff.label_until else 0.0
         return manifest, rate

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from infra.arrow_datasets import read_table
-from infra.datasets import find_dataset, read_dataset_manifest
+from infra.datasets import SourceEvents, find_dataset, read_dataset_manifest
 from infra.layout import run_dataset_prefix
-from tasks.data.cutoffs import pipeline_cutoffs
+from tasks.data.cutoffs import end_of_day, micros, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.stages.feature_frame import FeatureOutput
 from tasks.stages.features import SparkFeatureFrame, feature_frame, features_stage
@@ -83,8 +83,20 @@ def test_each_engine_is_chosen_by_size_and_layout(spark, local_store, validated)
     }
 
 
+def _names_its_events(store, result, validated) -> None:
+    """The scoring features' manifest records the events generation and cutoff they are from
+    (what the endpoint seeds its online state from)."""
+    source = SourceEvents.of(read_dataset_manifest(store, result.scoring_prefix))
+    events = read_dataset_manifest(store, validated.events_prefix)
+    assert source is not None
+    assert (source.events_prefix, source.events_data_prefix) == (events.prefix, events.data_prefix)
+    assert source.cutoff_micros == micros(end_of_day(result.as_of))
+    assert SourceEvents.of(read_dataset_manifest(store, result.training_prefix)) is None
+
+
 def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, validated):
     here = features_stage(spark, local_store, "l", validated, None, 90, False, IN_PROCESS)
+    _names_its_events(local_store, here, validated)
     expected = {
         "training_prefix": _rows(local_store, here.training_prefix),
         "backtest_prefix": _rows(local_store, here.backtest_prefix),
@@ -101,6 +113,7 @@ def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, v
         assert result.backtest_positive_rate == pytest.approx(here.backtest_positive_rate)
         for prefix, rows in expected.items():
             _same(rows, _rows(local_store, getattr(result, prefix)))
+        _names_its_events(local_store, result, events)
         if buckets is not None:
             manifest = read_dataset_manifest(local_store, result.training_prefix)
             assert len(manifest.files) == buckets  # a part per bucket

@@ -21,6 +21,7 @@ from flows.events import (
     EventSpec,
     drift_detected,
     events_landed,
+    log_segments_landed,
     model_promoted,
 )
 from flows.refresh import RefreshParams
@@ -148,3 +149,19 @@ def test_the_paused_copy_up_deploys_keeps_the_triggers_and_pauses_the_safety_net
     assert [s["active"] for s in paused["schedules"]] == [False]
     assert paused["triggers"] == refresh["triggers"]
     assert all(t["enabled"] for t in paused["triggers"])
+
+
+def test_segments_of_the_events_log_start_a_refresh_on_the_log_like_files_do(triggers):
+    trigger = triggers[EVENTS_LANDED]
+    log = "s3://bucket/store/events-log/segments"
+    ids = ["sha256:" + "a" * 64, "batch-17"]
+    stale = log_segments_landed(log, 4, 5, ids, AS_OF, 1200, _decision("new-data"))
+    event = _event(stale)
+    assert trigger.match.matches(event.resource)
+    params = _rendered_params(trigger, event)
+    assert params.trigger == "new-data" and params.events == log and params.as_of == AS_OF
+    assert stale.payload["segments"] == [4, 5] and stale.payload["rows"] == 1200
+    other = log_segments_landed(log, 6, 6, ["batch-18"], AS_OF, 10, _decision("new-data"))
+    assert other.resource["prefect.resource.id"] != stale.resource["prefect.resource.id"]
+    fresh = _event(log_segments_landed(log, 4, 5, ids, AS_OF, 1200, _decision(None)))
+    assert not trigger.match.matches(fresh.resource)

@@ -1,0 +1,332 @@
+"""Online features: how fast the endpoint takes events (``POST /events``, Arrow IPC) against a
+bare baseline, and ``/predict`` latency with fresh features while events stream in against the
+snapshot-only endpoint.
+
+1. **ingest**: the same Arrow IPC batches (``BATCHES`` x ``BATCH_EVENTS`` events, in time order)
+   sent to the endpoint (a server process; ``SENDERS`` clients at once, each for its own
+   customers, so every batch is accepted) against the bare baseline measured in this process:
+   decode the IPC stream and append it to an events log (the same Parquet segment written once,
+   fsynced), no checks, no online state. ``events_per_cpu_s`` is events per CPU second of the
+   endpoint process, which other load on a shared machine disturbs far less than wall time.
+   The goal: at least ``GOAL_EVENTS_S`` events/s.
+2. **predict**: ``/predict`` at concurrency 1 on fresh features while events stream in at half
+   the goal (``GOAL_EVENTS_S / 2``, batches of ``PACED_BATCH`` events) against the endpoint with
+   the online state off (snapshot lookups, nothing streaming). Goals: p99 < 10 ms, and the
+   baseline's p99 / this p99 >= 0.8.
+3. **memory**: the online state's bytes per customer (the endpoint's ``/ready``) and what 2M
+   customers need; the time to seed the state from the snapshot's events in this process.
+
+Run it: ``python -m bench online`` (``make bench`` runs every benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import http.client
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from bench.bench_serving import CUSTOMERS, SECONDS, _env, _finish_load, _server, _start_load
+
+SEED_EVENTS = 400_000
+SEED_DAYS = 400
+BATCH_EVENTS = 50_000
+BATCHES = 12
+SENDERS = 2
+PACED_BATCH = 5_000
+GOAL_EVENTS_S = 200_000
+NEW_CUSTOMERS = 2_000
+TOKEN = "bench-ingest-token"
+AS_OF = dt.date(2025, 12, 31)
+IPC = "application/vnd.apache.arrow.stream"
+
+
+def main(results_dir: Path) -> list[dict]:
+    """Run every measurement; rows for the bench table."""
+    from infra.events_log import EventsLog
+    from infra.store import LocalFolderStore
+    from serving.online.state import DAY_US, OnlineState, bytes_per_customer, end_of_day_micros
+    from serving.online.state import event_arrays as arrays_of
+    from tasks.definitions.contract import CONTRACT_COLUMNS
+    from tasks.definitions.feature_specs import feature_names
+    from tests.fixtures.online_store import online_sample_store
+
+    rng = np.random.default_rng(7)
+    cutoff = end_of_day_micros((AS_OF - dt.date(1970, 1, 1)).days)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="hf-bench-online-") as tmp:
+        root = Path(tmp)
+        store = LocalFolderStore(root / "store")
+        seed = synthetic_events(rng, SEED_EVENTS, CUSTOMERS, cutoff - SEED_DAYS * DAY_US, cutoff)
+        online_sample_store(store, seed, AS_OF)
+        started = time.perf_counter()
+        state = OnlineState(cutoff, capacity=CUSTOMERS)
+        state.seed(arrays_of(seed))
+        seed_s = time.perf_counter() - started
+        del state
+
+        per_sender = [
+            _batches(rng, sender, cutoff + 1, BATCHES // SENDERS, BATCH_EVENTS, DAY_US)
+            for sender in range(SENDERS)
+        ]
+        bodies = [b for sender in per_sender for b in sender]
+        baseline_s = _bare_append(EventsLog(LocalFolderStore(root / "bare")), bodies)
+        events = len(bodies) * BATCH_EVENTS
+        env = {
+            "HYBRIDFLOW_STORE": str(root / "store"),
+            "HYBRIDFLOW_SERVE__INGEST__TOKEN": TOKEN,
+            "HYBRIDFLOW_SERVE__POLL_INTERVAL_S": "5",
+        }
+        snapshot_env = env | {"HYBRIDFLOW_SERVE__INGEST__ONLINE": "false"}
+        endpoint_cmd = [sys.executable, "-m", "serving", "--port", "0"]
+        with (
+            _server(endpoint_cmd, root / "endpoint", env) as endpoint,
+            _server(endpoint_cmd, root / "snapshot-only", snapshot_env) as snapshot_only,
+        ):
+            _wait_online(endpoint.url)
+            files = _write(root / "bodies", per_sender)
+            cpu_before = endpoint.cpu_seconds()
+            sent = _send(endpoint.url, files, rate=None)
+            cpu = endpoint.cpu_seconds() - cpu_before
+            rate = events / sent["seconds"]
+            rows.append(
+                {
+                    "benchmark": "online",
+                    "subject": f"POST /events (IPC, {SENDERS} senders, {BATCH_EVENTS:,}/batch)",
+                    "baseline": "IPC decode + log append",
+                    "ratio": rate / (events / baseline_s),
+                    "events_per_s": rate,
+                    "base_events_per_s": events / baseline_s,
+                    "events_per_cpu_s": events / cpu,
+                    "goal_events_per_s": GOAL_EVENTS_S,
+                    "errors": sent["errors"],
+                }
+            )
+            ready = json.loads(_get(endpoint.url, "/ready"))["online"]
+
+            baseline = _finish_load(_start_load(snapshot_only, 1, SECONDS))
+            paced_files = _write(
+                root / "paced",
+                [_batches(rng, 0, ready_after(ready), int(SECONDS * 40), PACED_BATCH, DAY_US)],
+            )
+            streaming: dict = {}
+            sender = threading.Thread(
+                target=lambda: streaming.update(
+                    _send(endpoint.url, paced_files, rate=GOAL_EVENTS_S / 2)
+                )
+            )
+            sender.start()
+            time.sleep(0.5)
+            during = _finish_load(_start_load(endpoint, 1, SECONDS))
+            sender.join()
+            rows.append(
+                {
+                    "benchmark": "online",
+                    "subject": "/predict c=1, fresh features, ingesting "
+                    f"{streaming['events'] / streaming['seconds']:,.0f} events/s",
+                    "baseline": "/predict c=1, snapshot only",
+                    "ratio": baseline["p99_ms"] / during["p99_ms"],
+                    "p50_ms": during["p50_ms"],
+                    "p99_ms": during["p99_ms"],
+                    "base_p50_ms": baseline["p50_ms"],
+                    "base_p99_ms": baseline["p99_ms"],
+                    "rps": during["rps"],
+                    "errors": during["errors"] + streaming["errors"],
+                    "goal_p99_ms": 10.0,
+                }
+            )
+            ready = json.loads(_get(endpoint.url, "/ready"))["online"]
+        per_customer = bytes_per_customer(_mix_values(seed))
+        features = feature_names(set(CONTRACT_COLUMNS))
+        snapshot_per_customer = 4 * len(features) + 100  # serving.md's estimate
+        rows.append(
+            {
+                "benchmark": "online",
+                "subject": f"online state bytes per customer ({ready['customers']:,} customers)",
+                "baseline": "the snapshot's per customer",
+                "ratio": per_customer / snapshot_per_customer,
+                "bytes_per_customer": per_customer,
+                "state_bytes": ready["state_bytes"],
+                "gb_for_2m_customers": 2_000_000 * per_customer / 1e9,
+                "seed_s": seed_s,
+                "seed_events": SEED_EVENTS,
+            }
+        )
+    (results_dir / "bench_online_detail.json").write_text(json.dumps(rows, indent=2))
+    return rows
+
+
+def ready_after(ready: dict) -> int:
+    """A time (microseconds) just after the endpoint's newest event."""
+    newest = dt.datetime.fromisoformat(ready["features_as_of"].replace("Z", "+00:00"))
+    return int(newest.timestamp() * 1e6) + 1
+
+
+def synthetic_events(
+    rng: np.random.Generator, n: int, customers: int, start_us: int, end_us: int, first: int = 0
+) -> pa.Table:
+    """``n`` valid events of customers ``c<first>`` ... (``c%06d``; every one has at least one
+    when ``n >= customers``), times uniform in ``[start_us, end_us]``, sorted."""
+    from infra.events_log import SEGMENT_SCHEMA
+
+    ids = np.concatenate(
+        [np.arange(min(n, customers)), rng.integers(0, customers, n - min(n, customers))]
+    )
+    t = np.sort(rng.integers(start_us, end_us + 1, n))
+    kinds = np.asarray(["purchase", "view", "add_to_cart", "return"])
+    columns = {
+        "customer_id": pa.array([f"c{first + i:06d}" for i in ids.tolist()]),
+        "event_time": pa.array(t, pa.timestamp("us", tz="UTC")),
+        "amount": np.round(rng.exponential(40.0, n), 2),
+        "event_type": pa.array(kinds[rng.choice(4, n, p=[0.4, 0.4, 0.15, 0.05])]),
+        "quantity": pa.array(rng.integers(1, 4, n).astype(np.int32)),
+        "category": pa.array(np.asarray(["home", "sports", "food", "toys"])[rng.integers(0, 4, n)]),
+        "channel": pa.array(np.asarray(["web", "app", "store"])[rng.integers(0, 3, n)]),
+    }
+    return pa.table(columns, schema=SEGMENT_SCHEMA)
+
+
+def _batches(
+    rng: np.random.Generator, sender: int, start_us: int, count: int, size: int, day_us: int
+) -> list[bytes]:
+    """IPC bodies of ``count`` batches in time order, for sender ``sender``'s own customers
+    (its share of the snapshot's and of new ones), a day of events per 20 batches."""
+    share = CUSTOMERS // SENDERS
+    bodies = []
+    span = max(day_us // 20, 1)
+    for k in range(count):
+        begin = start_us + k * span
+        table = synthetic_events(
+            rng, size, share + NEW_CUSTOMERS, begin, begin + span - 1, first=sender * share
+        )
+        table = _renamed_new(table, sender, share)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        bodies.append(sink.getvalue().to_pybytes())
+    return bodies
+
+
+def _renamed_new(table: pa.Table, sender: int, share: int) -> pa.Table:
+    """Ids past the sender's share of the snapshot's customers become new customers of its
+    own (``n<sender>-<i>``)."""
+    ids = table.column("customer_id").to_pylist()
+    last = sender * share + share
+    renamed = [c if int(c[1:]) < last else f"n{sender}-{int(c[1:]) - last}" for c in ids]
+    return table.set_column(0, "customer_id", pa.array(renamed))
+
+
+def _bare_append(log, bodies: list[bytes]) -> float:
+    """Seconds to decode every body and append it to ``log`` as a segment (the first body once
+    before, as a warm-up)."""
+    warm = pa.ipc.open_stream(pa.py_buffer(bodies[0])).read_all()
+    log.append(1, warm, "warm-up", "0" * 64)
+    started = time.perf_counter()
+    for i, body in enumerate(bodies, start=2):
+        table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+        log.append(i, table, f"bare-{i}", hashlib.sha256(body).hexdigest())
+    return time.perf_counter() - started
+
+
+def _mix_values(events: pa.Table) -> int:
+    return sum(len(set(events.column(c).to_pylist()) - {None}) for c in ("category", "channel"))
+
+
+def _write(folder: Path, per_sender: list[list[bytes]]) -> list[list[Path]]:
+    folder.mkdir()
+    files = []
+    for s, bodies in enumerate(per_sender):
+        paths = []
+        for i, body in enumerate(bodies):
+            path = folder / f"{s}-{i:05d}.arrows"
+            path.write_bytes(body)
+            paths.append(path)
+        files.append(paths)
+    return files
+
+
+def _send(url: str, files: list[list[Path]], rate: float | None) -> dict:
+    """Post each sender's files in a process of its own (one keep-alive connection each);
+    events sent, seconds from the first request to the last answer, errors."""
+    cmd = [sys.executable, "-m", "bench.bench_online", "send", "--url", url]
+    if rate is not None:
+        cmd += ["--rate", str(rate / len(files))]
+    procs = [
+        subprocess.Popen([*cmd, *map(str, paths)], stdout=subprocess.PIPE, text=True, env=_env({}))
+        for paths in files
+    ]
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"sender failed ({proc.returncode}): {out}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return {
+        "events": sum(r["events"] for r in results),
+        "seconds": max(r["end"] for r in results) - min(r["start"] for r in results),
+        "errors": sum(r["errors"] for r in results),
+    }
+
+
+def _get(url: str, path: str) -> str:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("GET", path)
+    return conn.getresponse().read().decode()
+
+
+def _wait_online(url: str) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if json.loads(_get(url, "/ready")).get("online", {}).get("status") == "on":
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{url}: the online state never came on")
+
+
+# --- a sender (its own process) ------------------------------------------------------------
+
+
+def _sender(url: str, paths: list[str], rate: float | None) -> dict:
+    host, port = url.removeprefix("http://").split(":")
+    bodies = [Path(p).read_bytes() for p in paths]
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": IPC}
+    events = errors = 0
+    start = time.time()
+    due = time.monotonic()
+    for body in bodies:
+        if rate is not None:
+            time.sleep(max(due - time.monotonic(), 0.0))
+        conn.request("POST", "/events", body=body, headers=headers)
+        response = conn.getresponse()
+        answer = response.read()
+        if response.status == 200:
+            accepted = json.loads(answer)["accepted"]
+            events += accepted
+            due += accepted / rate if rate else 0.0
+        else:
+            errors += 1
+            print(answer.decode()[:300], file=sys.stderr)
+    return {"events": events, "errors": errors, "start": start, "end": time.time()}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    send = sub.add_parser("send")
+    send.add_argument("--url", required=True)
+    send.add_argument("--rate", type=float, default=None)
+    send.add_argument("paths", nargs="+")
+    args = parser.parse_args()
+    print(json.dumps(_sender(args.url, args.paths, args.rate)))

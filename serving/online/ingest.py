@@ -1,0 +1,391 @@
+"""Events sent to ``POST /events``: parsed (a JSON array of objects, or an Arrow IPC stream),
+typed and checked by the events contract's rules as the validate stage applies them (the same
+casts, defaults and quarantine reasons, in the same order), with nothing applied unless every
+row passes.
+
+A malformed body, an unknown or missing column, or a value of the wrong type is a request error
+(422 naming the field); a row that breaks a contract rule gets the quarantine's reason
+(``missing_customer_id``, ``invalid_event_time``, ``invalid_amount``, ``invalid_quantity``,
+``duplicate_event``). The endpoint adds the online state's own (:data:`ONLINE_REASONS`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from infra.events_log import SEGMENT_SCHEMA
+from tasks.definitions.contract import (
+    CONTRACT_COLUMNS,
+    OPTIONAL_DEFAULTS,
+    QUARANTINE_REASONS,
+    REASON_DUPLICATE,
+    REASON_INVALID_AMOUNT,
+    REASON_INVALID_EVENT_TIME,
+    REASON_INVALID_QUANTITY,
+    REASON_MISSING_CUSTOMER_ID,
+    REQUIRED_COLUMNS,
+)
+
+IPC_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
+JSON_MEDIA_TYPE = "application/json"
+REASON_BEFORE_SNAPSHOT = "before_snapshot"
+REASON_IN_THE_FUTURE = "in_the_future"
+REASON_PURCHASE_OUT_OF_ORDER = "purchase_out_of_order"
+ONLINE_REASONS = (REASON_BEFORE_SNAPSHOT, REASON_IN_THE_FUTURE, REASON_PURCHASE_OUT_OF_ORDER)
+"""Rows the contract accepts that the online state cannot: at or before the served snapshot's
+cutoff (that batch run has them), later than the clock allows, or a purchase before the
+customer's last one in the log (the gaps between purchases are kept in order)."""
+REASONS = QUARANTINE_REASONS + ONLINE_REASONS
+REASON_FIELD = {
+    REASON_MISSING_CUSTOMER_ID: "customer_id",
+    REASON_INVALID_EVENT_TIME: "event_time",
+    REASON_INVALID_AMOUNT: "amount",
+    REASON_INVALID_QUANTITY: "quantity",
+    REASON_BEFORE_SNAPSHOT: "event_time",
+    REASON_IN_THE_FUTURE: "event_time",
+    REASON_PURCHASE_OUT_OF_ORDER: "event_time",
+}
+LISTED_ROWS = 20  # refused rows named in an answer (all are counted)
+INT32_MAX = 2**31 - 1
+_TIME = pa.timestamp("us", tz="UTC")
+
+
+class IngestError(Exception):
+    """A batch that is refused whole, with its HTTP status and the problems to name."""
+
+    def __init__(self, status: int, problems: list[dict[str, str]], **extra: object) -> None:
+        super().__init__("; ".join(f"{p['field']}: {p['message']}" for p in problems))
+        self.status, self.problems, self.extra = status, problems, extra
+
+
+def refused(field: str, message: str, status: int = 422) -> IngestError:
+    return IngestError(status, [{"field": field, "message": message}])
+
+
+# parsing
+
+
+def parse_events(body: bytes, content_type: str) -> pa.Table:
+    """The body's events with contract column names, each column in a type the contract reads
+    (event times as UTC timestamps, null where a text does not parse)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == IPC_MEDIA_TYPE:
+        return _parse_ipc(body)
+    if media in (JSON_MEDIA_TYPE, ""):
+        return _parse_json(body)
+    raise refused(
+        "content-type", f"{media!r}: send {JSON_MEDIA_TYPE} or {IPC_MEDIA_TYPE}", status=415
+    )
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+_JSON_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "customer_id": ((str, int), "a string or an integer"),
+    "event_time": ((str,), "an ISO-8601 string"),
+    "amount": ((int, float), "a number"),
+    "quantity": ((int, float), "a number"),
+    "event_type": ((str,), "a string"),
+    "category": ((str,), "a string"),
+    "channel": ((str,), "a string"),
+}
+
+
+def _parse_json(body: bytes) -> pa.Table:
+    try:
+        rows = json.loads(body, parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise refused("body", f"body is not valid JSON ({exc})") from None
+    if not isinstance(rows, list):
+        raise refused("body", "a JSON array of event objects")
+    if not rows:
+        raise refused("body", "no events")
+    columns: dict[str, list[object]] = {c: [None] * len(rows) for c in CONTRACT_COLUMNS}
+    seen: set[str] = set()
+    problems: list[dict[str, str]] = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise refused(f"[{i}]", "an event object")
+        for key, value in row.items():
+            if key not in columns:
+                raise refused(
+                    f"[{i}].{key}", f"unknown column (known: {', '.join(CONTRACT_COLUMNS)})"
+                )
+            seen.add(key)
+            if value is None:
+                continue
+            types, wanted = _JSON_TYPES[key]
+            if isinstance(value, bool) or not isinstance(value, types):
+                if len(problems) < LISTED_ROWS:
+                    problems.append({"field": f"[{i}].{key}", "message": f"must be {wanted}"})
+                continue
+            columns[key][i] = value
+    if problems:
+        raise IngestError(422, problems)
+    _check_required(seen)
+    ids = [v if v is None or isinstance(v, str) else str(v) for v in columns["customer_id"]]
+    arrays = {
+        "customer_id": pa.array(ids, pa.string()),
+        "event_time": pa.array([_iso_time(v) for v in columns["event_time"]], _TIME),
+        "amount": _doubles(columns["amount"], "amount"),
+    }
+    quantity = columns["quantity"]
+    if "quantity" in seen:
+        if all(v is None or isinstance(v, int) for v in quantity):
+            arrays["quantity"] = _ints(quantity)
+        else:
+            arrays["quantity"] = _doubles(quantity, "quantity")
+    for name in ("event_type", "category", "channel"):
+        if name in seen:
+            arrays[name] = pa.array(columns[name], pa.string())
+    return pa.table(arrays)
+
+
+def _doubles(values: list[object], name: str) -> pa.Array:
+    try:
+        return pa.array(values, pa.float64())
+    except (OverflowError, pa.ArrowInvalid):
+        raise refused(name, "a number beyond the range of a double") from None
+
+
+def _ints(values: list[object]) -> pa.Array:
+    """Whole numbers as int64, those outside its range as doubles (refused as quantities)."""
+    try:
+        return pa.array(values, pa.int64())
+    except OverflowError:
+        return _doubles(values, "quantity")
+
+
+def _iso_time(value: object) -> dt.datetime | None:
+    """An ISO-8601 text as an aware UTC time (naive = UTC); None when it does not parse."""
+    if value is None:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(str(value).strip())
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=dt.UTC)
+    return parsed.astimezone(dt.UTC)
+
+
+def _parse_ipc(body: bytes) -> pa.Table:
+    try:
+        table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+        raise refused("body", f"body is not an Arrow IPC stream ({exc})") from None
+    if table.num_rows == 0:
+        raise refused("body", "no events")
+    unknown = [c for c in table.column_names if c not in CONTRACT_COLUMNS]
+    if unknown:
+        raise refused(unknown[0], f"unknown column (known: {', '.join(CONTRACT_COLUMNS)})")
+    if len(set(table.column_names)) != len(table.column_names):
+        raise refused("body", "a column appears twice")
+    _check_required(set(table.column_names))
+    arrays = {}
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        arrays[name] = _ipc_column(name, column)
+    return pa.table(arrays)
+
+
+def _ipc_column(name: str, column: pa.Array) -> pa.Array:
+    t = column.type
+    text = pa.types.is_string(t) or pa.types.is_large_string(t)
+    whole = pa.types.is_integer(t)
+    if name == "customer_id" and (text or whole):
+        return column.cast(pa.string())
+    if name == "event_time":
+        if (pa.types.is_timestamp(t) and t.unit != "ns") or pa.types.is_date32(t):
+            try:
+                return column.cast(_TIME)
+            except pa.ArrowInvalid as exc:
+                raise refused(name, f"times out of range ({exc})") from None
+        if text:
+            return pa.array([_iso_time(v) for v in column.to_pylist()], _TIME)
+        message = "timestamps in s, ms or us (naive = UTC), dates, or ISO-8601 strings"
+        raise refused(name, f"type {t}: send {message}")
+    if name in ("amount", "quantity") and (whole or pa.types.is_floating(t)):
+        return column if name == "quantity" and whole else column.cast(pa.float64())
+    if name in ("event_type", "category", "channel") and (text or whole or pa.types.is_boolean(t)):
+        return column.cast(pa.string())
+    raise refused(name, f"type {t} is not one the contract reads for {name}")
+
+
+def _check_required(present: set[str]) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in present]
+    if missing:
+        raise refused(missing[0], f"required column(s) {', '.join(missing)} missing")
+
+
+# the contract's rules
+
+
+@dataclass(frozen=True)
+class CheckedEvents:
+    """A batch after the contract's rules: its rows typed as the validate stage publishes
+    them (:data:`infra.events_log.SEGMENT_SCHEMA`) and each row's reason (:meth:`reason`)."""
+
+    events: pa.Table
+    codes: np.ndarray  # uint8 per row: 0 valid, else 1 + the reason's index in REASONS
+    sent: pa.Table  # the values as sent, for naming them
+
+    @property
+    def rows(self) -> int:
+        return len(self.codes)
+
+    def reason(self, row: int) -> str | None:
+        """Row ``row``'s reason, None when it is valid."""
+        code = int(self.codes[row])
+        return REASONS[code - 1] if code else None
+
+    def valid(self) -> np.ndarray:
+        return self.codes == 0
+
+    def refuse_where(self, mask: np.ndarray, reason: str) -> CheckedEvents:
+        """These checks with ``reason`` for the rows of ``mask`` that had none."""
+        codes = self.codes.copy()
+        codes[mask & (codes == 0)] = REASONS.index(reason) + 1
+        return CheckedEvents(self.events, codes, self.sent)
+
+    def counts(self) -> dict[str, int]:
+        """Rows refused for each reason."""
+        found = np.bincount(self.codes, minlength=len(REASONS) + 1)
+        return {r: int(n) for r, n in zip(REASONS, found[1:], strict=True) if n}
+
+    def problem(self) -> IngestError | None:
+        """The refusal naming the bad rows (the first :data:`LISTED_ROWS`, all counted), or
+        None when every row is valid."""
+        bad = np.flatnonzero(self.codes)
+        if bad.size == 0:
+            return None
+        counts = self.counts()
+        listed = []
+        for i in bad[:LISTED_ROWS].tolist():
+            reason = self.reason(i)
+            field = REASON_FIELD.get(reason or "")
+            if field:
+                table = self.sent if field in self.sent.column_names else self.events
+                shown = f" ({_shown(table.column(field)[i].as_py())})"
+                listed.append({"field": f"[{i}].{field}", "message": f"{reason}{shown}"})
+            else:
+                listed.append({"field": f"[{i}]", "message": f"{reason}"})
+        summary = ", ".join(f"{n} {r}" for r, n in counts.items())
+        listed.insert(
+            0,
+            {
+                "field": "body",
+                "message": f"{bad.size} of {self.rows} events refused ({summary}); "
+                "nothing was applied",
+            },
+        )
+        return IngestError(422, listed, refused=counts)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    return "null" if value is None else repr(value)
+
+
+def check_contract(raw: pa.Table) -> CheckedEvents:
+    """The contract's casts, defaults and quarantine reasons (in the validate stage's order:
+    customer id, event time, amount, quantity; then extra copies of a valid event)."""
+    n = raw.num_rows
+    ids = pc.utf8_trim(raw.column("customer_id").combine_chunks().cast(pa.string()), " ")
+    times = raw.column("event_time").combine_chunks()
+    amount = pc.add(raw.column("amount").combine_chunks().cast(pa.float64()), 0.0)  # -0.0 -> 0.0
+    columns = {
+        "customer_id": ids,
+        "event_time": times,
+        "amount": amount,
+        "event_type": _text_or(raw, "event_type", OPTIONAL_DEFAULTS["event_type"]),
+        "category": _text_or(raw, "category", None),
+        "channel": _text_or(raw, "channel", None),
+    }
+    bad_quantity = np.zeros(n, dtype=bool)
+    if "quantity" in raw.column_names:
+        columns["quantity"], bad_quantity = _quantity(raw.column("quantity").combine_chunks())
+    else:
+        columns["quantity"] = pa.array(np.ones(n, dtype=np.int32))
+    events = pa.table([columns[c] for c in SEGMENT_SCHEMA.names], schema=SEGMENT_SCHEMA)
+    rules: list[tuple[str, Callable[[], np.ndarray]]] = [
+        (
+            REASON_MISSING_CUSTOMER_ID,
+            lambda: _flags(pc.or_kleene(pc.is_null(ids), pc.equal(ids, ""))),
+        ),
+        (REASON_INVALID_EVENT_TIME, lambda: _flags(pc.is_null(times))),
+        (
+            REASON_INVALID_AMOUNT,
+            lambda: _flags(
+                pc.or_kleene(
+                    pc.is_null(amount),
+                    pc.or_kleene(pc.invert(pc.is_finite(amount)), pc.less(amount, 0.0)),
+                )
+            ),
+        ),
+        (REASON_INVALID_QUANTITY, lambda: bad_quantity),
+    ]
+    codes = np.zeros(n, dtype=np.uint8)
+    for reason, flags in rules:
+        codes[flags() & (codes == 0)] = REASONS.index(reason) + 1
+    valid = np.flatnonzero(codes == 0)
+    if valid.size > 1:
+        copies = valid[_extra_copies(events.take(pa.array(valid)))]
+        codes[copies] = REASONS.index(REASON_DUPLICATE) + 1
+    return CheckedEvents(events, codes, raw)
+
+
+def _flags(mask: pa.Array) -> np.ndarray:
+    return pc.fill_null(mask, True).to_numpy(zero_copy_only=False)
+
+
+def _text_or(raw: pa.Table, name: str, default: str | None) -> pa.Array:
+    """A text column trimmed of spaces, empty or null as ``default`` (a column not sent: all
+    ``default``)."""
+    if name not in raw.column_names:
+        return pa.array([default] * raw.num_rows, pa.string())
+    text = pc.utf8_trim(raw.column(name).combine_chunks().cast(pa.string()), " ")
+    empty = pc.fill_null(pc.equal(text, ""), True)
+    return pc.if_else(empty, pa.scalar(default, pa.string()), text)
+
+
+def _quantity(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """The quantity as int32 (null: the default 1) and the rows whose given quantity is not a
+    whole number from 1 to 2**31 - 1."""
+    given = pc.is_valid(column).to_numpy(zero_copy_only=False)
+    values = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        ok = ~given | (np.isfinite(values) & (values == np.floor(values)) & (values >= 1))
+        ok &= ~given | (values <= INT32_MAX)
+    whole = np.where(given & ok, values, 1.0).astype(np.int32)
+    return pa.array(whole), ~ok
+
+
+def _extra_copies(valid: pa.Table) -> np.ndarray:
+    """Positions in ``valid`` of each row that repeats an earlier one exactly. Copies share
+    their customer and time: only rows that share both with another are compared whole."""
+    ids = pc.dictionary_encode(valid.column("customer_id").combine_chunks()).indices
+    codes = ids.to_numpy(zero_copy_only=False)
+    t = valid.column("event_time").combine_chunks().cast(pa.int64()).to_numpy()
+    order = np.lexsort((t, codes))
+    same = (codes[order][1:] == codes[order][:-1]) & (t[order][1:] == t[order][:-1])
+    if not same.any():
+        return np.zeros(0, dtype=np.intp)
+    shared = np.zeros(len(order), dtype=bool)
+    shared[order[1:][same]] = True
+    shared[order[:-1][same]] = True
+    candidates = np.flatnonzero(shared)
+    frame = valid.take(pa.array(candidates)).to_pandas()
+    return candidates[frame.duplicated(keep="first").to_numpy()]

@@ -1,0 +1,198 @@
+"""Events sent to ``POST /events`` are checked by the validate stage's rules: for every column
+type the in-process validation takes, the rows the endpoint accepts are the validate stage's good
+events and it refuses as many rows for each quarantine reason; malformed bodies, unknown and
+missing columns and wrong types are request errors naming the field."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from infra.events_log import SEGMENT_SCHEMA
+from serving.online.ingest import (
+    IPC_MEDIA_TYPE,
+    IngestError,
+    check_contract,
+    parse_events,
+)
+from tasks.data.validation_duckdb import GOOD_EVENTS_SCHEMA, InProcessValidation
+from tests.unit.tasks.data.test_validation_duckdb import _variants
+
+
+def ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
+
+
+def test_the_segments_schema_is_the_validated_events():
+    assert SEGMENT_SCHEMA == GOOD_EVENTS_SCHEMA
+
+
+@pytest.mark.parametrize("variant", list(_variants()))
+def test_the_contract_accepts_and_refuses_what_validate_does(variant):
+    table = _variants()[variant]
+    checked = check_contract(parse_events(ipc(table), IPC_MEDIA_TYPE))
+    validation = InProcessValidation.of_table(table)
+    try:
+        good, figures = validation.good(), validation.figures()
+    finally:
+        validation.close()
+    accepted = checked.events.filter(pa.array(checked.valid()))
+    assert _rows(accepted) == _rows(good)
+    assert checked.counts() == figures.quarantined
+    problem = checked.problem()
+    assert problem is not None and problem.status == 422
+    assert problem.extra["refused"] == figures.quarantined
+    assert "nothing was applied" in problem.problems[0]["message"]
+
+
+def test_a_clean_batch_has_no_problem_and_gets_the_defaults():
+    body = json.dumps(
+        [
+            {"customer_id": 17, "event_time": "2025-07-01T10:00:00+02:00", "amount": 3},
+            {"customer_id": " c2 ", "event_time": "2025-07-01", "amount": 0.5, "quantity": 2.0},
+        ]
+    ).encode()
+    checked = check_contract(parse_events(body, "application/json; charset=utf-8"))
+    assert checked.problem() is None
+    rows = checked.events.to_pylist()
+    assert [r["customer_id"] for r in rows] == ["17", "c2"]
+    assert rows[0]["event_time"] == dt.datetime(2025, 7, 1, 8, tzinfo=dt.UTC)
+    assert rows[1]["event_time"] == dt.datetime(2025, 7, 1, tzinfo=dt.UTC)
+    assert [r["event_type"] for r in rows] == ["purchase", "purchase"]
+    assert [r["quantity"] for r in rows] == [1, 2]
+    assert checked.events.schema == SEGMENT_SCHEMA
+
+
+EVENT = {"customer_id": "c1", "event_time": "2025-07-01T10:00:00Z", "amount": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "text"),
+    [
+        (b"[{not json", "application/json", 422, "body: body is not valid JSON"),
+        (b"", "application/json", 422, "body: body is not valid JSON"),
+        (b'{"events": []}', "application/json", 422, "body: a JSON array of event objects"),
+        (b"[]", "application/json", 422, "body: no events"),
+        (b"[1]", "application/json", 422, "[0]: an event object"),
+        (
+            json.dumps([EVENT, {**EVENT, "colour": "red"}]).encode(),
+            "application/json",
+            422,
+            "[1].colour: unknown column",
+        ),
+        (
+            json.dumps([{**EVENT, "amount": "1"}]).encode(),
+            None,
+            422,
+            "[0].amount: must be a number",
+        ),
+        (
+            json.dumps([{**EVENT, "amount": True}]).encode(),
+            None,
+            422,
+            "[0].amount: must be a number",
+        ),
+        (
+            json.dumps([{**EVENT, "customer_id": 1.5}]).encode(),
+            None,
+            422,
+            "[0].customer_id: must be a string or an integer",
+        ),
+        (
+            json.dumps([{**EVENT, "event_time": 1751364000}]).encode(),
+            None,
+            422,
+            "[0].event_time: must be an ISO-8601 string",
+        ),
+        (
+            b'[{"customer_id": "c1", "event_time": "2025-07-01", "amount": NaN}]',
+            None,
+            422,
+            "body is not valid JSON (NaN is not a number JSON allows)",
+        ),
+        (
+            json.dumps([{"customer_id": "c1", "event_time": "2025-07-01"}]).encode(),
+            None,
+            422,
+            "amount: required column(s) amount missing",
+        ),
+        (json.dumps([EVENT]).encode(), "text/csv", 415, "content-type: 'text/csv'"),
+        (b"\x00\x01not arrow", IPC_MEDIA_TYPE, 422, "body: body is not an Arrow IPC stream"),
+    ],
+)
+def test_malformed_bodies_are_request_errors_naming_the_field(body, content_type, status, text):
+    with pytest.raises(IngestError) as caught:
+        parse_events(body, content_type or "application/json")
+    assert caught.value.status == status
+    assert text in str(caught.value)
+
+
+def _ipc_table(**columns: pa.Array) -> bytes:
+    base = {
+        "customer_id": pa.array(["c1"]),
+        "event_time": pa.array([dt.datetime(2025, 7, 1)], pa.timestamp("us")),
+        "amount": pa.array([1.0]),
+    }
+    return ipc(pa.table(base | columns))
+
+
+@pytest.mark.parametrize(
+    ("columns", "text"),
+    [
+        ({"colour": pa.array(["red"])}, "colour: unknown column"),
+        ({"amount": pa.array(["1.0"])}, "amount: type string is not one the contract reads"),
+        (
+            {"event_time": pa.array([1], pa.timestamp("ns"))},
+            "event_time: type timestamp[ns]: send timestamps in s, ms or us",
+        ),
+        ({"customer_id": pa.array([1.5])}, "customer_id: type double"),
+    ],
+)
+def test_arrow_columns_of_the_wrong_type_are_named(columns, text):
+    with pytest.raises(IngestError) as caught:
+        parse_events(_ipc_table(**columns), IPC_MEDIA_TYPE)
+    assert caught.value.status == 422 and text in str(caught.value)
+
+
+def test_missing_arrow_columns_are_named():
+    table = pa.table({"customer_id": ["c1"], "amount": [1.0]})
+    with pytest.raises(IngestError, match="event_time: required column"):
+        parse_events(ipc(table), IPC_MEDIA_TYPE)
+
+
+def test_a_bad_row_names_its_row_reason_and_value():
+    rows = [EVENT, {**EVENT, "amount": -2.5}, {**EVENT, "event_time": "yesterday"}, EVENT]
+    infinite = b'{"customer_id": "c9", "event_time": "2025-07-01", "amount": 1e999}'
+    body = json.dumps(rows).encode()[:-1] + b", " + infinite + b"]"
+    checked = check_contract(parse_events(body, "application/json"))
+    assert [checked.reason(i) for i in range(checked.rows)] == [
+        None,
+        "invalid_amount",
+        "invalid_event_time",
+        "duplicate_event",
+        "invalid_amount",  # 1e999 reads as infinity
+    ]
+    problem = checked.problem()
+    fields = [p["field"] for p in problem.problems]
+    assert fields == ["body", "[1].amount", "[2].event_time", "[3]", "[4].amount"]
+    assert "4 of 5 events refused" in problem.problems[0]["message"]
+    assert problem.problems[1]["message"] == "invalid_amount (-2.5)"
+
+
+def test_only_the_first_rows_are_listed_but_all_are_counted():
+    body = json.dumps([{**EVENT, "amount": -float(i + 1)} for i in range(100)]).encode()
+    problem = check_contract(parse_events(body, "application/json")).problem()
+    assert problem.extra["refused"] == {"invalid_amount": 100}
+    assert len(problem.problems) == 1 + 20
+    assert np.all([p["message"].startswith("invalid_amount") for p in problem.problems[1:]])
