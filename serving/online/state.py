@@ -35,6 +35,7 @@ DAY_US = int(DAY_MICROS)
 NO_TIME = np.iinfo(np.int64).min
 FIRST_NONE = np.iinfo(np.int64).max
 COUNT_MAX = int(np.iinfo(np.uint16).max)
+OPTIMISTIC_READS = 3  # tries before a read waits for the lock
 _LIFETIME: dict[str, np.dtype] = {
     "first_t": np.dtype(np.int64),
     "last_t": np.dtype(np.int64),
@@ -169,6 +170,11 @@ class OnlineState:
         self.ring_day = day_of(seed_cutoff)
         self.newest = seed_cutoff  # the newest event time applied, at least the seed's cutoff
         self.lock = threading.RLock()
+        # optimistic reads of one customer (:meth:`read_one`) while a chunk is applied: the
+        # version is odd during a change and moves whenever the rows being changed do
+        # (``_changing``: sorted rows, or None for every row)
+        self._version = 0
+        self._changing: np.ndarray | None = None
         self.row_of: dict[str, int] = {}
         self.ids: list[str] = []
         self._capacity = 0
@@ -243,19 +249,33 @@ class OnlineState:
         if events.size == 0:
             return 0
         with self.lock:
+            self._changing_rows(None)  # new rows, maybe longer arrays
             rows = self._rows(events.customer) if rows is None else rows
             order = np.lexsort((events.t, rows))
             rows, t = rows[order], events.t[order]
             purchase = events.purchase[order]
             starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
             group_rows = rows[starts]
-            self._apply_lifetime(rows, t, purchase, events, order, starts, group_rows)
-            self._apply_gaps(rows, t, purchase)
-            self._apply_ring(rows, t, purchase, events.amount[order])
-            for col, values in events.mix.items():
-                self._apply_mix(col, rows, values.take(order))
-            self.newest = max(self.newest, int(t.max()))
+            self._changing_rows(group_rows)
+            try:
+                self._apply_lifetime(rows, t, purchase, events, order, starts, group_rows)
+                self._apply_gaps(rows, t, purchase)
+                self._apply_ring(rows, t, purchase, events.amount[order])
+                for col, values in events.mix.items():
+                    self._apply_mix(col, rows, values.take(order))
+                self.newest = max(self.newest, int(t.max()))
+            finally:
+                self._changed()
         return events.size
+
+    def _changing_rows(self, rows: np.ndarray | None) -> None:
+        """Rows ``rows`` (sorted; None: every row) are about to change (the lock is held)."""
+        self._changing = rows
+        self._version += 1 if self._version % 2 == 0 else 2
+
+    def _changed(self) -> None:
+        self._changing = None
+        self._version += 1
 
     def _known_rows(self, customer: Coded) -> np.ndarray:
         """Each event's customer row, -1 for a customer the state has not seen."""
@@ -388,6 +408,7 @@ class OnlineState:
         """Move the ring day on to ``day``, clearing the days that leave it for every customer."""
         if day <= self.ring_day:
             return
+        self._changing_rows(None)
         leaving = range(self.ring_day + 1, min(day, self.ring_day + RING_DAYS) + 1)
         slots = np.asarray([d % RING_DAYS for d in leaving], dtype=np.intp)
         for array in self._ring.values():
@@ -440,6 +461,7 @@ class OnlineState:
         self._capacity = capacity
 
     def _widen_mix(self, col: str, values: int) -> None:
+        self._changing_rows(None)
         counts = self._mix[col]
         width = max(values, counts.shape[1] * 2, 4)
         grown = np.zeros((counts.shape[0], width), dtype=np.uint32)
@@ -463,14 +485,26 @@ class OnlineState:
 
     def read_one(self, row: int, at_least_day: int) -> Reading:
         """:meth:`read` for one customer, its aggregates as scalars (what a single request
-        needs: a few microseconds instead of a hundred array operations)."""
+        needs: a few microseconds instead of a hundred array operations). Read without waiting
+        for the chunk being applied unless it changes this customer: the copy counts when the
+        version did not move while it was taken."""
+        for _ in range(OPTIMISTIC_READS):
+            version, changing = self._version, self._changing
+            if version % 2 and (changing is None or _has(changing, row)):
+                break
+            copied = self._row_copy(row, at_least_day)
+            if self._version == version:
+                return copied
         with self.lock:
-            day = max(at_least_day, self.cutoff_day())
-            life = {name: array[row] for name, array in self._life.items()}
-            ring = np.stack([array[row] for array in self._ring.values()])
-            mix = {col: counts[row].copy() for col, counts in self._mix.items()}
-            overflow = self._overflow.get(row)
-            ring_day, newest = self.ring_day, self.newest
+            return self._row_copy(row, at_least_day)
+
+    def _row_copy(self, row: int, at_least_day: int) -> Reading:
+        day = max(at_least_day, self.cutoff_day())
+        life = {name: array[row] for name, array in self._life.items()}
+        ring = np.stack([array[row] for array in self._ring.values()])
+        mix = {col: counts[row].copy() for col, counts in self._mix.items()}
+        overflow = self._overflow.get(row)
+        ring_day, newest = self.ring_day, self.newest
         return Reading(_aggregates_of_one(life, ring, mix, overflow, ring_day, day), day, newest)
 
     def aggregates(self, rows: np.ndarray, cutoff_day: int) -> dict[str, np.ndarray]:
@@ -481,6 +515,11 @@ class OnlineState:
         if reading.day != cutoff_day:
             raise ValueError(f"cutoff day {cutoff_day} is before the newest event's {reading.day}")
         return reading.aggregates
+
+
+def _has(sorted_rows: np.ndarray, row: int) -> bool:
+    i = int(np.searchsorted(sorted_rows, row))
+    return i < len(sorted_rows) and int(sorted_rows[i]) == row
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -185,3 +186,53 @@ def test_bytes_per_customer_is_fixed():
 def test_the_state_reads_every_declared_aggregate_and_no_other():
     state = seeded_state(random_stream(5, 3, 30, 400, False), end_of_day_micros(BASE_DAY), 1)
     assert set(state.aggregates(np.arange(state.customers), BASE_DAY)) == set(AGGREGATES)
+
+
+def test_a_customer_read_while_chunks_are_applied_is_never_half_updated():
+    start = end_of_day_micros(BASE_DAY)
+    state = OnlineState(start)
+    state.seed(
+        event_arrays(
+            events_table([random_event("steady", start - DAY_US, np.random.default_rng(3), True)])
+        )
+    )
+    chunks = []
+    for k in range(400):
+        t0 = start + 1 + k * 60_000_000  # a minute apart: all within the 7-day window
+        rows = [
+            {
+                "customer_id": c,
+                "event_time": dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+                + dt.timedelta(microseconds=t0 + i),
+                "amount": 1.0,
+                "event_type": "purchase",
+                "quantity": 1,
+                "category": "a",
+                "channel": None,
+            }
+            for i, c in enumerate(["busy", "busy", f"new{k}", "busy"])
+        ]
+        chunks.append(event_arrays(events_table(rows)))
+    done = threading.Event()
+    torn: list[tuple] = []
+
+    def applying() -> None:
+        for chunk in chunks:
+            state.apply(chunk)
+        done.set()
+
+    writer = threading.Thread(target=applying)
+    writer.start()
+    reads = 0
+    while not done.is_set() or reads < 50:
+        row = state.row_of.get("busy")
+        if row is None:
+            continue
+        a = state.read_one(row, 0).aggregates
+        values = (a["_n"], a["_n_p"], a["_n_7"], a["_amount"], a["_amount_7"], a["_category_total"])
+        if len(set(values)) != 1:
+            torn.append(values)
+        reads += 1
+    writer.join()
+    assert torn == []
+    assert state.read_one(state.row_of["busy"], 0).aggregates["_n"] == 3 * len(chunks)
