@@ -49,10 +49,11 @@ INFO_KEY = b"hybridflow.segment"
 
 
 class SegmentInfo(BaseModel):
-    """What a segment holds: its number, the id that makes re-sends idempotent, the sha256 of
-    the request that carried it, its rows and the span of its event times (microseconds)."""
+    """What a segment holds: its number (its key's), the id that makes re-sends idempotent, the
+    sha256 of the request that carried it, its rows and the span of its event times
+    (microseconds)."""
 
-    seq: int
+    seq: int = 0
     segment_id: str
     content_sha256: str
     rows: int
@@ -69,6 +70,34 @@ class Segment:
     events: pa.Table
 
 
+@dataclass(frozen=True)
+class EncodedSegment:
+    """A segment's file, ready to be written under any number."""
+
+    data: bytes
+    info: SegmentInfo  # its ``seq`` is 0 until written
+
+
+def encode_segment(events: pa.Table, segment_id: str, content_sha256: str) -> EncodedSegment:
+    """``events`` (cast to :data:`SEGMENT_SCHEMA`) as a segment's Parquet file, its info in the
+    footer (the number is the key's, so a file can be encoded before its number is known)."""
+    table = events.select(SEGMENT_SCHEMA.names).cast(SEGMENT_SCHEMA)
+    times = table.column("event_time").cast(pa.int64())
+    info = SegmentInfo(
+        seq=0,
+        segment_id=segment_id,
+        content_sha256=content_sha256,
+        rows=table.num_rows,
+        first_event_us=int(pc.min(times).as_py()),
+        last_event_us=int(pc.max(times).as_py()),
+        written_at=dt.datetime.now(dt.UTC),
+    )
+    meta = {INFO_KEY: info.model_dump_json(exclude={"seq"}).encode()}
+    out = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata(meta), out)
+    return EncodedSegment(out.getvalue(), info)
+
+
 class EventsLog:
     """The events log of one store."""
 
@@ -83,25 +112,14 @@ class EventsLog:
     def append(
         self, seq: int, events: pa.Table, segment_id: str, content_sha256: str
     ) -> SegmentInfo:
-        """Write ``events`` (cast to :data:`SEGMENT_SCHEMA`) as segment ``seq``, durably, once;
-        :class:`infra.store.PreconditionFailed` when another writer has it already."""
-        table = events.select(SEGMENT_SCHEMA.names).cast(SEGMENT_SCHEMA)
-        times = table.column("event_time").cast(pa.int64())
-        info = SegmentInfo(
-            seq=seq,
-            segment_id=segment_id,
-            content_sha256=content_sha256,
-            rows=table.num_rows,
-            first_event_us=int(pc.min(times).as_py()),
-            last_event_us=int(pc.max(times).as_py()),
-            written_at=dt.datetime.now(dt.UTC),
-        )
-        meta = {INFO_KEY: info.model_dump_json().encode()}
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-        out = io.BytesIO()
-        pq.write_table(table, out)
-        self.store.put_bytes_if(events_log_segment_key(seq), out.getvalue(), if_none_match=True)
-        return info
+        """Write ``events`` as segment ``seq`` (:meth:`encode`, then :meth:`put`)."""
+        return self.put(seq, encode_segment(events, segment_id, content_sha256))
+
+    def put(self, seq: int, segment: EncodedSegment) -> SegmentInfo:
+        """Write an encoded segment as number ``seq``, durably, once;
+        :class:`infra.store.PreconditionFailed` when another writer has that number already."""
+        self.store.put_bytes_if(events_log_segment_key(seq), segment.data, if_none_match=True)
+        return segment.info.model_copy(update={"seq": seq})
 
     def read(self, seq: int) -> Segment | None:
         """Segment ``seq``, None while there is none."""
@@ -113,7 +131,7 @@ class EventsLog:
         raw = (table.schema.metadata or {}).get(INFO_KEY)
         if raw is None:
             raise StoreError(f"{self.store.key_uri(events_log_segment_key(seq))}: not a segment")
-        info = SegmentInfo.model_validate_json(raw)
+        info = SegmentInfo.model_validate_json(raw).model_copy(update={"seq": seq})
         return Segment(info, table.replace_schema_metadata(None).cast(SEGMENT_SCHEMA))
 
     def read_info(self, seq: int) -> SegmentInfo | None:
@@ -129,7 +147,7 @@ class EventsLog:
         raw = (schema.metadata or {}).get(INFO_KEY)
         if raw is None:
             raise StoreError(f"{self.store.key_uri(key)}: not a segment")
-        return SegmentInfo.model_validate_json(raw)
+        return SegmentInfo.model_validate_json(raw).model_copy(update={"seq": seq})
 
     def head(self) -> int:
         """The newest segment's number (0 for an empty log), from a listing."""

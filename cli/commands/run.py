@@ -113,21 +113,22 @@ def origins_note(origins: list[str]) -> str:
 
 
 def format_leaderboard(rows: list[dict], why: str) -> list[str]:
-    """The contenders, best first (the champion starred), under the run's model line."""
+    """The contenders, best first (``*`` marks the champion), under the run's model line."""
     if not rows:
         return []
     basis = rows[0].get("basis", "backtest")
-    out = [
-        f"  champion    : {why}",
-        f"  contenders  : ({basis}, calibrated)  AUC     log loss  ECE     mean/rate      "
-        "size        fit    device pool",
-    ]
+    header = (
+        f"{'family':<10} {'AUC':>6}  {'log loss':>8}  {'ECE':>6}  {'mean/rate':>11}  "
+        f"{'size':>9}  {'fit':>7}  device pool"
+    )
+    out = [f"  champion    : {why}", f"  contenders  : {header}  ({basis}, calibrated)"]
     for r in rows:
         mark = "*" if r.get("champion") else " "
+        rate = f"{r['mean_score']:.3f}/{r['positive_rate']:.3f}"
         out.append(
-            f"   {mark} {r['family']:<10}                {r['auc']:.4f}  {r['logloss']:.4f}    "
-            f"{r['ece']:.4f}  {r['mean_score']:.3f}/{r['positive_rate']:.3f}  "
-            f"{r['size']:>9,}  {r['train_seconds']:6.1f}s  {r['device']:<5}  {r['pool']}"
+            f"              {mark}{r['family']:<9} {r['auc']:.4f}  {r['logloss']:>8.4f}  "
+            f"{r['ece']:.4f}  {rate:>11}  {r['size']:>9,}  {r['train_seconds']:>6.1f}s  "
+            f"{r['device']:<6} {r['pool']}"
         )
     return out
 

@@ -275,6 +275,22 @@ def _ensure_workers(
         lines.append(f"started {pool} worker (pid {worker.pid})")
 
 
+def _ensure_events_watcher(
+    settings: HybridflowSettings, state: StackState, base: dict, lines: list[str]
+) -> None:
+    """``hybridflow events watch`` on the stack's store: the endpoints' new segments become
+    ``hybridflow.events.landed``, which model-refresh's new-data trigger listens for. Recorded
+    as a worker, so ``down`` stops it first and a change of store replaces it."""
+    key = "worker-events-watch"
+    watcher = state.processes.get(key)
+    if watcher and is_alive(watcher):
+        lines.append(f"events watcher already running (pid {watcher.pid})")
+        return
+    env = _store_access_env(dict(base) | {"HYBRIDFLOW_STORE": state.store}, state)
+    watcher = _launch_recorded(settings, state, key, services.events_watch_command(), env)
+    lines.append(f"started the events log's watcher (pid {watcher.pid})")
+
+
 def _retire_workers_of_another_store(
     settings: HybridflowSettings, state: StackState, store: str, lines: list[str]
 ) -> None:
@@ -322,6 +338,7 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
     api_url = state.api_url
     lines += prefect_admin.ensure_work_pools(api_url, settings.stack_gpu_slots)
     _ensure_workers(settings, state, base, lines)
+    _ensure_events_watcher(settings, state, base, lines)
     lines.append(
         prefect_admin.ensure_zombie_automation(api_url, settings.stack_crash_after_seconds)
     )

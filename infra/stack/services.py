@@ -12,6 +12,7 @@ import httpx
 from infra.errors import HybridflowInputError
 
 POOLS: tuple[str, ...] = ("cpu-pool", "gpu-pool")
+EVENTS_WATCH_INTERVAL_S = 5.0
 
 
 def bin_path(name: str) -> str:
@@ -52,6 +53,11 @@ def worker_command(pool: str) -> list[str]:
         "--name",
         f"hybridflow-{pool}",
     ]
+
+
+def events_watch_command(interval_s: float = EVENTS_WATCH_INTERVAL_S) -> list[str]:
+    """``hybridflow events watch``: the events log's new segments announced to the server."""
+    return [bin_path("hybridflow"), "events", "watch", "--interval", f"{interval_s:g}"]
 
 
 def s3_command(port: int) -> list[str]:

@@ -41,6 +41,35 @@ class ArrayOps:
         return np.where(test > 0, then, otherwise)
 
 
+class ScalarOps:
+    """:class:`ArrayOps` for one customer: the same operations on float64 scalars (a division
+    by zero gives inf or NaN, as on arrays, and the formulas never keep it)."""
+
+    def __init__(self, aggregates: dict[str, np.float64]) -> None:
+        self._aggregates = aggregates
+
+    def agg(self, name: str) -> np.float64:
+        return self._aggregates[name]
+
+    def lit(self, value: float) -> np.float64:
+        return np.float64(value)
+
+    def coalesce(self, value: np.float64, default: np.float64) -> np.float64:
+        return default if value != value else value  # NaN is the one value unequal to itself
+
+    def double(self, value: np.float64) -> np.float64:
+        return np.float64(value)
+
+    def greatest(self, first: np.float64, second: np.float64) -> np.float64:
+        return np.fmax(first, second)
+
+    def log(self, value: np.float64) -> np.float64:
+        return np.log(value)
+
+    def if_positive(self, test: np.float64, then: np.float64, otherwise: np.float64) -> np.float64:
+        return then if test > 0 else otherwise
+
+
 def online_features(
     state: OnlineState, rows: np.ndarray, cutoff_day: int, names: Sequence[str]
 ) -> np.ndarray:
@@ -55,6 +84,11 @@ def fresh_features(
 ) -> tuple[np.ndarray, int]:
     """:func:`online_features` at the end of ``at_least_day`` or of the newest event's day,
     whichever is later, with the newest event's time (microseconds) they include."""
+    if len(rows) == 1:
+        one = state.read_one(int(rows[0]), at_least_day)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = feature_values(ScalarOps(one.aggregates), end_of_day_micros(one.day))
+        return np.asarray([[values[name] for name in names]], dtype=np.float64), one.newest
     reading = state.read(rows, at_least_day)
     return _evaluate(reading.aggregates, reading.day, names), reading.newest
 

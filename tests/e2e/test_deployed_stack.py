@@ -23,6 +23,7 @@ TRAINING = {  # long enough (200 small-batch epochs) to be killed after its firs
     "HYBRIDFLOW_TRAIN__MAX_EPOCHS": "200",
     "HYBRIDFLOW_TRAIN__PATIENCE": "200",
     "HYBRIDFLOW_CHECKPOINT__EVERY_STEPS": "200",
+    "HYBRIDFLOW_TRAIN__FAMILIES": "mlp",  # the network's checkpoints are what gets killed
 }
 
 

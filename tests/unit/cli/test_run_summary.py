@@ -24,3 +24,20 @@ def test_backtest_line_shows_model_against_baseline_or_why_it_was_skipped():
     skipped = {"status": "skipped", "reason": "history too short for the backtest"}
     assert format_backtest(skipped) == "skipped (history too short for the backtest)"
     assert format_backtest({}) == "skipped (no backtest)"
+
+
+def test_leaderboard_lines_star_the_champion_in_the_ranked_order():
+    from cli.commands.run import format_leaderboard
+
+    row = {"auc": 0.88, "ece": 0.01, "mean_score": 0.31, "positive_rate": 0.32}
+    row |= {"train_seconds": 1.5, "device": "cpu", "pool": "cpu-pool", "basis": "backtest"}
+    rows = [
+        row | {"family": "mlp", "logloss": 0.3951, "size": 4097, "champion": True},
+        row | {"family": "logistic", "logloss": 0.3953, "size": 31, "champion": False},
+    ]
+    lines = format_leaderboard(rows, "mlp won on backtest")
+    assert lines[0] == "  champion    : mlp won on backtest"
+    assert "(backtest, calibrated)" in lines[1]
+    assert lines[2].split()[:3] == ["*mlp", "0.8800", "0.3951"] and "4,097" in lines[2]
+    assert lines[3].split()[:3] == ["logistic", "0.8800", "0.3953"]
+    assert format_leaderboard([], "") == []

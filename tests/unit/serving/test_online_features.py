@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving.online.features import online_features
+from serving.online.features import fresh_features, online_features
 from serving.online.state import (
     DAY_US,
     RING_DAYS,
@@ -55,6 +56,8 @@ def assert_same_features(state: OnlineState, rows, cutoff_day: int, available: s
     ids = sorted(expected)
     got = online_features(state, np.asarray([state.row_of[c] for c in ids]), cutoff_day, names)
     for i, customer in enumerate(ids):
+        # one customer at a time: the request path's scalar evaluation of the same formulas
+        (one,), _ = fresh_features(state, np.asarray([state.row_of[customer]]), cutoff_day, names)
         for j, name in enumerate(names):
             want = expected[customer][name]
             assert math.isclose(got[i, j], want, rel_tol=1e-9, abs_tol=1e-12), (
@@ -63,6 +66,7 @@ def assert_same_features(state: OnlineState, rows, cutoff_day: int, available: s
                 got[i, j],
                 want,
             )
+            assert math.isclose(one[j], want, rel_tol=1e-9, abs_tol=1e-12), (customer, name)
 
 
 @settings(
@@ -153,8 +157,11 @@ def test_counts_past_the_ring_cells_width_stay_exact():
     assert state.customers == 1
     state2 = OnlineState(end_of_day_micros(BASE_DAY))
     state2.seed(event_arrays(table))
-    got = online_features(state2, np.asarray([0]), BASE_DAY, ["purchases_30d", "amount_30d"])[0]
+    names = ["purchases_30d", "amount_30d"]
+    got = online_features(state2, np.asarray([0, 0]), BASE_DAY, names)[0]
     assert got.tolist() == [float(n), n * 0.5]
+    one, _ = fresh_features(state2, np.asarray([0]), BASE_DAY, names)
+    assert one[0].tolist() == [float(n), n * 0.5]
 
 
 def test_a_purchase_before_the_customers_last_one_is_found():
@@ -179,3 +186,53 @@ def test_bytes_per_customer_is_fixed():
 def test_the_state_reads_every_declared_aggregate_and_no_other():
     state = seeded_state(random_stream(5, 3, 30, 400, False), end_of_day_micros(BASE_DAY), 1)
     assert set(state.aggregates(np.arange(state.customers), BASE_DAY)) == set(AGGREGATES)
+
+
+def test_a_customer_read_while_chunks_are_applied_is_never_half_updated():
+    start = end_of_day_micros(BASE_DAY)
+    state = OnlineState(start)
+    state.seed(
+        event_arrays(
+            events_table([random_event("steady", start - DAY_US, np.random.default_rng(3), True)])
+        )
+    )
+    chunks = []
+    for k in range(400):
+        t0 = start + 1 + k * 60_000_000  # a minute apart: all within the 7-day window
+        rows = [
+            {
+                "customer_id": c,
+                "event_time": dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+                + dt.timedelta(microseconds=t0 + i),
+                "amount": 1.0,
+                "event_type": "purchase",
+                "quantity": 1,
+                "category": "a",
+                "channel": None,
+            }
+            for i, c in enumerate(["busy", "busy", f"new{k}", "busy"])
+        ]
+        chunks.append(event_arrays(events_table(rows)))
+    done = threading.Event()
+    torn: list[tuple] = []
+
+    def applying() -> None:
+        for chunk in chunks:
+            state.apply(chunk)
+        done.set()
+
+    writer = threading.Thread(target=applying)
+    writer.start()
+    reads = 0
+    while not done.is_set() or reads < 50:
+        row = state.row_of.get("busy")
+        if row is None:
+            continue
+        a = state.read_one(row, 0).aggregates
+        values = (a["_n"], a["_n_p"], a["_n_7"], a["_amount"], a["_amount_7"], a["_category_total"])
+        if len(set(values)) != 1:
+            torn.append(values)
+        reads += 1
+    writer.join()
+    assert torn == []
+    assert state.read_one(state.row_of["busy"], 0).aggregates["_n"] == 3 * len(chunks)

@@ -255,3 +255,15 @@ def test_the_logs_segments_folder_is_a_batch_runs_events_input(store, tmp_path):
     result = validate_stage(None, run_store, "run-on-the-log", str(segments), 0.0)
     assert (result.rows_read, result.rows_valid, result.rows_quarantined) == (3, 3, 0)
     assert set(result.available_columns) == set(SEGMENT_SCHEMA.names)
+
+
+def test_a_segment_holds_its_batch_in_time_order(store):
+    online = replica(store)
+    online.ingest(body(event("c3", 9, 1), event("c4", 8, 1), event("c3", 8, 5)), "", None)
+    times = EventsLog(store).read(1).events.column("event_time").to_pylist()
+    assert times == sorted(times)
+    expected = batch_features(store, [EventsLog(store).read(1).events], cutoff_day(online))
+    ids = sorted(expected)
+    np.testing.assert_allclose(
+        features(online, ids), [expected[c] for c in ids], rtol=1e-9, atol=1e-12
+    )

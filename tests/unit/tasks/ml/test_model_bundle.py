@@ -125,3 +125,19 @@ def test_families_are_found_by_kind_and_specs_validated():
         family_specs(["mlp"], {"forest": {}})
     with pytest.raises(HybridflowInputError, match="no model family"):
         family_specs([], {})
+
+
+def test_any_familys_spec_validates_through_the_union_discriminated_on_kind():
+    from pydantic import ValidationError
+
+    from tasks.ml.models import spec_adapter
+    from tasks.ml.models.gbm import GBMSpec
+
+    adapter = spec_adapter()
+    spec = adapter.validate_python({"kind": "gbm", "num_leaves": 15})
+    assert isinstance(spec, GBMSpec) and spec.num_leaves == 15
+    assert adapter.validate_python({"kind": "mlp"}).hidden_sizes == [64, 32]
+    with pytest.raises(ValidationError):
+        adapter.validate_python({"kind": "forest"})
+    with pytest.raises(ValidationError):
+        adapter.validate_python({"kind": "logistic", "l2": 1.0})  # extra fields are refused
