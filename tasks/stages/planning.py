@@ -58,14 +58,15 @@ def plan_pipeline(
 
 
 def model_cost(families: list[str], n_features: int, settings: HybridflowSettings) -> ModelCost:
-    """The contenders' cost hints added up for the router: every contender is fitted, the
-    largest one may be the model that scores."""
+    """The contenders' cost hints added up for the router: every contender is fitted (on up to
+    one example per customer and training origin), the largest one may be the model that
+    scores."""
     hints = [
         get_family(spec.kind).cost_hints(spec, n_features, settings.train)
         for spec in family_specs(families, settings.train.specs)
     ]
     return ModelCost(
         parameters=max(h.parameters for h in hints),
-        train_flops_per_row=sum(h.train_flops_per_row for h in hints),
+        train_flops_per_row=sum(h.train_flops_per_row for h in hints) * settings.training_origins,
         score_flops_per_row=max(h.score_flops_per_row for h in hints),
     )

@@ -150,3 +150,29 @@ def test_without_sequences_in_the_snapshot_the_family_says_what_to_set(tmp_path)
     (spec,) = family_specs(["sequence"], {})
     with pytest.raises(Exception, match="HYBRIDFLOW_SEQUENCE_LENGTH"):
         get_family("sequence").fit(spec, _job(SnapshotStream(tmp_path, FEATURES)))
+
+
+def test_the_cost_estimate_grows_with_customers_events_and_width(monkeypatch):
+    """What the router sizes the train stage by: FLOPs per customer grow with N x width (a
+    transformer's also with N x N), and every training origin adds an example per customer."""
+    from infra.settings import HybridflowSettings, get_settings
+    from tasks.ml.models.sequence import SequenceSpec, sequence_flops_per_row
+    from tasks.stages.planning import model_cost
+
+    gru, wide = SequenceSpec(width=32), SequenceSpec(width=64)
+    assert 1.9 < sequence_flops_per_row(gru, 46, 64) / sequence_flops_per_row(gru, 46, 32) < 2.1
+    assert sequence_flops_per_row(wide, 46, 32) > 3 * sequence_flops_per_row(gru, 46, 32)
+    attention = SequenceSpec(encoder="transformer", width=32)
+    assert sequence_flops_per_row(attention, 46, 128) > sequence_flops_per_row(gru, 46, 128)
+    one = HybridflowSettings(training_origins=1)
+    two = one.model_copy(update={"training_origins": 2})
+    assert model_cost(["sequence"], 46, two).train_flops_per_row == pytest.approx(
+        2 * model_cost(["sequence"], 46, one).train_flops_per_row
+    )
+    costs = {}
+    for n in (16, 64):  # the events the features stage publishes decide N
+        monkeypatch.setenv("HYBRIDFLOW_SEQUENCE_LENGTH", str(n))
+        get_settings.cache_clear()
+        costs[n] = model_cost(["sequence"], 46, one).train_flops_per_row
+    get_settings.cache_clear()
+    assert costs[64] > 3 * costs[16] > 3 * model_cost(["mlp"], 46, one).train_flops_per_row
