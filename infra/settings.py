@@ -271,7 +271,8 @@ class HybridflowSettings(BaseSettings):
         le=64,
         description="cutoffs the training examples are taken at: T-H and the ones every "
         "origin_stride_days before it (each label window ends at or before T); the backtest "
-        "takes as many below T-H",
+        "takes as many below T-H. 1 by measurement (docs/benchmarks.md): more origins gain "
+        "little log loss on large logs, cost train time and hurt after a recent shift",
     )
     origin_stride_days: int | None = Field(
         default=None, ge=1, le=3650, description="days between training origins (unset: H)"
