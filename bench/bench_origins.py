@@ -10,7 +10,7 @@ T-2H down, calibrated, judged on every customer at T-H: ROC AUC, log loss, ECE, 
 against the rate), the RFM baseline's backtest log loss, the examples trained on, the
 snapshot's size and the seconds of the features, preprocess and train stages (the train
 stage's also in CPU seconds of this process, steadier on a shared machine), one row per model
-family (every registered one, ``BENCH_ORIGINS_FAMILIES`` to choose) from the run's
+family (the settings' contenders, ``BENCH_ORIGINS_FAMILIES`` to choose) from the run's
 leaderboard; ``ratio`` is the family's one-origin fit seconds over this setting's (below 1:
 slower). A one-origin run on 1,000 demo customers warms up first (torch's imports),
 unreported.
@@ -152,13 +152,14 @@ def _one_setting(
 def main(results_dir: Path) -> list[dict]:
     """Each log, each origin setting, each family: the backtest and the cost, against one
     origin."""
+    from infra.settings import get_settings
     from tasks.data.cutoffs import Origins
-    from tasks.ml.models import list_families
 
     customers = int(os.environ.get("BENCH_ORIGINS_CUSTOMERS", "20000"))
     settings = parse_settings(os.environ.get("BENCH_ORIGINS_SETTINGS", "1:h,2:h,4:h,4:30,8:30"))
     logs = os.environ.get("BENCH_ORIGINS_LOGS", "demo,shift,four-column").split(",")
-    families = os.environ.get("BENCH_ORIGINS_FAMILIES", ",".join(list_families())).split(",")
+    default = ",".join(get_settings().train.families)
+    families = os.environ.get("BENCH_ORIGINS_FAMILIES", default).split(",")
     work = Path(tempfile.mkdtemp(prefix="hf-bench-origins-"))
     rows: list[dict] = []
     try:
