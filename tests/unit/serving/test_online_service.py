@@ -42,8 +42,9 @@ def store(tmp_path):
     return store
 
 
-def replica(store, **settings) -> OnlineFeatures:
-    online = OnlineFeatures(store, IngestSettings(**settings), ServingMetrics(), clock=lambda: NOW)
+def replica(store, metrics: ServingMetrics | None = None, **settings) -> OnlineFeatures:
+    metrics = metrics or ServingMetrics()
+    online = OnlineFeatures(store, IngestSettings(**settings), metrics, clock=lambda: NOW)
     online.sync(load_snapshot(store, newest_snapshot_manifest(store)))
     assert online.status == "on", online.status
     return online
@@ -267,3 +268,22 @@ def test_a_segment_holds_its_batch_in_time_order(store):
     np.testing.assert_allclose(
         features(online, ids), [expected[c] for c in ids], rtol=1e-9, atol=1e-12
     )
+
+
+def test_a_snapshot_that_cannot_be_seeded_leaves_the_old_state_following_the_log(store):
+    metrics = ServingMetrics()
+    a, b = replica(store, metrics), replica(store)
+    source = load_snapshot(store, newest_snapshot_manifest(store)).source
+    old = pa.Table.from_batches(_events_of(store, source.events_data_prefix))
+    newer = publish_run(store, old, BASE + dt.timedelta(days=1), "run-3")
+    store.delete_prefix(newer.events_data_prefix)  # the new snapshot's events are gone
+    snapshot = load_snapshot(store, newest_snapshot_manifest(store))
+    a.sync(snapshot)
+    assert a.status.startswith("stale: cannot seed from") and a.follower.source == source
+    b.ingest(body(event("c1", 3, 9)), "", None)  # b has not seen the new snapshot yet
+    a.sync(snapshot)  # refused again without a second try, but the log is followed
+    assert a.follower.seq == 1
+    failures = metrics.registry.get_sample_value(
+        "hybridflow_serving_model_reload_failures_total", {"kind": "online", "reason": "seed_error"}
+    )
+    assert failures == 1
