@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from infra.events_log import SEGMENT_SCHEMA, EventsLog
+from infra.errors import HybridflowInputError
+from infra.events_log import SEGMENT_SCHEMA, EventsLog, export_into
 from infra.settings import IngestSettings
 from infra.store import LocalFolderStore
 from serving.metrics import ServingMetrics
@@ -25,6 +26,7 @@ from serving.online.ingest import IPC_MEDIA_TYPE, IngestError, check_contract, p
 from serving.online.service import OnlineFeatures
 from serving.online.state import DAY_US, end_of_day_micros
 from serving.snapshot import load_snapshot, newest_snapshot_manifest
+from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.definitions.feature_specs import FEATURE_SPECS
 from tasks.stages.validate import validate_stage
 from tests.fixtures.online_events import BASE, BASE_DAY, events_table, random_stream
@@ -287,3 +289,27 @@ def test_a_snapshot_that_cannot_be_seeded_leaves_the_old_state_following_the_log
         "hybridflow_serving_model_reload_failures_total", {"kind": "online", "reason": "seed_error"}
     )
     assert failures == 1
+
+
+def test_exported_segments_join_the_original_events_in_one_run(store, tmp_path):
+    original = tmp_path / "events"
+    demo = generate_demo_events(DemoDataParams(customers=30, days=60, seed=2), original)
+    online = replica(store)
+    online.ingest(body(event("c1", 2, 9), event("n1", 3, 1, event_type="view")), "", None)
+    online.ingest(body(event("c2", 4, 9, quantity=3, channel="web")), "", None)
+    written = export_into(EventsLog(store), original)
+    assert [p.name for p in written] == [
+        "segment-000000000001.parquet",
+        "segment-000000000002.parquet",
+    ]
+    demo_schema = pq.read_schema(next(original.glob("*.parquet"))).remove_metadata()
+    assert all(pq.read_schema(p).remove_metadata() == demo_schema for p in written)
+    assert export_into(EventsLog(store), original) == []  # nothing new
+    result = validate_stage(None, LocalFolderStore(tmp_path / "run"), "run", str(original), 1.0)
+    assert result.rows_read == demo.events + 3
+    assert result.report.spark_jobs == 0  # one schema: validated in process
+
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "events.csv").write_text("customer_id,event_time,amount\n")
+    with pytest.raises(HybridflowInputError, match="holds files other than Parquet"):
+        export_into(EventsLog(store), tmp_path / "csv")
