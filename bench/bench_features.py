@@ -36,6 +36,7 @@ HORIZON_DAYS = 90
 
 
 def _stage_features(spark, store, validated, in_process_rows: int) -> tuple[float, object]:
+    from tasks.data.cutoffs import Origins
     from tasks.stages.features import build_features
 
     started = time.perf_counter()
@@ -47,6 +48,7 @@ def _stage_features(spark, store, validated, in_process_rows: int) -> tuple[floa
         validated.last_event.date(),
         HORIZON_DAYS,
         in_process_rows=in_process_rows,
+        origins=Origins(count=1),  # the baseline computes one origin (bench_origins: several)
     )
     return time.perf_counter() - started, result
 
@@ -63,7 +65,7 @@ def _duckdb_features(events_glob: str, as_of, out: Path) -> float:
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet('{events_glob}')"
     )
-    for name, cutoff in (("training", cutoffs.train), ("backtest", cutoffs.backtest)):
+    for name, cutoff in (("training", cutoffs.train[0]), ("backtest", cutoffs.backtest[0])):
         sql = training_sql("events", cutoff.at, cutoff.label_until)
         con.execute(f"COPY ({sql}) TO '{out / f'{name}.parquet'}' (FORMAT parquet)")
     sql = feature_sql("events", cutoffs.score.at)

@@ -31,6 +31,7 @@ def _stages(events: Path, store_dir: Path, in_process_rows: int | None) -> dict:
     from infra.settings import get_settings
     from infra.spark import get_spark
     from infra.store import LocalFolderStore
+    from tasks.data.cutoffs import Origins
     from tasks.stages.features import features_stage
     from tasks.stages.preprocess import preprocess_stage
     from tasks.stages.validate import validate_stage
@@ -39,7 +40,11 @@ def _stages(events: Path, store_dir: Path, in_process_rows: int | None) -> dict:
     store = LocalFolderStore(store_dir)
     limit = {"in_process_rows": in_process_rows}
     v = validate_stage(spark, store, "bench", str(events), 0.05, use_cache=False, **limit)
-    f = features_stage(spark, store, "bench", v, None, HORIZON_DAYS, use_cache=False, **limit)
+    # one origin, as the baseline computes (bench_origins measures several)
+    one = Origins(count=1)
+    f = features_stage(
+        spark, store, "bench", v, None, HORIZON_DAYS, use_cache=False, origins=one, **limit
+    )
     p = preprocess_stage(spark, store, f, 7, use_cache=False, run_id="bench", **limit)
     return {
         "events": v.rows_valid,

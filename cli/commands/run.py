@@ -91,8 +91,8 @@ def format_summary(summary: PipelineSummary) -> str:
         f"  model       : {summary.model_version} ({promoted}: {summary.promotion_reason})",
         f"  scored with : {summary.scored_with}",
         f"  test metrics: ROC AUC {m['test_auc']:.4f} | PR AUC {m['test_pr_auc']:.4f} | "
-        f"log loss {m['test_logloss']:.4f} | n_train {int(m['n_train'])} | "
-        f"n_test {int(m['n_test'])}",
+        f"log loss {m['test_logloss']:.4f} | n_train {int(m['n_train'])}"
+        f"{origins_note(m.get('training_origins') or [])} | n_test {int(m['n_test'])}",
         f"  backtest    : {format_backtest(m.get('backtest') or {})}",
         *format_leaderboard(m.get("leaderboard") or [], m.get("champion") or ""),
         f"  rows        : read {summary.rows_read:,} | quarantined {summary.rows_quarantined:,} "
@@ -105,6 +105,11 @@ def format_summary(summary: PipelineSummary) -> str:
         cached = "  (cached)" if s.cached else ""
         lines.append(f"    {s.name:<16} {s.seconds:7.1f}s  {s.device:<5} {s.pool}{cached}")
     return "\n".join(lines)
+
+
+def origins_note(origins: list[str]) -> str:
+    """`` (4 origins)`` after the training examples' count when they come from several."""
+    return f" ({len(origins)} origins)" if len(origins) > 1 else ""
 
 
 def format_leaderboard(rows: list[dict], why: str) -> list[str]:

@@ -1,21 +1,21 @@
-"""The points in time features are computed at, and the pipeline's three of them.
+"""The points in time features are computed at, and the pipeline's cutoffs.
 
-Features at cutoff ``c`` use only events with ``event_time <= c``. The pipeline trains on
-features at ``T - H`` with the label "purchased in (T - H, T]" and scores features at ``T``; the
-out-of-time backtest trains the same way one horizon earlier: features at ``T - 2H``, labels in
-``(T - 2H, T - H]``. Times are naive UTC; aware ones are converted.
+Features at cutoff ``c`` use only events with ``event_time <= c``. With T = as_of and H = horizon,
+the pipeline scores features at T and trains on examples from several *origins*: features at
+``T - H - k s`` labelled "purchased in (T - H - k s, T - k s]" for ``k = 0 .. K-1`` (``K`` origins,
+stride ``s`` days), so every label window ends at or before T. The out-of-time backtest trains the
+same way one horizon earlier (origins ``T - 2H - k s``, label windows ending at or before T - H)
+and is judged on the examples at T - H. Cutoffs at the same instant are the same cutoff (same
+features, same label window), computed once. Times are naive UTC; aware ones are converted.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import NamedTuple
 
 EPOCH = dt.datetime(1970, 1, 1)
-TRAIN_CUTOFF = "train"
 SCORE_CUTOFF = "score"
-BACKTEST_CUTOFF = "backtest"
 
 
 @dataclass(frozen=True)
@@ -31,25 +31,82 @@ class Cutoff:
         """``at`` as microseconds since the epoch (naive = UTC)."""
         return micros(self.at)
 
+    def origin(self) -> dt.date:
+        """The day of ``at``: how an example records the cutoff it was taken at."""
+        return self.at.date()
 
-class PipelineCutoffs(NamedTuple):
-    """The cutoffs of a run (see :func:`pipeline_cutoffs`)."""
 
-    train: Cutoff
+@dataclass(frozen=True)
+class Origins:
+    """How many training origins a run takes (``count``, the newest at T - H) and the days
+    between consecutive ones (``stride_days``; None: the horizon, so label windows tile)."""
+
+    count: int = 1
+    stride_days: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or (self.stride_days is not None and self.stride_days < 1):
+            raise ValueError(f"origins need count >= 1 and stride_days >= 1, got {self}")
+
+    def stride(self, horizon_days: int) -> dt.timedelta:
+        """The stride as a time span."""
+        return dt.timedelta(days=self.stride_days or horizon_days)
+
+
+@dataclass(frozen=True)
+class PipelineCutoffs:
+    """The cutoffs of a run (see :func:`pipeline_cutoffs`): the training origins and the
+    backtest's, newest first, and the scoring cutoff."""
+
+    train: tuple[Cutoff, ...]
     score: Cutoff
-    backtest: Cutoff
+    backtest: tuple[Cutoff, ...]
+
+    def distinct(self) -> list[Cutoff]:
+        """Every cutoff once (an origin shared by the training and the backtest is one)."""
+        seen: dict[str, Cutoff] = {}
+        for cutoff in (*self.train, self.score, *self.backtest):
+            seen.setdefault(cutoff.name, cutoff)
+        return list(seen.values())
+
+    def __iter__(self):
+        return iter(self.distinct())
 
 
-def pipeline_cutoffs(as_of: dt.date, horizon_days: int) -> PipelineCutoffs:
-    """The pipeline's cutoffs for T = the end of ``as_of`` and H: training features at T-H
-    labelled with "purchased in (T-H, T]", scoring features at T, and the backtest's training
-    features at T-2H labelled with "purchased in (T-2H, T-H]"."""
+def labelled_cutoff(as_of_end: dt.datetime, at: dt.datetime, horizon: dt.timedelta) -> Cutoff:
+    """The cutoff at ``at`` labelled over ``(at, at + horizon]``, named by its whole days
+    before ``as_of_end`` (``d<days>``), so equal instants share one name."""
+    days = (as_of_end - at) // dt.timedelta(days=1)
+    return Cutoff(f"d{days}", at, label_until=at + horizon)
+
+
+def pipeline_cutoffs(
+    as_of: dt.date,
+    horizon_days: int,
+    origins: Origins | None = None,
+    first_event: dt.date | None = None,
+) -> PipelineCutoffs:
+    """The run's cutoffs for T = the end of ``as_of`` and H: the scoring cutoff at T, the training
+    origins at ``T - H - k s`` and the backtest's at ``T - 2H - k s`` (``k < origins.count``).
+    Older origins before ``first_event``'s day (no customer seen yet) are left out; the newest
+    of each is always kept (the features stage says why it cannot be used)."""
+    origins = origins or Origins()
     at = end_of_day(as_of)
     horizon = dt.timedelta(days=horizon_days)
+    stride = origins.stride(horizon_days)
+
+    def series(newest: dt.datetime) -> tuple[Cutoff, ...]:
+        cutoffs = [labelled_cutoff(at, newest - k * stride, horizon) for k in range(origins.count)]
+        return tuple(
+            c
+            for k, c in enumerate(cutoffs)
+            if k == 0 or first_event is None or c.at.date() >= first_event
+        )
+
     return PipelineCutoffs(
-        train=Cutoff(TRAIN_CUTOFF, at - horizon, label_until=at),
+        train=series(at - horizon),
         score=Cutoff(SCORE_CUTOFF, at),
-        backtest=Cutoff(BACKTEST_CUTOFF, at - 2 * horizon, label_until=at - horizon),
+        backtest=series(at - 2 * horizon),
     )
 
 

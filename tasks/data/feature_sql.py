@@ -21,8 +21,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from tasks.data.cutoffs import Cutoff, micros
+from tasks.data.sequences import CUTOFF as SEQ_CUTOFF
+from tasks.data.sequences import EVENT_TYPE_CODES, OTHER_EVENT_TYPE
+from tasks.data.sequences import EVENTS as SEQ_EVENTS
+from tasks.definitions.examples import ORIGIN
 from tasks.definitions.feature_formulas import feature_values
 from tasks.definitions.feature_specs import DAY_MICROS, EVENT_TYPE_MIX, WINDOWS_DAYS, feature_names
 
@@ -74,10 +79,16 @@ def _event_aggregates(cutoff: Cutoff) -> list[str]:
     return aggs
 
 
-def wide_sql(source: str, cutoffs: Sequence[Cutoff], mix_columns: Sequence[str]) -> str:
+def wide_sql(
+    source: str,
+    cutoffs: Sequence[Cutoff],
+    mix_columns: Sequence[str],
+    sequences: SequenceSql | None = None,
+) -> str:
     """One row per customer of ``source`` (the prepared events, see the module's docstring):
     ``events_after`` (events after the latest cutoff) and every cutoff's aggregates
-    (``<cutoff>__<aggregate>``), with the mix aggregates of ``mix_columns``."""
+    (``<cutoff>__<aggregate>``), with the mix aggregates of ``mix_columns``; with ``sequences``
+    also the events of :func:`sequence_branch` (``_seq_events``)."""
     if not cutoffs or len({c.name for c in cutoffs}) != len(cutoffs):
         raise ValueError(f"cutoffs need distinct names, got {[c.name for c in cutoffs]}")
     latest = max(c.micros() for c in cutoffs)
@@ -116,12 +127,68 @@ def wide_sql(source: str, cutoffs: Sequence[Cutoff], mix_columns: Sequence[str])
   FROM (SELECT customer_id, {per_value} FROM {source}
         WHERE {col} IS NOT NULL GROUP BY customer_id, {col})
   GROUP BY customer_id"""
+    if sequences is not None and sequences.length > 0:
+        branches["seq"] = sequence_branch(source, cutoffs, list(mixes), sequences)
     joins = "\n".join(
         f"LEFT JOIN ({sql}) AS {name} USING (customer_id)" for name, sql in branches.items()
     )
     return f"""SELECT /*+ SHUFFLE_HASH({", ".join(branches)}) */ * FROM
 (SELECT customer_id, {", ".join(events)} FROM {source} GROUP BY customer_id) AS events
 {joins}"""
+
+
+@dataclass(frozen=True)
+class SequenceSql:
+    """The last ``length`` events per customer and cutoff, in an engine's SQL (``dialect``:
+    the one construct that differs, a struct with named fields)."""
+
+    length: int
+    dialect: Literal["spark", "duckdb"]
+
+    def struct(self, fields: dict[str, str]) -> str:
+        """A struct of the named expressions."""
+        if self.dialect == "spark":
+            return "named_struct(" + ", ".join(f"'{k}', {v}" for k, v in fields.items()) + ")"
+        return "struct_pack(" + ", ".join(f"{k} := {v}" for k, v in fields.items()) + ")"
+
+
+def sequence_branch(
+    source: str, cutoffs: Sequence[Cutoff], mixes: list[str], sequences: SequenceSql
+) -> str:
+    """Per customer, every event among the ``length`` latest before one of ``cutoffs``, as a
+    list of structs ``_seq_events`` (rank ``i`` in the customer's history, time ``t``,
+    ``amount``, event-type code ``k``, the raw mix values), in no order:
+    :func:`tasks.data.sequences.pad_sequences` picks each cutoff's and orders them. The rank
+    orders by time, then by every other column (nulls first), so both engines rank ties alike;
+    an event ``i`` is among the ``N`` latest before cutoff ``c`` when ``0 <= n_c - i < N``,
+    ``n_c`` the customer's events at or before ``c``."""
+    latest = max(c.micros() for c in cutoffs)
+    tiebreak = ["event_type", "amount", "_q", *mixes]
+    order = ", ".join(["_t", *(f"{c} NULLS FIRST" for c in tiebreak)])
+    counts = [
+        f"sum(CASE WHEN _t <= {c.micros()} THEN 1 ELSE 0 END) OVER (PARTITION BY customer_id) "
+        f"AS _n{j}"
+        for j, c in enumerate(cutoffs)
+    ]
+    kept = " OR ".join(
+        f"(_n{j} - _i BETWEEN 0 AND {sequences.length - 1})" for j in range(len(cutoffs))
+    )
+    kinds = " ".join(f"WHEN '{k}' THEN {v}" for k, v in EVENT_TYPE_CODES.items())
+    fields = {
+        "i": "_i",
+        "t": "_t",
+        "amount": "amount",
+        "k": f"CASE event_type {kinds} ELSE {OTHER_EVENT_TYPE} END",
+        **{identifier(col): col for col in mixes},
+    }
+    columns = ", ".join(["customer_id", "_t", "amount", "event_type", *mixes])
+    return f"""SELECT customer_id, array_agg({sequences.struct(fields)}) AS {SEQ_EVENTS}
+  FROM (SELECT {columns},
+               row_number() OVER (PARTITION BY customer_id ORDER BY {order}) AS _i,
+               {", ".join(counts)}
+        FROM {source} WHERE _t <= {latest})
+  WHERE {kept}
+  GROUP BY customer_id"""
 
 
 @dataclass(frozen=True)
@@ -190,9 +257,13 @@ def seen_condition(cutoff: Cutoff) -> str:
     return f"{_col(cutoff, '_last_t')} IS NOT NULL"
 
 
-def cutoff_columns(cutoff: Cutoff, available_columns: set[str]) -> list[str]:
+def cutoff_columns(
+    cutoff: Cutoff, available_columns: set[str], sequences: bool = False
+) -> list[str]:
     """``customer_id``, the features at ``cutoff`` (doubles, by
-    :func:`tasks.definitions.feature_formulas.feature_values`) and, for a labelled cutoff, ``label``."""
+    :func:`tasks.definitions.feature_formulas.feature_values`), for a labelled cutoff ``label``,
+    and with ``sequences`` the wide table's ``_seq_events`` and the cutoff (``_seq_cutoff``)
+    that :func:`tasks.data.sequences.pad_sequences` turns into the sequence columns."""
     ops = SqlOps(cutoff)
     values = feature_values(ops, cutoff.micros())
     columns = ["customer_id"]
@@ -201,11 +272,35 @@ def cutoff_columns(cutoff: Cutoff, available_columns: set[str]) -> list[str]:
     ]
     if cutoff.label_until is not None:
         columns.append(f"coalesce({ops.agg('_label')}, {_literal(0.0)}) AS label")
+    if sequences:
+        columns += [SEQ_EVENTS, f"{cutoff.micros()} AS {SEQ_CUTOFF}"]
     return columns
 
 
-def cutoff_sql(wide: str, cutoff: Cutoff, available_columns: set[str]) -> str:
+def cutoff_sql(
+    wide: str, cutoff: Cutoff, available_columns: set[str], sequences: bool = False
+) -> str:
     """The customers seen at ``cutoff`` in :func:`wide_sql`'s table ``wide``: their
     :func:`cutoff_columns`."""
-    columns = ", ".join(cutoff_columns(cutoff, available_columns))
+    columns = ", ".join(cutoff_columns(cutoff, available_columns, sequences))
     return f"SELECT {columns} FROM {wide} WHERE {seen_condition(cutoff)}"
+
+
+def origin_column(cutoff: Cutoff) -> str:
+    """The example's origin (the day of its labelled cutoff) as a DATE column ``origin``."""
+    return f"DATE '{cutoff.origin().isoformat()}' AS {ORIGIN}"
+
+
+def examples_sql(
+    wide: str, origins: Sequence[Cutoff], available_columns: set[str], sequences: bool = False
+) -> str:
+    """The training examples of the labelled cutoffs ``origins`` in :func:`wide_sql`'s table
+    ``wide``: at each, the customers seen by it with their :func:`cutoff_columns` and its
+    ``origin``; a customer seen at several origins is an example at each of them."""
+    if not origins or any(c.label_until is None for c in origins):
+        raise ValueError(f"examples need labelled cutoffs, got {[c.name for c in origins]}")
+    return "\nUNION ALL\n".join(
+        f"SELECT {', '.join([*cutoff_columns(c, available_columns, sequences), origin_column(c)])} "
+        f"FROM {wide} WHERE {seen_condition(c)}"
+        for c in origins
+    )

@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from infra.duckdb_session import duckdb_connection, parquet_files_sql
 from tasks.data.cutoffs import Cutoff
-from tasks.data.feature_sql import cutoff_sql, wide_sql
+from tasks.data.feature_sql import SequenceSql, cutoff_sql, examples_sql, wide_sql
+from tasks.data.sequences import pad_sequences
 from tasks.definitions.feature_specs import MIX_COLUMNS, present_mix_columns
 
 EVENT_COLUMNS = ("customer_id", "event_time", "amount", "event_type", "quantity", *MIX_COLUMNS)
@@ -25,9 +26,11 @@ EVENT_COLUMNS = ("customer_id", "event_time", "amount", "event_type", "quantity"
 class InProcessFeatures:
     """The wide per-customer table of ``cutoffs`` over ``events`` (an Arrow table or stream, or
     Parquet files DuckDB reads itself, with the contract's columns), from which each cutoff's
-    features are selected; :meth:`close` it. ``threads`` and ``memory`` bound DuckDB (default:
-    every core, the ``in_process_memory`` setting). DuckDB keeps the events in its own memory-bounded
-    storage (see :mod:`infra.duckdb_session`), so they are read once and never held in Arrow."""
+    features are selected; :meth:`close` it. With ``sequence_length`` N > 0 every output also
+    has each customer's last N events before its cutoff (:mod:`tasks.data.sequences`).
+    ``threads`` and ``memory`` bound DuckDB (default: every core, the ``in_process_memory``
+    setting). DuckDB keeps the events in its own memory-bounded storage (see
+    :mod:`infra.duckdb_session`), so they are read once and never held in Arrow."""
 
     def __init__(
         self,
@@ -37,10 +40,14 @@ class InProcessFeatures:
         *,
         threads: int | None = None,
         memory: str | None = None,
+        sequence_length: int = 0,
     ) -> None:
         self.available_columns = set(available_columns)
+        self.sequence_length = sequence_length
+        self._mixes = present_mix_columns(self.available_columns)
+        sequences = SequenceSql(sequence_length, "duckdb") if sequence_length else None
         wide = wide_sql(
-            "prepared", cutoffs, present_mix_columns(self.available_columns)
+            "prepared", cutoffs, self._mixes, sequences
         )  # refuses bad cutoffs before DuckDB opens
         self._con = duckdb_connection(threads=threads, memory=memory)
         if isinstance(events, (pa.Table, pa.RecordBatchReader)):
@@ -56,8 +63,29 @@ class InProcessFeatures:
     def cutoff_table(self, cutoff: Cutoff) -> pa.Table:
         """The customers seen at ``cutoff``: ``customer_id``, the features (doubles) and, for a
         labelled cutoff, ``label``; ordered by customer, so the output never depends on threads."""
-        query = f"{cutoff_sql('wide', cutoff, self.available_columns)} ORDER BY customer_id"
-        return self._con.sql(query).to_arrow_table()
+        sql = cutoff_sql("wide", cutoff, self.available_columns, self.sequence_length > 0)
+        return self._padded(self._con.sql(f"{sql} ORDER BY customer_id").to_arrow_table())
+
+    def examples_table(self, origins: Sequence[Cutoff]) -> pa.Table:
+        """The training examples at the labelled cutoffs ``origins``: at each, the customers seen
+        by it (``customer_id``, features, ``label``) and its ``origin``; ordered by customer and
+        origin, so the output never depends on threads."""
+        sql = examples_sql("wide", origins, self.available_columns, self.sequence_length > 0)
+        return self._padded(self._con.sql(f"{sql} ORDER BY customer_id, origin").to_arrow_table())
+
+    def _padded(self, table: pa.Table) -> pa.Table:
+        """``table`` with its sequence columns padded (unchanged without sequences)."""
+        if not self.sequence_length:
+            return table
+        return pad_sequences(table, self.sequence_length, self._mixes)
+
+    def output_table(self, cutoffs: Sequence[Cutoff]) -> pa.Table:
+        """:meth:`examples_table` of labelled ``cutoffs``, else :meth:`cutoff_table` of the one."""
+        if cutoffs and cutoffs[0].label_until is not None:
+            return self.examples_table(cutoffs)
+        if len(cutoffs) != 1:
+            raise ValueError(f"unlabelled features are of one cutoff, got {len(cutoffs)}")
+        return self.cutoff_table(cutoffs[0])
 
     def events_after(self) -> int:
         """Events after the latest cutoff (ignored by every feature)."""

@@ -2,9 +2,9 @@
 can read them): the candidate, calibrated and raw, against the baseline, on the test split and in
 the out-of-time backtest, and the check the promotion gate applies.
 
-The backtest trains the same way one horizon earlier — features at T-2H, labels in (T-2H, T-H] —
-and scores the customers at T-H, judged on what they really did in (T-H, T]: exactly the run's
-training examples, every split. It answers "how well would this pipeline have predicted the last
+The backtest trains the same way one horizon earlier — on origins from T-2H down, every label
+window ending by T-H — and scores the customers at T-H, judged on what they really did in
+(T-H, T]: exactly the run's training examples at its newest origin, every split. It answers "how well would this pipeline have predicted the last
 horizon?", which a random customer split inside the training window cannot.
 """
 
@@ -65,6 +65,9 @@ class BacktestReport(BaseModel):
     status: Literal["done", "skipped"]
     reason: str = ""
     windows: BacktestWindows
+    origins: list[dt.date] = Field(
+        default_factory=list, description="the training origins, newest (T-2H) first"
+    )
     n_train: int = 0
     n_judged: int = 0
     calibration: Calibration | None = None

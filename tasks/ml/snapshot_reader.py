@@ -6,10 +6,16 @@ The file order and every chunk's permutation derive from ``(seed, epoch, chunk)`
 mini-batch sequence of an epoch is a pure function of the seed: a resumed run skips to its data
 position and sees exactly the batches an uninterrupted run would have. Decoded data is kept in
 memory only up to ``cache_bytes``; beyond that each epoch re-reads the files.
+
+A snapshot holds training examples from several origins (cutoffs), each row's in its ``origin``
+column (a date; snapshots from before origins have none and are one origin). Training reads every
+origin; :meth:`SnapshotStream.newest_origin` is the view of the examples at the newest one (T-H),
+which the run is judged on: the test split in time and, out of time, the backtest.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import math
 from collections.abc import Iterator
@@ -18,10 +24,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
 from infra.store import sha256_bytes
+from tasks.definitions.examples import ORIGIN
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
@@ -37,12 +46,14 @@ class SplitFiles:
 
 @dataclass
 class SnapshotStream:
-    """Mini-batches and evaluation chunks of a local snapshot folder (``split=<name>/*.parquet``)."""
+    """Mini-batches and evaluation chunks of a local snapshot folder (``split=<name>/*.parquet``);
+    with ``origin``, of its examples taken at that origin only."""
 
     root: Path
     features: list[str]
     chunk_rows: int = 65_536
     cache_bytes: int = 2 << 30
+    origin: dt.date | None = None
     splits: dict[str, SplitFiles] = field(init=False)
     _cache: dict[Path, list[tuple[np.ndarray, np.ndarray]]] = field(init=False)
     _cached_bytes: int = field(init=False, default=0)
@@ -51,13 +62,39 @@ class SnapshotStream:
         self.splits = {}
         for split in SPLITS:
             files = sorted((Path(self.root) / f"split={split}").glob("*.parquet"))
-            rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+            if self.origin is None:
+                rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+            else:
+                rows = sum(int(pc.sum(self._at_origin(o)).as_py() or 0) for o in _origins(files))
             self.splits[split] = SplitFiles(files=files, rows=rows)
         self._cache = {}
+
+    def _at_origin(self, origins: pa.Array | pa.ChunkedArray) -> pa.Array:
+        return pc.fill_null(pc.equal(origins, pa.scalar(self.origin, pa.date32())), False)
 
     def rows(self, split: str) -> int:
         """Rows in ``split``."""
         return self.splits[split].rows
+
+    def origins(self) -> list[dt.date]:
+        """The origins of the snapshot's examples, newest first (none recorded: empty)."""
+        found: set[dt.date] = set()
+        for info in self.splits.values():
+            for column in _origins(info.files):
+                found.update(o for o in pc.unique(column).to_pylist() if o is not None)
+        return sorted(found, reverse=True)
+
+    def at_origin(self, origin: dt.date) -> SnapshotStream:
+        """The view of the examples taken at ``origin`` (same files, same settings)."""
+        return SnapshotStream(
+            self.root, self.features, self.chunk_rows, self.cache_bytes, origin=origin
+        )
+
+    def newest_origin(self) -> SnapshotStream:
+        """The examples at the newest origin (T-H: what the run is judged on); the whole
+        snapshot when it records no origins (it is one)."""
+        origins = self.origins()
+        return self.at_origin(origins[0]) if origins and len(origins) > 1 else self
 
     def _file_batches(self, path: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         cached = self._cache.get(path)
@@ -65,9 +102,10 @@ class SnapshotStream:
             yield from cached
             return
         keep: list[tuple[np.ndarray, np.ndarray]] = []
-        for rb in pq.ParquetFile(path).iter_batches(
-            batch_size=self.chunk_rows, columns=["label", *self.features]
-        ):
+        columns = ["label", *self.features] + ([ORIGIN] if self.origin is not None else [])
+        for rb in pq.ParquetFile(path).iter_batches(batch_size=self.chunk_rows, columns=columns):
+            if self.origin is not None:
+                rb = rb.filter(self._at_origin(rb.column(ORIGIN)))
             x = np.empty((rb.num_rows, len(self.features)), dtype=np.float32)
             for i, name in enumerate(self.features):
                 x[:, i] = rb.column(name).to_numpy(zero_copy_only=False)
@@ -160,19 +198,22 @@ class SnapshotStream:
             offset += n_batches
 
     def fingerprint(self) -> str:
-        """A content hash of the snapshot (ids, labels, float32 features; row order ignored), so
-        re-publishing the same data under new file names gives the same fingerprint."""
+        """A content hash of the snapshot (ids, labels, float32 features, origins; row order
+        ignored), so re-publishing the same data under new file names gives the same
+        fingerprint."""
         digest = {"features": self.features}
         for split, info in self.splits.items():
             total = np.uint64(0)
             batches = (
-                rb
+                (rb, ORIGIN in rb.schema.names)
                 for path in info.files
                 for rb in pq.ParquetFile(path).iter_batches(
-                    batch_size=self.chunk_rows, columns=["customer_id", "label", *self.features]
+                    batch_size=self.chunk_rows,
+                    columns=["customer_id", "label", *self.features]
+                    + ([ORIGIN] if ORIGIN in pq.read_schema(path).names else []),
                 )
             )
-            for table in batches:
+            for table, has_origin in batches:
                 frame = pd.DataFrame(
                     {
                         name: table.column(name).to_numpy(zero_copy_only=False).astype(np.float32)
@@ -180,7 +221,16 @@ class SnapshotStream:
                     }
                 )
                 frame["customer_id"] = table.column("customer_id").to_numpy(zero_copy_only=False)
+                if has_origin:
+                    frame[ORIGIN] = table.column(ORIGIN).cast(pa.int32()).to_numpy(False)
                 hashes = pd.util.hash_pandas_object(frame, index=False).to_numpy(np.uint64)
                 total = np.uint64((int(total) + int(hashes.sum(dtype=np.uint64))) % (1 << 64))
             digest[split] = f"{info.rows}:{int(total):016x}"
         return sha256_bytes(repr(sorted(digest.items())).encode())
+
+
+def _origins(files: list[Path]) -> Iterator[pa.ChunkedArray]:
+    """The ``origin`` column of each file that has one."""
+    for path in files:
+        if ORIGIN in pq.read_schema(path).names:
+            yield pq.read_table(path, columns=[ORIGIN]).column(ORIGIN)

@@ -3,6 +3,7 @@ from which each output dataset is published (:mod:`tasks.stages.features` picks 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -12,17 +13,40 @@ from tasks.data.cutoffs import Cutoff
 
 @dataclass(frozen=True)
 class FeatureOutput:
-    """A dataset of the stage: the customers seen at ``cutoff`` and their features (and label,
-    for a labelled cutoff), published at ``prefix``; ``source`` (the scoring output's), recorded
-    in its manifest, names the events it was computed from."""
+    """A dataset of the stage, published at ``prefix``: the customers seen at the one unlabelled
+    cutoff and their features, or the training examples at the labelled ``cutoffs`` (origins,
+    newest first; features, ``label`` and ``origin``); ``source`` (the scoring output's),
+    recorded in its manifest, names the events it was computed from."""
 
-    cutoff: Cutoff
+    cutoffs: tuple[Cutoff, ...]
     prefix: str
     source: SourceEvents | None = None
 
     def metadata(self) -> dict[str, Any]:
         """What the output's manifest records beside its schema."""
         return self.source.to_metadata() if self.source is not None else {}
+
+    def __post_init__(self) -> None:
+        labelled = {c.label_until is not None for c in self.cutoffs}
+        if len(labelled) != 1 or (labelled == {False} and len(self.cutoffs) != 1):
+            raise ValueError(
+                f"{self.prefix}: one unlabelled cutoff or labelled origins, "
+                f"got {[c.name for c in self.cutoffs]}"
+            )
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the output is training examples (with ``label`` and ``origin``)."""
+        return self.cutoffs[0].label_until is not None
+
+
+def distinct_cutoffs(outputs: Sequence[FeatureOutput]) -> list[Cutoff]:
+    """Every cutoff of ``outputs`` once, by name (an origin two outputs share is one)."""
+    seen: dict[str, Cutoff] = {}
+    for output in outputs:
+        for cutoff in output.cutoffs:
+            seen.setdefault(cutoff.name, cutoff)
+    return list(seen.values())
 
 
 class FeatureFrame(Protocol):

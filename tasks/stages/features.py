@@ -1,5 +1,6 @@
-"""The features stage: training examples at T-H, the backtest's examples at T-2H (when the history
-reaches back that far) and scoring features at T, published from one pass over the events."""
+"""The features stage: training examples at T-H and its earlier origins, the backtest's examples
+at T-2H and its earlier origins (when the history reaches back that far) and scoring features
+at T, published from one pass over the events."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from pyspark.sql import functions as F
 from infra.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
-from infra.settings import in_process_limit
+from infra.settings import get_settings, in_process_limit
 from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore
-from tasks.data.cutoffs import Cutoff, end_of_day, pipeline_cutoffs
-from tasks.data.features import customer_features_at, cutoff_features
+from tasks.data.cutoffs import Cutoff, Origins, end_of_day, pipeline_cutoffs
+from tasks.data.features import customer_features_at, cutoff_features, examples_features
 from tasks.definitions.feature_specs import feature_names
 from tasks.stages.cache import load_cached, save_cached
-from tasks.stages.feature_frame import FeatureFrame, FeatureOutput
+from tasks.stages.feature_frame import FeatureFrame, FeatureOutput, distinct_cutoffs
 from tasks.stages.features_in_process import InProcessFeatureFrame
 from tasks.stages.features_per_bucket import BucketFeatureFrame
 from tasks.stages.fingerprint import code_version, stage_fingerprint
@@ -42,8 +43,10 @@ FEATURES_CODE = (
     "tasks.data.features",
     "tasks.data.feature_sql",
     "tasks.data.features_duckdb",
+    "tasks.data.sequences",
     "tasks.definitions.feature_formulas",
     "tasks.definitions.feature_specs",
+    "tasks.definitions.examples",
     "tasks.stages.features",
     "tasks.stages.feature_frame",
     "tasks.stages.features_in_process",
@@ -82,23 +85,42 @@ def features_stage(
     horizon_days: int,
     use_cache: bool = True,
     in_process_rows: int | None = None,
+    origins: Origins | None = None,
+    sequence_length: int | None = None,
 ) -> FeaturesResult:
-    """Compute and publish training examples (features at T-H, labels in (T-H, T]) and the
-    scoring features at T. ``as_of`` defaults to the date of the last valid event. The same
-    events generation, as-of, horizon and code reuse an earlier run's output."""
+    """Compute and publish training examples (features at each origin T-H-ks, labels in the
+    horizon after it) and the scoring features at T, with each customer's last
+    ``sequence_length`` events before the cutoff. ``as_of`` defaults to the date of the last
+    valid event, ``origins`` and ``sequence_length`` to the settings. The same events
+    generation, as-of, horizon, origins, sequence length and code reuse an earlier run's
+    output."""
     as_of = resolve_as_of(validated, as_of, horizon_days)
+    origins = origins or settings_origins()
+    if sequence_length is None:
+        sequence_length = get_settings().sequence_length
     fingerprint = stage_fingerprint(
         "features",
         events=read_dataset_manifest(store, validated.events_prefix).data_prefix,
         columns=sorted(validated.available_columns),
         as_of=as_of.isoformat(),
         horizon_days=horizon_days,
+        origins=origins.count,
+        stride_days=origins.stride_days or horizon_days,
+        sequence_length=sequence_length,
         code=code_version(*FEATURES_CODE),
     )
     result = load_cached(store, "features", fingerprint, FeaturesResult) if use_cache else None
     if result is None:
         result = build_features(
-            spark, store, run_id, validated, as_of, horizon_days, in_process_rows=in_process_rows
+            spark,
+            store,
+            run_id,
+            validated,
+            as_of,
+            horizon_days,
+            in_process_rows=in_process_rows,
+            origins=origins,
+            sequence_length=sequence_length,
         )
         save_cached(
             store,
@@ -121,15 +143,20 @@ def build_features(
     horizon_days: int,
     *,
     in_process_rows: int | None = None,
+    origins: Origins | None = None,
+    sequence_length: int = 0,
 ) -> FeaturesResult:
-    """Compute and publish the feature sets for a resolved ``as_of``.
+    """Compute and publish the feature sets for a resolved ``as_of`` (with ``sequence_length``
+    events per customer and cutoff: :mod:`tasks.data.sequences`).
 
-    One pass over the events gives the features at every cutoff and the labels in one
-    customer-level table, which each output is then selected from (:func:`feature_frame`).
+    One pass over the events gives the features at every cutoff (every origin of the training
+    and the backtest, and T) and the labels in one customer-level table, which each output is
+    then selected from (:func:`feature_frame`).
     """
     started = time.perf_counter()
-    cutoffs = pipeline_cutoffs(as_of, horizon_days)
-    too_short = _history_too_short(validated, cutoffs.backtest)
+    first = validated.first_event.date() if validated.first_event else None
+    cutoffs = pipeline_cutoffs(as_of, horizon_days, origins or settings_origins(), first)
+    too_short = _history_too_short(validated, cutoffs.backtest[0])
     training = FeatureOutput(cutoffs.train, run_dataset_prefix(run_id, "training_examples"))
     events = read_dataset_manifest(store, validated.events_prefix)
     source = SourceEvents(
@@ -137,10 +164,10 @@ def build_features(
         events_data_prefix=events.data_prefix,
         cutoff_micros=cutoffs.score.micros(),
     )
-    scoring_output = FeatureOutput(cutoffs.score, scoring_features_prefix(as_of), source)
+    scoring_output = FeatureOutput((cutoffs.score,), scoring_features_prefix(as_of), source)
     backtest_output = FeatureOutput(cutoffs.backtest, backtest_examples_prefix(run_id))
     outputs = [training, scoring_output] + ([] if too_short else [backtest_output])
-    with feature_frame(spark, store, validated, outputs, in_process_rows) as frame:
+    with feature_frame(spark, store, validated, outputs, in_process_rows, sequence_length) as frame:
         examples, positive_rate = _publish_training(frame, training, (as_of, horizon_days))
         scoring, _ = frame.publish(scoring_output)
         backtest = (
@@ -172,7 +199,16 @@ def build_features(
         n_backtest=backtest.rows,
         backtest_positive_rate=backtest.positive_rate,
         backtest_skipped=backtest.skipped,
+        training_origins=[c.origin() for c in cutoffs.train],
+        backtest_origins=[] if backtest.prefix is None else [c.origin() for c in cutoffs.backtest],
+        sequence_length=sequence_length,
     )
+
+
+def settings_origins() -> Origins:
+    """The training origins the settings ask for."""
+    settings = get_settings()
+    return Origins(count=settings.training_origins, stride_days=settings.origin_stride_days)
 
 
 def feature_frame(
@@ -181,6 +217,7 @@ def feature_frame(
     validated: ValidateResult,
     outputs: list[FeatureOutput],
     in_process_rows: int | None,
+    sequence_length: int = 0,
 ) -> FeatureFrame:
     """The engine for the run's events: up to ``in_process_rows`` valid events (default: the
     setting) DuckDB in this process (:mod:`tasks.stages.features_in_process`); above, a Spark
@@ -189,13 +226,17 @@ def feature_frame(
     on a cluster), Spark SQL (:class:`SparkFeatureFrame`)."""
     available = set(validated.available_columns)
     if validated.rows_valid <= in_process_limit(in_process_rows):
-        return InProcessFeatureFrame(store, validated.events_prefix, outputs, available)
+        return InProcessFeatureFrame(
+            store, validated.events_prefix, outputs, available, sequence_length
+        )
     session = session_of(spark)
     manifest = read_dataset_manifest(store, validated.events_prefix)
     buckets = customer_clustered_files(manifest, EVENTS_KEY)
     if buckets is not None:
-        return BucketFeatureFrame(session, store, buckets, outputs, available)
-    return SparkFeatureFrame(session, store, validated.events_prefix, outputs, available)
+        return BucketFeatureFrame(session, store, buckets, outputs, available, sequence_length)
+    return SparkFeatureFrame(
+        session, store, validated.events_prefix, outputs, available, sequence_length
+    )
 
 
 class SparkFeatureFrame:
@@ -210,12 +251,14 @@ class SparkFeatureFrame:
         events_prefix: str,
         outputs: list[FeatureOutput],
         available: set[str],
+        sequence_length: int = 0,
     ) -> None:
         self._spark = spark
+        self._sequence_length = sequence_length
         self._jobs = SparkJobs(spark)
         self._store = store
         self._events_prefix = events_prefix
-        self._cutoffs: list[Cutoff] = [output.cutoff for output in outputs]
+        self._cutoffs = distinct_cutoffs(outputs)
         self._available = available
         self._wide: DataFrame | None = None
         self.spark_jobs: int | None = None
@@ -223,7 +266,7 @@ class SparkFeatureFrame:
     def __enter__(self) -> SparkFeatureFrame:
         self._jobs.__enter__()
         events = read_dataset(self._spark, self._store, self._events_prefix)
-        wide = customer_features_at(events, self._cutoffs, self._available)
+        wide = customer_features_at(events, self._cutoffs, self._available, self._sequence_length)
         self._wide = wide.persist(StorageLevel.MEMORY_AND_DISK)
         return self
 
@@ -241,9 +284,11 @@ class SparkFeatureFrame:
     def publish(self, output: FeatureOutput) -> tuple[DatasetManifest, float]:
         """Write the customers seen at the output's cutoff; their label rate (0.0 when
         unlabelled) is observed by the write."""
-        rows = cutoff_features(self._frame(), output.cutoff, self._available)
-        if output.cutoff.label_until is None:
+        n = self._sequence_length
+        if not output.labelled:
+            rows = cutoff_features(self._frame(), output.cutoffs[0], self._available, n)
             return write_dataset(rows, self._store, output.prefix, metadata=output.metadata()), 0.0
+        rows = examples_features(self._frame(), output.cutoffs, self._available, n)
         examples, observed = write_observed(
             rows,
             self._store,
@@ -268,7 +313,8 @@ def _publish_training(
     examples, positive_rate = frame.publish(training)
     if examples.rows == 0:
         raise HybridflowInputError(
-            f"no customer has an event on or before {training.cutoff.at.date()} (as_of - horizon)"
+            f"no customer has an event on or before {training.cutoffs[0].at.date()} "
+            "(as_of - horizon)"
         )
     check_labels(positive_rate, examples.rows, *run)
     return examples, positive_rate
@@ -297,14 +343,15 @@ def _history_too_short(validated: ValidateResult, backtest: Cutoff) -> str | Non
 
 
 def _publish_backtest(frame: FeatureFrame, backtest: FeatureOutput) -> BacktestExamples:
-    """Publish the examples a run H days earlier would have trained on (features at T-2H,
-    labels in (T-2H, T-H]); skipped, with the reason, when those labels have a single class."""
+    """Publish the examples a run H days earlier would have trained on (features at T-2H and
+    its earlier origins, labels up to T-H); skipped, with the reason, when those labels have a
+    single class."""
     examples, rate = frame.publish(backtest)
     if examples.rows == 0 or rate in (0.0, 1.0):
         reason = (
-            f"no backtest: the {examples.rows} customers seen by {backtest.cutoff.at.date()} "
-            "(as_of - 2 x "
-            "horizon) have a single label class in the horizon after it"
+            f"no backtest: the {examples.rows} examples at {backtest.cutoffs[0].at.date()} "
+            "(as_of - 2 x horizon) and its earlier origins have a single label class in the "
+            "horizon after their origins"
         )
         log.warning("%s", reason)
         return BacktestExamples(skipped=reason)

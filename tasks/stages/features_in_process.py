@@ -11,9 +11,8 @@ from infra.arrow_datasets import local_files, read_batches, write_table
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.duckdb_session import memory_bounded
 from infra.store import ObjectStore
-from tasks.data.cutoffs import Cutoff
 from tasks.data.features_duckdb import EVENT_COLUMNS, InProcessFeatures
-from tasks.stages.feature_frame import FeatureOutput
+from tasks.stages.feature_frame import FeatureOutput, distinct_cutoffs
 from tasks.stages.spark_io import spark_schema_metadata
 
 
@@ -29,10 +28,12 @@ class InProcessFeatureFrame:
         events_prefix: str,
         outputs: list[FeatureOutput],
         available: set[str],
+        sequence_length: int = 0,
     ) -> None:
         self._store = store
+        self._sequence_length = sequence_length
         self._prefix = events_prefix
-        self._cutoffs: list[Cutoff] = [output.cutoff for output in outputs]
+        self._cutoffs = distinct_cutoffs(outputs)
         self._available = available
         self._features: InProcessFeatures | None = None
 
@@ -41,7 +42,9 @@ class InProcessFeatureFrame:
         files = local_files(self._store, manifest)
         events = files if files is not None else read_batches(self._store, manifest, EVENT_COLUMNS)
         with memory_bounded("the features stage"):
-            self._features = InProcessFeatures(events, self._cutoffs, self._available)
+            self._features = InProcessFeatures(
+                events, self._cutoffs, self._available, sequence_length=self._sequence_length
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -57,14 +60,14 @@ class InProcessFeatureFrame:
         """Write the customers seen at the output's cutoff; with their label rate (0.0 when
         unlabelled)."""
         with memory_bounded("the features stage"):
-            rows = self._table().cutoff_table(output.cutoff)
+            rows = self._table().output_table(output.cutoffs)
         manifest = write_table(
             rows,
             self._store,
             output.prefix,
             metadata={**spark_schema_metadata(rows.schema), **output.metadata()},
         )
-        if output.cutoff.label_until is None or rows.num_rows == 0:
+        if not output.labelled or rows.num_rows == 0:
             return manifest, 0.0
         return manifest, float(pc.sum(rows["label"]).as_py()) / rows.num_rows
 

@@ -74,13 +74,15 @@ def bucket_features(
     store: ObjectStore,
     files: Sequence[str],
     available: set[str],
-    targets: Sequence[tuple[Cutoff, str]],
+    targets: Sequence[tuple[tuple[Cutoff, ...], str]],
     *,
     threads: int = 1,
     memory: str | None = None,
+    sequence_length: int = 0,
 ) -> tuple[list[PartWritten], int]:
     """Compute the features of the customers in the event ``files`` (all of their events) at
-    each target's cutoff with DuckDB and put each as a Parquet file at the target's key.
+    each target's cutoffs (one unlabelled cutoff, or labelled origins: training examples) with
+    DuckDB and put each as a Parquet file at the target's key.
 
     Returns each target's part and the events after the latest cutoff. Runs in a Spark task's
     Python worker; files of a remote store are downloaded to a temporary folder first.
@@ -93,20 +95,27 @@ def bucket_features(
                 local = Path(tmp) / f"events-{i}.parquet"
                 store.get_file(key, local)
             paths.append(local)
-        cutoffs = [cutoff for cutoff, _ in targets]
+        cutoffs = list({c.name: c for cs, _ in targets for c in cs}.values())
         parts = []
         with (
             memory_bounded("a features task", memory, TASK_REMEDY),
-            InProcessFeatures(paths, cutoffs, available, threads=threads, memory=memory) as table,
+            InProcessFeatures(
+                paths,
+                cutoffs,
+                available,
+                threads=threads,
+                memory=memory,
+                sequence_length=sequence_length,
+            ) as table,
         ):
-            for cutoff, key in targets:
-                rows = table.cutoff_table(cutoff)
+            for target, key in targets:
+                rows = table.output_table(target)
                 sink = pa.BufferOutputStream()
                 pq.write_table(rows, sink)
                 store.put_bytes(key, sink.getvalue().to_pybytes())
                 positives = (
                     float(pc.sum(rows["label"]).as_py() or 0.0)
-                    if cutoff.label_until is not None
+                    if target[0].label_until is not None
                     else 0.0
                 )
                 parts.append(PartWritten(rows.num_rows, positives, rows.schema))
@@ -136,8 +145,10 @@ class BucketFeatureFrame:
         buckets: list[list[str]],
         outputs: list[FeatureOutput],
         available: set[str],
+        sequence_length: int = 0,
     ) -> None:
         self._spark = spark
+        self._sequence_length = sequence_length
         self._store = store
         self._buckets = buckets
         self._outputs = outputs
@@ -164,8 +175,8 @@ class BucketFeatureFrame:
     def _run(self, data_prefixes: list[str]) -> list[dict]:
         """The job: a task per bucket; what each wrote, one row per bucket and output."""
         store_uri = self._store.uri
-        buckets, available = self._buckets, self._available
-        cutoffs = [o.cutoff for o in self._outputs]
+        buckets, available, sequence_length = self._buckets, self._available, self._sequence_length
+        output_cutoffs = [o.cutoffs for o in self._outputs]
         threads = max(1, int(conf_value(self._spark, "spark.task.cpus", "1")))
 
         def compute(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -174,8 +185,8 @@ class BucketFeatureFrame:
             for batch in batches:
                 for bucket in batch.column("id").to_pylist():
                     targets = [
-                        (cutoff, part_key(prefix, bucket))
-                        for cutoff, prefix in zip(cutoffs, data_prefixes, strict=True)
+                        (cutoffs, part_key(prefix, bucket))
+                        for cutoffs, prefix in zip(output_cutoffs, data_prefixes, strict=True)
                     ]
                     parts, after = bucket_features(
                         store,
@@ -184,6 +195,7 @@ class BucketFeatureFrame:
                         targets,
                         threads=threads,
                         memory=memory,
+                        sequence_length=sequence_length,
                     )
                     yield pa.RecordBatch.from_pylist(
                         [
@@ -227,7 +239,7 @@ class BucketFeatureFrame:
                 **output.metadata(),
             },
         )
-        rate = part.positives / part.rows if part.rows and output.cutoff.label_until else 0.0
+        rate = part.positives / part.rows if part.rows and output.labelled else 0.0
         return manifest, rate
 
     def events_after(self) -> int:

@@ -126,7 +126,8 @@ def quality_sections(
     lines += [
         "## Test split (customers held out of the training window)",
         "",
-        f"{n_train} train / {n_test} test customers; calibration fitted on the val split.",
+        f"{n_train} train examples / {n_test} test customers at as_of − horizon; calibration "
+        "fitted on the val split.",
         "",
         *comparison_table(evaluation.test),
         "",
@@ -149,10 +150,15 @@ def _backtest_lines(backtest: BacktestReport) -> list[str]:
     w = backtest.windows
     if backtest.result is None:
         return [f"**Skipped:** {backtest.reason}"]
+    earlier = (
+        f" and {len(backtest.origins) - 1} earlier origin(s) down to {backtest.origins[-1]}"
+        if len(backtest.origins) > 1
+        else ""
+    )
     return [
-        f"Trained the same way at {w.train_features_until} (labels in "
-        f"({w.train_features_until}, {w.train_labels_until}], {backtest.n_train} train "
-        f"customers) and judged on the {backtest.n_judged} customers at {w.train_labels_until} "
+        f"Trained the same way at {w.train_features_until}{earlier} (labels in "
+        f"({w.train_features_until}, {w.train_labels_until}] and the horizon after each origin, "
+        f"{backtest.n_train} train examples) and judged on the {backtest.n_judged} customers at {w.train_labels_until} "
         f"by what they did in ({w.train_labels_until}, {w.judged_labels_until}]. "
         f"Baseline: {BASELINE_NAME}, fitted on the same rows.",
         "",

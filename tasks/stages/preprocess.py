@@ -1,9 +1,12 @@
-"""The preprocess stage: split the training examples by customer, fit the normaliser on the train
-split, and publish the snapshot the GPU stage trains on (``split=train|val|test``); the same for
-the backtest's examples (features at T-2H) when the features stage published them."""
+"""The preprocess stage: split the training examples by customer (the same split at every origin,
+so no customer is in two splits), fit the normaliser on the train split, and publish the
+snapshot the GPU stage trains on (``split=train|val|test``, each example with its ``origin``);
+the same for the backtest's examples (origins from T-2H down) when the features stage
+published them."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from typing import Any
@@ -24,6 +27,7 @@ from tasks.data.split import (
     normalizer_from,
     split_count_columns,
 )
+from tasks.definitions.examples import ORIGIN, sequence_columns
 from tasks.ml.normalizer import Normalizer
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, stage_fingerprint
@@ -36,6 +40,7 @@ PREPROCESS_CODE = (
     "tasks.stages.snapshot_in_process",
     "tasks.data.split",
     "tasks.data.split_in_process",
+    "tasks.definitions.examples",
     "infra.arrow_datasets",
     "tasks.stages.spark_io",
     "infra.datasets",
@@ -108,11 +113,12 @@ def build_snapshot(
             features.features,
             seed,
             limit,
+            features.training_origins,
         )
         missing = [split for split in SPLITS if counts[split] == 0]
         if missing:
             raise HybridflowInputError(
-                f"split {missing[0]!r} is empty ({features.n_training} training customers): "
+                f"split {missing[0]!r} is empty ({features.n_training} training examples): "
                 "use more data or an earlier as_of"
             )
         backtest_prefix, backtest_counts, skipped = None, {}, features.backtest_skipped
@@ -125,12 +131,12 @@ def build_snapshot(
                 features.features,
                 seed,
                 limit,
+                features.backtest_origins,
             )
             empty = [split for split in SPLITS if backtest_counts[split] == 0]
             if empty:
                 skipped = (
-                    f"no backtest: its split {empty[0]!r} is empty "
-                    f"({features.n_backtest} customers)"
+                    f"no backtest: its split {empty[0]!r} is empty ({features.n_backtest} examples)"
                 )
             else:
                 backtest_prefix = backtest.prefix
@@ -163,16 +169,23 @@ def publish_snapshot(
     features: list[str],
     seed: int,
     in_process_rows: int,
+    origins: list[dt.date],
 ) -> tuple[DatasetManifest, dict[str, int]]:
-    """Split the examples at ``examples_prefix`` by customer, fit the normaliser on the train
-    split and publish them at ``out_prefix``: the dataset and its rows per split, from the one
-    job that writes it, or in this process (:mod:`tasks.stages.snapshot_in_process`) for up to
-    ``in_process_rows`` examples (``spark`` may then be None)."""
+    """Split the examples at ``examples_prefix`` by customer (a customer is in the same split at
+    every origin), fit the normaliser on the train split and publish them at ``out_prefix``
+    (``origins``, newest first, recorded in its metadata): the dataset and its rows per split,
+    from the one job that writes it, or in this process
+    (:mod:`tasks.stages.snapshot_in_process`) for up to ``in_process_rows`` examples (``spark``
+    may then be None)."""
 
     def metadata(values: dict[str, Any]) -> dict[str, Any]:
         mean, std = normalizer_from(values, features)
         normalizer = Normalizer(features=features, mean=mean, std=std)
-        return {"normalizer": normalizer.model_dump(), "features": features}
+        return {
+            "normalizer": normalizer.model_dump(),
+            "features": features,
+            "origins": [o.isoformat() for o in origins],
+        }
 
     examples = read_dataset_manifest(store, examples_prefix)
     if examples.rows <= in_process_rows or spark is None:
@@ -181,8 +194,9 @@ def publish_snapshot(
         )
     else:
         with_split = assign_split(read_dataset(spark, store, examples_prefix), seed)
+        carried = [ORIGIN, *sequence_columns(with_split.columns)]
         snapshot, values = write_observed(
-            with_split.select("customer_id", "label", *features, "split"),
+            with_split.select("customer_id", "label", *features, *carried, "split"),
             store,
             out_prefix,
             [*split_count_columns(), *normalizer_aggregates(features)],

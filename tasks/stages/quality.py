@@ -1,6 +1,7 @@
 """The train stage's judgement of a fitted model: calibration fitted on the val split, the
-baseline and the candidate compared on the test split, and the out-of-time backtest on the
-snapshot the preprocess stage published for T-2H (skipped, with the reason, without one)."""
+baseline and the candidate compared on the test split of the newest origin's examples (T-H), and
+the out-of-time backtest on the snapshot the preprocess stage published for the origins from T-2H
+down, judged on every example at T-H (skipped, with the reason, without one)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,11 @@ def judge_candidate(
     as_of: dt.date,
     horizon_days: int,
 ) -> tuple[FittedModel, ModelEvaluation]:
-    """``model`` with its calibration set, and everything it is judged by."""
+    """``model`` with its calibration set, and everything it is judged by: the test split of
+    the examples at the newest origin (T-H), in time, and the backtest on all of them."""
     method = settings.train.calibration
-    calibration, test = assess(model, data, data, ["test"], method)
+    judged = data.newest_origin()
+    calibration, test = assess(model, data, judged, ["test"], method)
     model = model.with_calibration(calibration)
     log.info(
         "%s calibration %s: test log loss %.4f -> %.4f, ECE %.4f -> %.4f (baseline %.4f, ECE %.4f)",
@@ -48,7 +51,7 @@ def judge_candidate(
         test.baseline.logloss,
         test.baseline.ece,
     )
-    backtest = run_backtest(store, prepared, data, spec, settings, device, as_of, horizon_days)
+    backtest = run_backtest(store, prepared, judged, spec, settings, device, as_of, horizon_days)
     return model, ModelEvaluation(calibration=calibration, test=test, backtest=backtest)
 
 
@@ -62,8 +65,8 @@ def run_backtest(
     as_of: dt.date,
     horizon_days: int,
 ) -> BacktestReport:
-    """Fit ``spec``'s family at T-2H on the backtest snapshot and judge it on the run's
-    examples at T-H."""
+    """Fit ``spec``'s family on the backtest snapshot (origins from T-2H down) and judge it on
+    ``data``, the run's examples at T-H."""
     windows = BacktestWindows.of(as_of, horizon_days)
     if prepared.backtest_snapshot_prefix is None:
         reason = prepared.backtest_skipped or "no backtest snapshot was published"
@@ -82,7 +85,7 @@ def run_backtest(
         calibration, result = backtest_comparison(
             earlier, normalizer, data, spec, settings.train, device, settings.train.calibration
         )
-        n_train = earlier.rows("train")
+        n_train, origins = earlier.rows("train"), earlier.origins()
     finally:
         release_local_dir(store, local)
     log.info(
@@ -101,6 +104,7 @@ def run_backtest(
     return BacktestReport(
         status="done",
         windows=windows,
+        origins=origins,
         n_train=n_train,
         n_judged=sum(data.rows(s) for s in SPLITS),
         calibration=calibration,

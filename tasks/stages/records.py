@@ -78,11 +78,22 @@ class FeaturesResult(BaseModel):
     positive_rate: float
     events_after_as_of: int
     backtest_prefix: str | None = Field(
-        default=None, description="examples at T-2H with labels in (T-2H, T-H]"
+        default=None, description="examples at T-2H (and earlier origins), labels up to T-H"
     )
     n_backtest: int = 0
     backtest_positive_rate: float = 0.0
     backtest_skipped: str | None = Field(default=None, description="why there is no backtest")
+    training_origins: list[dt.date] = Field(
+        default_factory=list,
+        description="the days of the training examples' origins, newest (T-H) first",
+    )
+    backtest_origins: list[dt.date] = Field(
+        default_factory=list,
+        description="the days of the backtest examples' origins, newest (T-2H) first",
+    )
+    sequence_length: int = Field(
+        default=0, description="events per customer in the seq_* columns (0: none published)"
+    )
 
 
 class PreprocessResult(BaseModel):

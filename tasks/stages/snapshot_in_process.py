@@ -1,6 +1,7 @@
 """The preprocess stage's snapshot computed in this process: the training examples read with
-pyarrow, split by customer and measured for the normaliser with numpy, published in Spark's
-layout (``split=<name>/`` folders, the Spark schema recorded). No Spark job."""
+pyarrow, split by customer (the same split at every origin) and measured for the normaliser with
+numpy, published in Spark's layout (``split=<name>/`` folders, the Spark schema recorded). No
+Spark job."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any
 
 from infra.arrow_datasets import read_table, write_table
 from infra.datasets import DatasetManifest
+from infra.executor_io import dataset_arrow_schema
 from infra.store import ObjectStore
 from tasks.data.split_in_process import assign_split, split_values
+from tasks.definitions.examples import ORIGIN, sequence_columns
 from tasks.stages.spark_io import spark_schema_metadata
 
 
@@ -25,7 +28,8 @@ def publish_snapshot_in_process(
     """Split ``examples`` by customer and publish them at ``out_prefix`` with
     ``metadata(values)``; returns the dataset and the values (split counts, the normaliser's
     statistics) named as the Spark job's observed aggregates are."""
-    table = read_table(store, examples, ["customer_id", "label", *features])
+    carried = [ORIGIN, *sequence_columns(dataset_arrow_schema(store, examples).names)]
+    table = read_table(store, examples, ["customer_id", "label", *features, *carried])
     table = table.append_column("split", assign_split(table["customer_id"], seed))
     values = split_values(table, features)
     extra = {**metadata(values), **spark_schema_metadata(table.schema)}

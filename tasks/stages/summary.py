@@ -68,6 +68,7 @@ def run_summary(
             "test_ece": trained.metrics.get("ece"),
             "n_train": trained.n_train,
             "n_test": trained.n_test,
+            "training_origins": [o.isoformat() for o in features.training_origins],
             "backtest": backtest_summary(trained),
             "family": trained.family,
             "champion": trained.champion_reason,

@@ -315,7 +315,10 @@ def _contend(
         files={name: sha256_bytes(body) for name, body in files.items()},
         kind=spec.kind,
         metrics=evaluation.flat_metrics()
-        | {"n_train": float(data.rows("train")), "n_test": float(data.rows("test"))},
+        | {
+            "n_train": float(data.rows("train")),
+            "n_test": float(data.newest_origin().rows("test")),
+        },
         evaluation=evaluation.model_dump(mode="json"),
         features=model.features,
         data_fingerprint=fingerprint,
@@ -332,6 +335,7 @@ def _contend(
             "device": outcome.record.get("device", device.type),
             "pool": options.pool or embedded_pool(device.type),
             "judge_seconds": time.perf_counter() - judged,
+            "origins": [o.isoformat() for o in data.origins()],
         },
     )
     log.info("%s: judged (%s)", spec.kind, model.describe())
@@ -418,8 +422,9 @@ def _crown_and_gate(
     contenders = [_registered(registry, c, board) for c in contenders]
     champion = next(c for c in contenders if c.manifest.version == board[0].version)
     manifest = champion.manifest
+    judged = data.newest_origin()  # the test split the candidate's test metrics are of
     decision, promoted, production_version = gate_and_promote(
-        registry, manifest, data, settings.promotion_margin
+        registry, manifest, judged, settings.promotion_margin
     )
     if not promoted and registry.alias() is None:
         raise HybridflowInputError(
@@ -446,7 +451,7 @@ def _crown_and_gate(
         production_version=production_version,
         metrics=metrics,
         n_train=data.rows("train"),
-        n_test=data.rows("test"),
+        n_test=judged.rows("test"),
         epochs=int(training.get("epochs", 0)),
         best_epoch=int(training.get("best_epoch", 0)),
         training_id=manifest.training_id,

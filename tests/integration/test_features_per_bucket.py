@@ -9,7 +9,7 @@ import pytest
 from infra.arrow_datasets import read_table
 from infra.datasets import SourceEvents, find_dataset, read_dataset_manifest
 from infra.layout import run_dataset_prefix
-from tasks.data.cutoffs import end_of_day, micros, pipeline_cutoffs
+from tasks.data.cutoffs import Origins, end_of_day, micros, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.stages.feature_frame import FeatureOutput
 from tasks.stages.features import SparkFeatureFrame, feature_frame, features_stage
@@ -50,22 +50,29 @@ def _republished(spark, store, validated: ValidateResult, name: str, buckets: in
     return validated.model_copy(update={"events_prefix": prefix})
 
 
-def _rows(store, prefix: str) -> dict[str, dict]:
+def _rows(store, prefix: str) -> dict[tuple, dict]:
+    """A dataset's rows by customer (and origin, for training examples)."""
     table = read_table(store, read_dataset_manifest(store, prefix))
-    rows = {r.pop("customer_id"): r for r in table.to_pylist()}
+    rows = {(r.pop("customer_id"), r.pop("origin", None)): r for r in table.to_pylist()}
     assert len(rows) == table.num_rows
     return rows
 
 
-def _same(expected: dict[str, dict], got: dict[str, dict]) -> None:
+def _same(expected: dict[tuple, dict], got: dict[tuple, dict]) -> None:
+    """Numbers equal to 1e-9; the sequence columns (lists) exactly."""
     assert set(got) == set(expected) and got
     for customer, values in got.items():
-        assert values == pytest.approx(expected[customer], rel=1e-9, abs=1e-9), customer
+        lists = {k for k, v in values.items() if isinstance(v, list)}
+        assert {k: values[k] for k in lists} == {k: expected[customer][k] for k in lists}
+        numbers = {k: v for k, v in values.items() if k not in lists}
+        want = {k: expected[customer][k] for k in numbers}
+        assert numbers == pytest.approx(want, rel=1e-9, abs=1e-9), customer
 
 
 def test_each_engine_is_chosen_by_size_and_layout(spark, local_store, validated):
     outputs = [
-        FeatureOutput(c, f"x/{c.name}") for c in pipeline_cutoffs(validated.last_event.date(), 30)
+        FeatureOutput((c,), f"x/{c.name}")
+        for c in pipeline_cutoffs(validated.last_event.date(), 30)
     ]
     clustered = _republished(spark, local_store, validated, "clustered", 3)
     plain = _republished(spark, local_store, validated, "plain", None)
@@ -95,17 +102,50 @@ def _names_its_events(store, result, validated) -> None:
 
 
 def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, validated):
-    here = features_stage(spark, local_store, "l", validated, None, 90, False, IN_PROCESS)
+    origins, n = Origins(count=3, stride_days=45), 6  # and the last 6 events per customer
+    here = features_stage(
+        spark,
+        local_store,
+        "l",
+        validated,
+        None,
+        90,
+        False,
+        IN_PROCESS,
+        origins=origins,
+        sequence_length=n,
+    )
+    assert len(here.training_origins) == len(here.backtest_origins) == 3
     _names_its_events(local_store, here, validated)
     expected = {
         "training_prefix": _rows(local_store, here.training_prefix),
         "backtest_prefix": _rows(local_store, here.backtest_prefix),
         "scoring_prefix": _rows(local_store, here.scoring_prefix),
     }
-    figures = ("n_training", "n_scoring", "n_backtest", "events_after_as_of", "features")
+    figures = (
+        "n_training",
+        "n_scoring",
+        "n_backtest",
+        "events_after_as_of",
+        "features",
+        "training_origins",
+        "backtest_origins",
+        "sequence_length",
+    )
     for name, buckets in (("clustered", 3), ("plain", None)):
         events = _republished(spark, local_store, validated, name, buckets)
-        result = features_stage(spark, local_store, name, events, None, 90, False, SPARK)
+        result = features_stage(
+            spark,
+            local_store,
+            name,
+            events,
+            None,
+            90,
+            False,
+            SPARK,
+            origins=origins,
+            sequence_length=n,
+        )
         # one job of a task per bucket; Spark SQL shuffles the unclustered events first
         assert (result.report.spark_jobs == 1) == (buckets is not None), result.report
         assert [getattr(result, f) for f in figures] == [getattr(here, f) for f in figures]
@@ -121,6 +161,7 @@ def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, v
         training = read_dataset(spark, local_store, result.training_prefix)
         assert training.count() == result.n_training
         assert training.schema["label"].dataType.typeName() == "double"
+        assert training.schema["seq_gap_days"].dataType.typeName() == "array"
 
 
 def test_a_failed_task_publishes_nothing(spark, local_store, validated):
@@ -141,7 +182,7 @@ def test_a_task_reads_and_writes_a_remote_store(spark, local_store, validated, s
     s3_store.put_file("events/part-0.parquet", local_store.local_path(key))
     cutoffs = pipeline_cutoffs(validated.last_event.date(), 90)
     available = set(validated.available_columns)
-    targets = [(c, f"out/{c.name}.parquet") for c in cutoffs]
+    targets = [((c,), f"out/{c.name}.parquet") for c in cutoffs]
     remote, remote_after = bucket_features(s3_store, ["events/part-0.parquet"], available, targets)
     local, local_after = bucket_features(local_store, [key], available, targets)
     assert [p.rows for p in remote] == [p.rows for p in local] and remote[0].rows

@@ -88,13 +88,13 @@ CHILD = textwrap.dedent(
     store = LocalFolderStore(tempfile.mkdtemp())
     store.local_path("events").mkdir()
     pq.write_table(events.toArrow(), store.local_path("events/part-0.parquet"))
-    outputs = [FeatureOutput(c, f"out/{c.name}") for c in pipeline_cutoffs(dt.date(2025, 1, 27), 5)]
+    outputs = [FeatureOutput((c,), f"out/{c.name}") for c in pipeline_cutoffs(dt.date(2025, 1, 27), 5)]
     with BucketFeatureFrame(spark, store, [["events/part-0.parquet"]], outputs, available) as frame:
-        published = {o.cutoff.name: frame.publish(o)[0] for o in outputs}
+        published = {o.cutoffs[0].name: frame.publish(o)[0] for o in outputs}
         assert frame.spark_jobs is None  # Connect: no SparkContext to count them
     out = {name: {r["customer_id"]: r for r in read_table(store, m).to_pylist()}
            for name, m in published.items()}
-    print("BUCKETS " + json.dumps(out))
+    print("BUCKETS " + json.dumps(out, default=str))  # a labelled output's origin is a date
     from tasks.data.validation import conform_events, split_valid_events
     parts = split_valid_events(conform_events(events.unionByName(events.limit(1))), 2)
     reasons = [r["reason"] for r in parts.quarantine.collect()]
@@ -140,4 +140,7 @@ def test_features_on_spark_connect_equal_duckdb():
                 assert set(got) == set(expected), (way, cutoff.name)
                 for customer, features in expected.items():
                     got[customer].pop("customer_id")
+                    origin = got[customer].pop("origin", None)
+                    if way == "BUCKETS" and cutoff.label_until is not None:
+                        assert origin == cutoff.origin().isoformat(), (way, customer)
                     assert got[customer] == pytest.approx(features, rel=1e-9), (way, customer)

@@ -17,6 +17,7 @@ from infra.datasets import read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
 from infra.settings import get_settings
+from tasks.data.cutoffs import Origins
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.input_formats import InputOptions
 from tasks.stages.features import features_stage
@@ -34,12 +35,13 @@ def no_spark():
     raise AssertionError("an in-process stage started Spark")
 
 
-def _rows(store, prefix: str) -> dict[str, dict]:
+def _rows(store, prefix: str) -> dict[tuple, dict]:
+    """A dataset's rows by customer and origin (None: features without one)."""
     table = read_table(store, read_dataset_manifest(store, prefix))
-    return {r.pop("customer_id"): r for r in table.to_pylist()}
+    return {(r.pop("customer_id"), r.pop("origin", None)): r for r in table.to_pylist()}
 
 
-def _same_rows(expected: dict[str, dict], got: dict[str, dict]) -> None:
+def _same_rows(expected: dict[tuple, dict], got: dict[tuple, dict]) -> None:
     assert list(got) == sorted(got) and set(got) == set(expected) and got
     for cid, values in got.items():
         assert values == pytest.approx(expected[cid], rel=1e-9, abs=1e-9), cid
@@ -110,18 +112,28 @@ def test_features_and_snapshot_in_process_equal_spark(spark, local_store, tmp_pa
     generate_demo_events(DemoDataParams(customers=600, days=500, seed=9), events)
     validated = validate_stage(spark, local_store, "v", str(events), 0.05, use_cache=False)
 
-    def features(run_id: str, limit: int):
+    origins = Origins(count=3, stride_days=45)
+
+    def features(run_id: str, engine, limit: int):
         return features_stage(
-            spark, local_store, run_id, validated, None, 90, use_cache=False, in_process_rows=limit
+            engine,
+            local_store,
+            run_id,
+            validated,
+            None,
+            90,
+            use_cache=False,
+            in_process_rows=limit,
+            origins=origins,
         )
 
-    spark_f = features("s", SPARK)
+    spark_f = features("s", spark, SPARK)
     spark_scoring = _rows(local_store, spark_f.scoring_prefix)  # T's prefix: the next run's too
-    local_f = features_stage(
-        no_spark, local_store, "l", validated, None, 90, use_cache=False, in_process_rows=IN_PROCESS
-    )
+    local_f = features("l", no_spark, IN_PROCESS)
+    assert len(local_f.training_origins) == 3
     assert spark_f.report.spark_jobs and local_f.report.spark_jobs == 0
     figures = ("n_training", "n_scoring", "n_backtest", "events_after_as_of", "features")
+    figures += ("training_origins", "backtest_origins")
     assert [getattr(local_f, f) for f in figures] == [getattr(spark_f, f) for f in figures]
     assert local_f.positive_rate == pytest.approx(spark_f.positive_rate, rel=1e-12)
     assert local_f.backtest_prefix and spark_f.backtest_prefix

@@ -21,7 +21,7 @@ def test_a_task_out_of_memory_names_its_limit_and_writes_nothing(tmp_path):
     store = LocalFolderStore(tmp_path)
     files = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "events").glob("*.parquet"))
     last = pc.max(pq.read_table(tmp_path / "events", columns=["event_time"])[0]).as_py()
-    targets = [(c, f"out/{c.name}.parquet") for c in pipeline_cutoffs(last.date(), 90)]
+    targets = [((c,), f"out/{c.name}.parquet") for c in pipeline_cutoffs(last.date(), 90)]
 
     parts, _ = bucket_features(store, files, AVAILABLE, targets, memory="256MB")
     assert [p.rows for p in parts] and all(store.exists(key) for _, key in targets)

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from infra.datasets import read_dataset_manifest
-from tasks.data.cutoffs import pipeline_cutoffs
+from tasks.data.cutoffs import Origins, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.features import customer_features_at
 from tasks.data.input_formats import InputOptions, read_events
@@ -22,8 +22,8 @@ from tasks.stages.validate import validate_stage
 
 pytestmark = pytest.mark.integration
 
-# Spark jobs per stage on a small input with the backtest, measured when the stages became one
-# pass (before: validate 17, features 34 + 3 for the backtest, preprocess 10 + 10). Validate:
+# Spark jobs per stage on a small input with the backtest (three origins each: the extra
+# origins come out of the same pass), measured when the stages became one pass (before: validate 17, features 34 + 3 for the backtest, preprocess 10 + 10). Validate:
 # the input's schema, the shuffle, the events write, the quarantine write; features: one task
 # per bucket of the events, writing every output (4 with Spark SQL: the customer-level frame
 # kept in memory, then the three writes); preprocess: the snapshot write and the backtest
@@ -68,7 +68,15 @@ def test_job_budget_per_stage_and_figures_from_the_writes(
         in_process_rows=in_process_rows,
     )
     features = features_stage(
-        spark, local_store, "r", validated, None, 90, False, in_process_rows=in_process_rows
+        spark,
+        local_store,
+        "r",
+        validated,
+        None,
+        90,
+        False,
+        in_process_rows=in_process_rows,
+        origins=Origins(count=3, stride_days=60),
     )
     snapshot = preprocess_stage(
         spark, local_store, features, 7, use_cache=False, in_process_rows=in_process_rows
@@ -119,8 +127,9 @@ def test_one_shuffle_in_validate_none_in_features(spark, local_store, small_even
         spark, local_store, "r", str(small_events), 0.05, use_cache=False, in_process_rows=0
     )
     events = read_dataset(spark, local_store, validated.events_prefix)
-    cutoffs = pipeline_cutoffs(validated.last_event.date(), 90)
-    wide = customer_features_at(events, cutoffs, set(validated.available_columns))
+    cutoffs = pipeline_cutoffs(validated.last_event.date(), 90, Origins(count=3)).distinct()
+    # with the sequences' window over each customer's events too
+    wide = customer_features_at(events, cutoffs, set(validated.available_columns), 8)
     plan = _plan(wide)
     assert "Bucketed: true" in plan and _shuffles(wide) == 0
     assert "Exchange" not in plan, plan  # no shuffle, and no broadcast either
