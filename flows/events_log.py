@@ -15,11 +15,12 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from pydantic import BaseModel
 
 from flows.events import emit, log_segments_landed
-from infra.events_log import EventsLog
+from infra.events_log import EventsLog, export_into
 from infra.registry import ModelRegistry
 from infra.store import ObjectStore
 from tasks.stages.refresh import refresh_decision
@@ -41,11 +42,19 @@ class LandedSegments(BaseModel):
 
 
 def announce_landed_segments(
-    store: ObjectStore, max_production_age_hours: float, now: dt.datetime | None = None
+    store: ObjectStore,
+    max_production_age_hours: float,
+    now: dt.datetime | None = None,
+    into: Path | None = None,
 ) -> LandedSegments | None:
     """Emit ``hybridflow.events.landed`` for the segments since the last announced one; None
-    when there are none, or when no Prefect API took the event (announced again next time)."""
+    when there are none, or when no Prefect API took the event (announced again next time).
+    ``into``: an events folder the segments are first exported into
+    (:func:`infra.events_log.export_into`); the event then names that folder, so a refresh it
+    starts reads the original events and the streamed ones."""
     events_log = EventsLog(store)
+    if into is not None:
+        export_into(events_log, into)
     done = events_log.reader_position(READER)
     infos = []
     while (info := events_log.read_info(done + len(infos) + 1)) is not None:
@@ -63,8 +72,9 @@ def announce_landed_segments(
         now=now or dt.datetime.now(dt.UTC),
         max_age_hours=max_production_age_hours,
     )
+    events = str(into) if into is not None else events_log.uri
     spec = log_segments_landed(
-        events_log.uri, first, last, [i.segment_id for i in infos], as_of, rows, decision
+        events, first, last, [i.segment_id for i in infos], as_of, rows, decision
     )
     event_id = emit(spec)
     if event_id is None:
@@ -87,13 +97,14 @@ def watch_landed_segments(
     store: ObjectStore,
     max_production_age_hours: float,
     interval_s: float,
+    into: Path | None = None,
     keep_going: Callable[[], bool] = lambda: True,
 ) -> None:
     """Announce new segments every ``interval_s`` while ``keep_going()``; a failed pass (the
     store or the API away) is logged and tried again."""
     while keep_going():
         try:
-            announce_landed_segments(store, max_production_age_hours)
+            announce_landed_segments(store, max_production_age_hours, into=into)
         except Exception:
             log.exception("announcing the events log's new segments failed")
         time.sleep(interval_s)

@@ -17,13 +17,15 @@ import datetime as dt
 import io
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from infra.errors import StoreError
+from infra import fs
+from infra.errors import HybridflowInputError, StoreError
 from infra.layout import (
     EVENTS_LOG_SEGMENTS,
     events_log_reader_key,
@@ -167,3 +169,64 @@ class EventsLog:
         """Record that ``reader`` is done with every segment up to ``seq``."""
         body = {"seq": seq, "at": dt.datetime.now(dt.UTC).isoformat()}
         self.store.put_bytes(events_log_reader_key(reader), json.dumps(body).encode())
+
+
+def export_segments(log: EventsLog, folder: Path, like: pa.Schema | None = None) -> list[Path]:
+    """Copy the log's segments that ``folder`` lacks into it as ``segment-<n>.parquet``, so a
+    batch run reads them from a folder: on their own, or beside the original events when
+    ``folder`` is inside theirs. Each file is written durably under a hidden name, then
+    renamed: a reader never sees half a file. ``like``: the original files' schema, whose column
+    order and types the copies take (then every file of the folder has one schema and the
+    validate stage reads them in process). Returns the files written."""
+    if like is not None:
+        missing = [name for name in SEGMENT_SCHEMA.names if name not in like.names]
+        extra = [name for name in like.names if name not in SEGMENT_SCHEMA.names]
+        if missing or extra:
+            raise HybridflowInputError(
+                f"the events log's columns ({', '.join(SEGMENT_SCHEMA.names)}) differ from "
+                f"those of the files to match: missing {missing or 'none'}, extra {extra or 'none'}"
+            )
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    seq = 1
+    while True:
+        target = folder / f"segment-{seq:012d}.parquet"
+        if not target.exists():
+            segment = log.read(seq)
+            if segment is None:
+                return written
+            table = segment.events
+            if like is not None:
+                table = table.select(like.names).cast(
+                    pa.schema([f.with_nullable(True) for f in like])
+                )
+            out = io.BytesIO()
+            pq.write_table(table, out)
+            fs.write_bytes_durably(target, out.getvalue(), str(target))
+            written.append(target)
+        seq += 1
+
+
+LOG_SUBFOLDER = "events-log"  # where the log's segments go inside an events folder
+
+
+def export_into(log: EventsLog, events_folder: Path) -> list[Path]:
+    """:func:`export_segments` into ``<events_folder>/events-log/``, in the schema of the
+    folder's own Parquet files (the first one's), so a run on ``events_folder`` reads the
+    original events and the log's in one pass; the files written."""
+    like = None
+    if events_folder.is_dir():
+        own = sorted(
+            p
+            for p in events_folder.rglob("*")
+            if p.is_file()
+            and not any(part.startswith((".", "_")) for part in p.relative_to(events_folder).parts)
+            and p.relative_to(events_folder).parts[0] != LOG_SUBFOLDER
+        )
+        if own and not all(p.suffix.lower() in (".parquet", ".pq") for p in own):
+            raise HybridflowInputError(
+                f"{events_folder} holds files other than Parquet ({own[0].name}): the log's "
+                "Parquet segments cannot join them; export them to a folder of their own"
+            )
+        like = pq.read_schema(own[0]).remove_metadata() if own else None
+    return export_segments(log, events_folder / LOG_SUBFOLDER, like)

@@ -1,9 +1,11 @@
-"""``hybridflow events watch``: the events log's new segments announced to Prefect, so the
-model-refresh triggers fire from events taken by ``POST /events``."""
+"""``hybridflow events watch|export``: the events log's new segments announced to Prefect, so the
+model-refresh triggers fire from events taken by ``POST /events``; and copied into an events
+folder, so a batch run reads them with the original events."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from cli.args import EXIT_OK
 from infra.errors import HybridflowInputError
@@ -24,7 +26,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     watch.add_argument(
         "--once", action="store_true", help="announce what landed since the last time, then exit"
     )
+    watch.add_argument(
+        "--into",
+        type=Path,
+        default=None,
+        help="an events folder: export new segments into its events-log/ first (in its files' "
+        "schema) and name it in the event, so a refresh reads the original and streamed events",
+    )
     watch.set_defaults(handler=run_watch)
+    export = actions.add_parser(
+        "export",
+        help="copy the log's segments into <events folder>/events-log/ (in its files' schema), "
+        "so hybridflow run --events <events folder> reads the original events and the log",
+    )
+    export.add_argument("--into", type=Path, required=True, help="the events folder")
+    export.set_defaults(handler=run_export)
 
 
 def run_watch(args: argparse.Namespace) -> int:
@@ -43,9 +59,22 @@ def run_watch(args: argparse.Namespace) -> int:
     settings = get_settings()
     store = open_store(settings.store)
     max_age = settings.refresh.max_production_age_hours
+    into = args.into.expanduser().resolve() if args.into else None
     if args.once:
-        landed = announce_landed_segments(store, max_age)
+        landed = announce_landed_segments(store, max_age, into=into)
         print(landed.model_dump_json() if landed else "no new segments")
         return EXIT_OK
-    watch_landed_segments(store, max_age, args.interval)
+    watch_landed_segments(store, max_age, args.interval, into)
+    return EXIT_OK
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Copy the segments the events folder lacks; print how many."""
+    from infra.events_log import EventsLog, export_into
+    from infra.settings import get_settings
+    from infra.store import open_store
+
+    folder = args.into.expanduser().resolve()
+    written = export_into(EventsLog(open_store(get_settings().store)), folder)
+    print(f"{len(written)} new segment(s) in {folder / 'events-log'}")
     return EXIT_OK

@@ -279,15 +279,19 @@ def _ensure_events_watcher(
     settings: HybridflowSettings, state: StackState, base: dict, lines: list[str]
 ) -> None:
     """``hybridflow events watch`` on the stack's store: the endpoints' new segments become
-    ``hybridflow.events.landed``, which model-refresh's new-data trigger listens for. Recorded
-    as a worker, so ``down`` stops it first and a change of store replaces it."""
+    ``hybridflow.events.landed``, which model-refresh's new-data trigger listens for; with the
+    stack's own demo events, the segments are exported into that folder first, so the
+    deployments' runs read them too (a folder of yours is left alone). Recorded as a worker,
+    so ``down`` stops it first and a change of store replaces it."""
     key = "worker-events-watch"
     watcher = state.processes.get(key)
     if watcher and is_alive(watcher):
         lines.append(f"events watcher already running (pid {watcher.pid})")
         return
+    events = Path(state.events) if state.events else None
+    into = events if events is not None and events == demo_events_dir(settings) else None
     env = _store_access_env(dict(base) | {"HYBRIDFLOW_STORE": state.store}, state)
-    watcher = _launch_recorded(settings, state, key, services.events_watch_command(), env)
+    watcher = _launch_recorded(settings, state, key, services.events_watch_command(into), env)
     lines.append(f"started the events log's watcher (pid {watcher.pid})")
 
 

@@ -55,9 +55,13 @@ def worker_command(pool: str) -> list[str]:
     ]
 
 
-def events_watch_command(interval_s: float = EVENTS_WATCH_INTERVAL_S) -> list[str]:
-    """``hybridflow events watch``: the events log's new segments announced to the server."""
-    return [bin_path("hybridflow"), "events", "watch", "--interval", f"{interval_s:g}"]
+def events_watch_command(
+    into: Path | None = None, interval_s: float = EVENTS_WATCH_INTERVAL_S
+) -> list[str]:
+    """``hybridflow events watch``: the events log's new segments announced to the server
+    (and exported ``into`` an events folder first)."""
+    command = [bin_path("hybridflow"), "events", "watch", "--interval", f"{interval_s:g}"]
+    return command + (["--into", str(into)] if into is not None else [])
 
 
 def s3_command(port: int) -> list[str]:

@@ -119,7 +119,10 @@ class OnlineFeatures:
                 )
                 return
             if current is None or current.source != source:
-                if source == self._refused_source:
+                if source == self._refused_source:  # refused once: follow the log meanwhile
+                    if current is not None:
+                        with self._write:
+                            self._catch_up(current)
                     return
                 self.status = "seeding" if current is None else self.status
                 try:

@@ -61,3 +61,19 @@ def _landed_all() -> list[dict]:
     response = httpx.post(f"{PREFECT_API_URL.value()}/events/filter", json=body, timeout=10)
     response.raise_for_status()
     return response.json()["events"]
+
+
+def test_announced_into_an_events_folder_the_segments_are_there_first(
+    prefect_harness, local_store, tmp_path
+):
+    log = EventsLog(local_store)
+    log.append(1, events_table(random_stream(6, 5, 20, 10, False)), "batch-1", "0" * 64)
+    folder = tmp_path / "events"
+    landed = announce_landed_segments(local_store, 24.0, into=folder)
+    assert (folder / "events-log" / "segment-000000000001.parquet").is_file()
+    (event,) = wait_for(
+        "the landed event",
+        lambda: [e for e in _landed_all() if e["id"] == landed.event_id],
+        timeout=60,
+    )
+    assert event["payload"]["events"] == str(folder)

@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from infra.events_log import SEGMENT_SCHEMA, EventsLog
+from infra.errors import HybridflowInputError
+from infra.events_log import SEGMENT_SCHEMA, EventsLog, export_into
 from infra.settings import IngestSettings
 from infra.store import LocalFolderStore
 from serving.metrics import ServingMetrics
@@ -25,6 +26,7 @@ from serving.online.ingest import IPC_MEDIA_TYPE, IngestError, check_contract, p
 from serving.online.service import OnlineFeatures
 from serving.online.state import DAY_US, end_of_day_micros
 from serving.snapshot import load_snapshot, newest_snapshot_manifest
+from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.definitions.feature_specs import FEATURE_SPECS
 from tasks.stages.validate import validate_stage
 from tests.fixtures.online_events import BASE, BASE_DAY, events_table, random_stream
@@ -42,8 +44,9 @@ def store(tmp_path):
     return store
 
 
-def replica(store, **settings) -> OnlineFeatures:
-    online = OnlineFeatures(store, IngestSettings(**settings), ServingMetrics(), clock=lambda: NOW)
+def replica(store, metrics: ServingMetrics | None = None, **settings) -> OnlineFeatures:
+    metrics = metrics or ServingMetrics()
+    online = OnlineFeatures(store, IngestSettings(**settings), metrics, clock=lambda: NOW)
     online.sync(load_snapshot(store, newest_snapshot_manifest(store)))
     assert online.status == "on", online.status
     return online
@@ -267,3 +270,46 @@ def test_a_segment_holds_its_batch_in_time_order(store):
     np.testing.assert_allclose(
         features(online, ids), [expected[c] for c in ids], rtol=1e-9, atol=1e-12
     )
+
+
+def test_a_snapshot_that_cannot_be_seeded_leaves_the_old_state_following_the_log(store):
+    metrics = ServingMetrics()
+    a, b = replica(store, metrics), replica(store)
+    source = load_snapshot(store, newest_snapshot_manifest(store)).source
+    old = pa.Table.from_batches(_events_of(store, source.events_data_prefix))
+    newer = publish_run(store, old, BASE + dt.timedelta(days=1), "run-3")
+    store.delete_prefix(newer.events_data_prefix)  # the new snapshot's events are gone
+    snapshot = load_snapshot(store, newest_snapshot_manifest(store))
+    a.sync(snapshot)
+    assert a.status.startswith("stale: cannot seed from") and a.follower.source == source
+    b.ingest(body(event("c1", 3, 9)), "", None)  # b has not seen the new snapshot yet
+    a.sync(snapshot)  # refused again without a second try, but the log is followed
+    assert a.follower.seq == 1
+    failures = metrics.registry.get_sample_value(
+        "hybridflow_serving_model_reload_failures_total", {"kind": "online", "reason": "seed_error"}
+    )
+    assert failures == 1
+
+
+def test_exported_segments_join_the_original_events_in_one_run(store, tmp_path):
+    original = tmp_path / "events"
+    demo = generate_demo_events(DemoDataParams(customers=30, days=60, seed=2), original)
+    online = replica(store)
+    online.ingest(body(event("c1", 2, 9), event("n1", 3, 1, event_type="view")), "", None)
+    online.ingest(body(event("c2", 4, 9, quantity=3, channel="web")), "", None)
+    written = export_into(EventsLog(store), original)
+    assert [p.name for p in written] == [
+        "segment-000000000001.parquet",
+        "segment-000000000002.parquet",
+    ]
+    demo_schema = pq.read_schema(next(original.glob("*.parquet"))).remove_metadata()
+    assert all(pq.read_schema(p).remove_metadata() == demo_schema for p in written)
+    assert export_into(EventsLog(store), original) == []  # nothing new
+    result = validate_stage(None, LocalFolderStore(tmp_path / "run"), "run", str(original), 1.0)
+    assert result.rows_read == demo.events + 3
+    assert result.report.spark_jobs == 0  # one schema: validated in process
+
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "events.csv").write_text("customer_id,event_time,amount\n")
+    with pytest.raises(HybridflowInputError, match="holds files other than Parquet"):
+        export_into(EventsLog(store), tmp_path / "csv")
