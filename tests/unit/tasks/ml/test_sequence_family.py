@@ -39,7 +39,7 @@ def snapshot(tmp_path_factory) -> SnapshotStream:
 
 def _job(snapshot: SnapshotStream, **settings) -> FitJob:
     normalizer = Normalizer(features=FEATURES, mean=[2.0, 1.0], std=[1.0, 1.0])
-    train = TrainingSettings(max_epochs=8, patience=3, batch_size=128, **settings)
+    train = TrainingSettings(**({"max_epochs": 8, "patience": 3, "batch_size": 128} | settings))
     return FitJob(data=snapshot, normalizer=normalizer, settings=train)
 
 
@@ -176,3 +176,41 @@ def test_the_cost_estimate_grows_with_customers_events_and_width(monkeypatch):
         costs[n] = model_cost(["sequence"], 46, one).train_flops_per_row
     get_settings.cache_clear()
     assert costs[64] > 3 * costs[16] > 3 * model_cost(["mlp"], 46, one).train_flops_per_row
+
+
+def test_an_interrupted_fit_resumes_from_its_checkpoint_to_the_same_weights(snapshot, tmp_path):
+    """Checkpoints and resume as the MLP has them: a fit stopped after 30 steps and run again
+    ends with the weights of a fit that was never stopped."""
+    from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        (spec,) = family_specs(["sequence"], {"sequence": {"width": 8}})
+        family = get_family("sequence")
+        straight = family.fit(spec, _job(snapshot, max_epochs=2)).model
+        store = LocalFolderStore(tmp_path / "store")
+        policy = CheckpointPolicy(every_steps=10, every_seconds=0)
+
+        def job(stop: int | None) -> FitJob:
+            return FitJob(
+                **{
+                    **_job(snapshot, max_epochs=2).__dict__,
+                    "checkpoints": CheckpointStore(store, "seq-resume", keep=2),
+                    "checkpoint_policy": policy,
+                    "stop_after_steps": stop,
+                }
+            )
+
+        first = family.fit(spec, job(30))
+        assert first.interrupted
+        resumed = family.fit(spec, job(None))
+        assert resumed.record["resumed_from_step"] == 30 and not resumed.interrupted
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(
+        straight.network.state_dict().values(),  # type: ignore[attr-defined]
+        resumed.model.network.state_dict().values(),  # type: ignore[attr-defined]
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
