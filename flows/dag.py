@@ -10,22 +10,33 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
+from pydantic import BaseModel
+
+from infra.routing.pools import CPU_POOL, GPU_POOL
 from infra.routing.router import StageWork, WorkloadKind
+from infra.store import ObjectStore
+from tasks.stages.records import (
+    FeaturesResult,
+    InferenceResult,
+    PreprocessResult,
+    TrainResult,
+    ValidateResult,
+    read_stage_manifest,
+)
 
 if TYPE_CHECKING:
     from prefect import Flow
 
-CPU_POOL = "cpu-pool"
-GPU_POOL = "gpu-pool"
-POOLS = (CPU_POOL, GPU_POOL)
+R = TypeVar("R", bound=BaseModel)
 
 
 @dataclass(frozen=True)
-class Stage:
-    """One stage: its flow (name and ``prefect.yaml`` entrypoint), the pool it belongs on, and
-    the stages whose manifests it reads (``runs/<run_id>/<stage>.json``)."""
+class Stage(Generic[R]):
+    """One stage: its flow (name and ``prefect.yaml`` entrypoint), the pool it belongs on, the
+    typed result it publishes as its manifest (``runs/<run_id>/<stage>.json``) and the stages
+    whose results it reads."""
 
     name: str
     flow_name: str
@@ -33,6 +44,7 @@ class Stage:
     pool: str
     kind: WorkloadKind
     scales_with: Literal["events", "customers"]
+    result: type[R]
     reads: tuple[str, ...] = ()
 
     @property
@@ -76,6 +88,7 @@ VALIDATE = Stage(
     CPU_POOL,
     WorkloadKind.PREPROCESSING,
     scales_with="events",
+    result=ValidateResult,
 )
 FEATURES = Stage(
     "features",
@@ -84,6 +97,7 @@ FEATURES = Stage(
     CPU_POOL,
     WorkloadKind.FEATURE_ENGINEERING,
     scales_with="events",
+    result=FeaturesResult,
     reads=("validate",),
 )
 PREPROCESS = Stage(
@@ -93,6 +107,7 @@ PREPROCESS = Stage(
     CPU_POOL,
     WorkloadKind.PREPROCESSING,
     scales_with="customers",
+    result=PreprocessResult,
     reads=("features",),
 )
 TRAIN = Stage(
@@ -102,6 +117,7 @@ TRAIN = Stage(
     GPU_POOL,
     WorkloadKind.TRAINING,
     scales_with="customers",
+    result=TrainResult,
     reads=("features", "preprocess"),
 )
 BATCH_INFERENCE = Stage(
@@ -111,9 +127,10 @@ BATCH_INFERENCE = Stage(
     CPU_POOL,
     WorkloadKind.BATCH_INFERENCE,
     scales_with="customers",
+    result=InferenceResult,
     reads=("features", "train"),
 )
-STAGES: tuple[Stage, ...] = (VALIDATE, FEATURES, PREPROCESS, TRAIN, BATCH_INFERENCE)
+STAGES: tuple[Stage[BaseModel], ...] = (VALIDATE, FEATURES, PREPROCESS, TRAIN, BATCH_INFERENCE)
 ROUTED_STAGES: tuple[StageWork, ...] = tuple(s.work for s in STAGES)
 STAGE_KINDS: dict[str, WorkloadKind] = {s.name: s.kind for s in STAGES}
 
@@ -128,6 +145,23 @@ BATCH_INFERENCE_UNIT = DispatchUnit(
     "batch-inference", BATCH_INFERENCE.entrypoint, (BATCH_INFERENCE,), routed_by="batch_inference"
 )
 PIPELINE_UNITS: tuple[DispatchUnit, ...] = (PREPARE_UNIT, TRAIN_UNIT, BATCH_INFERENCE_UNIT)
+
+
+def units_through(stage_name: str) -> tuple[DispatchUnit, ...]:
+    """The pipeline's units up to and including the one that runs ``stage_name``."""
+    for i, unit in enumerate(PIPELINE_UNITS):
+        if stage_name in unit.stage_names:
+            return PIPELINE_UNITS[: i + 1]
+    raise KeyError(stage_name)
+
+
+# a model refresh: the graph's prepare -> train slice (the train stage applies the gate)
+REFRESH_UNITS: tuple[DispatchUnit, ...] = units_through(TRAIN.name)
+
+
+def home_pools(units: tuple[DispatchUnit, ...]) -> dict[str, str]:
+    """Each unit on the pool its stages belong on (what a run without a routing plan uses)."""
+    return {unit.flow_name: unit.pool for unit in units}
 
 
 def load_flow(entrypoint: str) -> Flow:
@@ -149,3 +183,8 @@ def stage(name: str) -> Stage:
 def pool_of(stage_name: str) -> str:
     """The home pool of a stage."""
     return stage(stage_name).pool
+
+
+def stage_result(store: ObjectStore, run_id: str, of: Stage[R]) -> R:
+    """The published result of stage ``of`` in run ``run_id``, as the graph types it."""
+    return read_stage_manifest(store, run_id, of.name, of.result)

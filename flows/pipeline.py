@@ -17,7 +17,7 @@ from pydantic import Field
 
 from flows.artifacts import publish_cost_table, publish_pipeline_artifacts, publish_plan_table
 from flows.context import resolve_run_id
-from flows.dag import CPU_POOL, PIPELINE_UNITS, ROUTED_STAGES, STAGE_KINDS
+from flows.dag import PIPELINE_UNITS, ROUTED_STAGES, STAGE_KINDS
 from flows.executors import (
     UnitOrigin,
     dispatch_mode,
@@ -30,6 +30,7 @@ from flows.signals import signal_refresh
 from infra.layout import version_manifest_key
 from infra.routing.accounting import account_run
 from infra.routing.planner import RoutingPlan
+from infra.routing.pools import CPU_POOL
 from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
 from tasks.stages.planning import plan_pipeline

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stack_driver import FINAL, chromium, cli, stack_state, wait_for
+from tests.e2e.stack_driver import FINAL, child_runs, chromium, cli, stack_state, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -30,18 +30,6 @@ TRAINING = {  # long enough (200 small-batch epochs) to be killed after its firs
 @pytest.fixture
 def stack_env(stack_base_env) -> dict[str, str]:
     return stack_base_env | {"HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS": "50", **TRAINING}
-
-
-def _children(client, parent_id) -> dict[str, object]:
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
-
-    runs = client.read_flow_runs(
-        flow_run_filter=FlowRunFilter(
-            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])
-        )
-    )
-    names = {d.id: d.name for d in client.read_deployments()}
-    return {names.get(r.deployment_id, "in-process"): r for r in runs if r.deployment_id}
 
 
 def _final(client, run_id, timeout: float):
@@ -150,7 +138,7 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
         train_run = wait_for(
             "the train stage to run",
             lambda: (
-                (r := _children(client, first.id).get("train"))
+                (r := child_runs(client, first.id).get("train"))
                 and r.state_type.value == "RUNNING"
                 and r
             ),
@@ -191,13 +179,13 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
         second = client.create_flow_run_from_deployment(pipeline.id)
         done = _final(client, second.id, timeout=420)
         assert done.state_type.value == "COMPLETED", done.state
-        children = _children(client, second.id)
+        children = child_runs(client, second.id)
         assert set(children) == {"train", "batch-inference"}, children
         assert children["train"].work_pool_name == "gpu-pool"
         assert children["batch-inference"].work_pool_name == "cpu-pool"
-        assert _children(client, first.id)["prepare-data"].work_pool_name == "cpu-pool"
+        assert child_runs(client, first.id)["prepare-data"].work_pool_name == "cpu-pool"
 
-        prepare_id = _children(client, first.id)["prepare-data"].id
+        prepare_id = child_runs(client, first.id)["prepare-data"].id
         arts = _artifacts(client, [second.id, prepare_id, *(c.id for c in children.values())])
         arts |= _artifacts(client, _in_process_children(client, prepare_id))
         expected = {

@@ -8,20 +8,24 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from flows.artifacts import progress_artifact_key
 from flows.dag import (
     PIPELINE_UNITS,
-    POOLS,
+    REFRESH_UNITS,
     STAGES,
     DispatchUnit,
     Stage,
+    home_pools,
     load_flow,
+    units_through,
 )
 from flows.executors import dispatch_mode, is_complete
 from flows.pipeline import routed_device, stage_origins, unit_pools
 from infra.layout import stage_manifest_key
 from infra.routing.planner import RoutingPlan
+from infra.routing.pools import POOLS
 from infra.routing.router import RoutingDecision, WorkloadKind
 
 PREFECT_YAML = Path(__file__).resolve().parents[3] / "prefect.yaml"
@@ -77,6 +81,20 @@ def test_the_graph_is_ordered_and_each_stage_dispatched_once():
         assert unit.routed_by in unit.stage_names
 
 
+def test_a_refresh_is_the_graphs_prepare_to_train_slice_with_only_training_on_gpu(deployments):
+    assert [u.flow_name for u in REFRESH_UNITS] == ["prepare-data", "train"]
+    assert (
+        REFRESH_UNITS
+        == PIPELINE_UNITS[:2]
+        == units_through("preprocess")[:1] + (PIPELINE_UNITS[1],)
+    )
+    assert home_pools(REFRESH_UNITS) == {"prepare-data": "cpu-pool", "train": "gpu-pool"}
+    # the refresh flow only orchestrates: it holds no GPU slot while its units run
+    assert deployments["model-refresh"]["work_pool"]["name"] == "cpu-pool"
+    with pytest.raises(KeyError):
+        units_through("no-such-stage")
+
+
 def test_schedules_and_the_project_pull_step(deployments):
     spec = yaml.safe_load(PREFECT_YAML.read_text())
     pipeline = deployments["pipeline"]
@@ -89,7 +107,7 @@ def test_schedules_and_the_project_pull_step(deployments):
 
 def test_a_unit_is_complete_only_when_all_its_manifests_exist(local_store):
     stages = tuple(
-        Stage(n, n, f"flows/{n}.py:f", "cpu-pool", WorkloadKind.PREPROCESSING, "events")
+        Stage(n, n, f"flows/{n}.py:f", "cpu-pool", WorkloadKind.PREPROCESSING, "events", BaseModel)
         for n in ("a", "b", "c")
     )
     unit = DispatchUnit("abc", "flows/abc.py:f", stages, routed_by="b")
