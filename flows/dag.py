@@ -35,8 +35,10 @@ R = TypeVar("R", bound=BaseModel)
 @dataclass(frozen=True)
 class Stage(Generic[R]):
     """One stage: its flow (name and ``prefect.yaml`` entrypoint), the pool it belongs on, the
-    typed result it publishes as its manifest (``runs/<run_id>/<stage>.json``) and the stages
-    whose results it reads."""
+    typed result it publishes as its manifest (``runs/<run_id>/<stage>.json``), its runner
+    (``module.py:function`` in tasks/stages) and the stages whose results it reads: the flow
+    hands them to the runner as keyword arguments named after those stages
+    (:func:`upstream_results`), and ``after`` orders it behind stages it does not read."""
 
     name: str
     flow_name: str
@@ -45,7 +47,9 @@ class Stage(Generic[R]):
     kind: WorkloadKind
     scales_with: Literal["events", "customers"]
     result: type[R]
+    runner: str
     reads: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
 
     @property
     def work(self) -> StageWork:
@@ -89,6 +93,7 @@ VALIDATE = Stage(
     WorkloadKind.PREPROCESSING,
     scales_with="events",
     result=ValidateResult,
+    runner="tasks/stages/validate.py:validate_stage",
 )
 FEATURES = Stage(
     "features",
@@ -98,6 +103,7 @@ FEATURES = Stage(
     WorkloadKind.FEATURE_ENGINEERING,
     scales_with="events",
     result=FeaturesResult,
+    runner="tasks/stages/features.py:features_stage",
     reads=("validate",),
 )
 PREPROCESS = Stage(
@@ -108,6 +114,7 @@ PREPROCESS = Stage(
     WorkloadKind.PREPROCESSING,
     scales_with="customers",
     result=PreprocessResult,
+    runner="tasks/stages/preprocess.py:preprocess_stage",
     reads=("features",),
 )
 TRAIN = Stage(
@@ -118,6 +125,7 @@ TRAIN = Stage(
     WorkloadKind.TRAINING,
     scales_with="customers",
     result=TrainResult,
+    runner="tasks/stages/train.py:launch_training",
     reads=("features", "preprocess"),
 )
 BATCH_INFERENCE = Stage(
@@ -128,7 +136,9 @@ BATCH_INFERENCE = Stage(
     WorkloadKind.BATCH_INFERENCE,
     scales_with="customers",
     result=InferenceResult,
-    reads=("features", "train"),
+    runner="tasks/stages/batch_inference.py:batch_inference_stage",
+    reads=("features",),
+    after=("train",),  # it scores with production, which the train stage's gate may move
 )
 STAGES: tuple[Stage[BaseModel], ...] = (VALIDATE, FEATURES, PREPROCESS, TRAIN, BATCH_INFERENCE)
 ROUTED_STAGES: tuple[StageWork, ...] = tuple(s.work for s in STAGES)
@@ -188,3 +198,16 @@ def pool_of(stage_name: str) -> str:
 def stage_result(store: ObjectStore, run_id: str, of: Stage[R]) -> R:
     """The published result of stage ``of`` in run ``run_id``, as the graph types it."""
     return read_stage_manifest(store, run_id, of.name, of.result)
+
+
+def upstream_results(store: ObjectStore, run_id: str, of: Stage[BaseModel]) -> dict[str, BaseModel]:
+    """What stage ``of`` reads, by stage name: the typed results of the stages its ``reads``
+    declares, which its runner takes as keyword arguments of those names."""
+    return {name: stage_result(store, run_id, stage(name)) for name in of.reads}
+
+
+def run_results(
+    store: ObjectStore, run_id: str, stages: tuple[Stage[BaseModel], ...] = STAGES
+) -> dict[str, BaseModel]:
+    """Every result a run published for ``stages``, by stage name (what its summary reads)."""
+    return {s.name: stage_result(store, run_id, s) for s in stages}

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from flows.artifacts import publish_cost_table, publish_pipeline_artifacts, publish_plan_table
 from flows.context import resolve_run_id
-from flows.dag import PIPELINE_UNITS, ROUTED_STAGES, STAGE_KINDS
+from flows.dag import PIPELINE_UNITS, ROUTED_STAGES, STAGE_KINDS, run_results
 from flows.executors import (
     UnitOrigin,
     dispatch_mode,
@@ -104,11 +104,11 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     else:
         units = run_in_process(stage_params)
     summary = run_summary(
-        run.store,
         run_id,
         resolve_run_id(None),
         stage_origins(units),
         seconds=time.perf_counter() - started,
+        **run_results(run.store, run_id),
     )
     publish_pipeline_artifacts(
         summary, run.store.key_uri(version_manifest_key(summary.model_version))

@@ -80,7 +80,7 @@ def features_stage(
     spark: SparkSession | SessionProvider,
     store: ObjectStore,
     run_id: str,
-    validated: ValidateResult,
+    validate: ValidateResult,
     as_of: dt.date | None,
     horizon_days: int,
     use_cache: bool = True,
@@ -94,14 +94,14 @@ def features_stage(
     valid event, ``origins`` and ``sequence_length`` to the settings. The same events
     generation, as-of, horizon, origins, sequence length and code reuse an earlier run's
     output."""
-    as_of = resolve_as_of(validated, as_of, horizon_days)
+    as_of = resolve_as_of(validate, as_of, horizon_days)
     origins = origins or settings_origins()
     if sequence_length is None:
         sequence_length = get_settings().sequence_length
     fingerprint = stage_fingerprint(
         "features",
-        events=read_dataset_manifest(store, validated.events_prefix).data_prefix,
-        columns=sorted(validated.available_columns),
+        events=read_dataset_manifest(store, validate.events_prefix).data_prefix,
+        columns=sorted(validate.available_columns),
         as_of=as_of.isoformat(),
         horizon_days=horizon_days,
         origins=origins.count,
@@ -115,7 +115,7 @@ def features_stage(
             spark,
             store,
             run_id,
-            validated,
+            validate,
             as_of,
             horizon_days,
             in_process_rows=in_process_rows,
