@@ -34,6 +34,7 @@ from infra.registry import ModelRegistry
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, conf_value, local_cores, session_of
 from infra.store import ObjectStore, open_store
+from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.ml.scoring_worker import (
     SCORING_BATCH_ROWS,
     ScoringModel,
@@ -249,7 +250,12 @@ def batch_inference_stage(
         sink=progress_sink,
     )
     target = predictions_prefix(as_of)
-    if local_cores(spark) is not None and published.rows <= limit:
+    cluster = local_cores(spark) is None
+    choice = choose_engine(
+        "batch_inference", EngineInputs(rows=published.rows, limit=limit, cluster=cluster)
+    )
+    log.info("batch_inference: %s (%s)", choice.engine, choice.reason)
+    if choice.engine == IN_PROCESS:
         loads: _Count | Accumulator[int] | None = _Count()
         with reporter:
             data_prefix, keys, rows = score_dataset(
@@ -297,7 +303,7 @@ def batch_inference_stage(
             rows_in=published.rows,
             rows_out=out.rows,
             spark_jobs=spark_jobs,
-        ),
+        ).with_engine(choice),
         model_version=model.version,
         predictions_prefix=out.prefix,
         predictions_uri=store.key_uri(out.data_prefix),

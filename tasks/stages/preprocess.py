@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import time
 from typing import Any
 
@@ -19,6 +20,7 @@ from infra.layout import backtest_snapshot_prefix, snapshot_prefix
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore, sha256_bytes
+from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.data.split import (
     SPLITS,
     SplitFractions,
@@ -35,7 +37,9 @@ from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
 from tasks.stages.snapshot_in_process import publish_snapshot_in_process
 from tasks.stages.spark_io import SparkJobs, read_dataset, write_observed
 
+log = logging.getLogger(__name__)
 PREPROCESS_CODE = (
+    "tasks.data.engine_choice",
     "tasks.stages.preprocess",
     "tasks.stages.snapshot_in_process",
     "tasks.data.split",
@@ -103,7 +107,9 @@ def build_snapshot(
         [features.backtest_prefix] if features.backtest_prefix else []
     )
     rows = max(read_dataset_manifest(store, prefix).rows for prefix in sources)
-    session = session_of(spark) if rows > limit else None
+    choice = choose_engine("preprocess", EngineInputs(rows=rows, limit=limit))
+    log.info("preprocess: %s (%s)", choice.engine, choice.reason)
+    session = None if choice.engine == IN_PROCESS else session_of(spark)
     with SparkJobs(session) as jobs:
         snapshot, counts = publish_snapshot(
             session,
@@ -150,7 +156,7 @@ def build_snapshot(
             rows_in=features.n_training,
             rows_out=snapshot.rows,
             spark_jobs=jobs.count,
-        ),
+        ).with_engine(choice),
         snapshot_prefix=snapshot.prefix,
         split_counts=counts,
         features=features.features,

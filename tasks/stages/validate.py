@@ -21,6 +21,7 @@ from infra.layout import run_dataset_prefix
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore
+from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.data.input_formats import (
     EventsInput,
     InputOptions,
@@ -46,6 +47,7 @@ from tasks.stages.validate_in_process import publish_validated_in_process
 
 log = logging.getLogger(__name__)
 VALIDATE_CODE = (
+    "tasks.data.engine_choice",
     "tasks.stages.validate",
     "tasks.data.validation",
     "tasks.data.validation_sql",
@@ -92,12 +94,15 @@ def validate_stage(
     result = load_cached(store, "validate", fingerprint, ValidateResult) if use_cache else None
     if result is None:
         found = inspect_events(path, options)
-        if validates_in_process(found, in_process_limit(in_process_rows)):
+        choice = choose_engine("validate", engine_inputs(found, in_process_limit(in_process_rows)))
+        log.info("validate: %s (%s)", choice.engine, choice.reason)
+        if choice.engine == IN_PROCESS:
             result = validate_in_process(store, run_id, found)
         else:
             session = session_of(spark)
             check_cluster_sees(session, "events", str(path))
             result = validate_events(session, store, run_id, path, options, found)
+        result = result.model_copy(update={"report": result.report.with_engine(choice)})
         save_cached(
             store,
             "validate",
@@ -112,19 +117,25 @@ def validate_stage(
     return result
 
 
-def validates_in_process(found: EventsInput, in_process_rows: int) -> bool:
-    """Whether the input is validated in this process: Parquet files of one schema with no
-    column Spark must parse, of at most ``in_process_rows`` rows."""
-    if found.arrow_schema is None or found.rows_estimate > in_process_rows:
-        return False
-    problem = in_process_type_problem(found.arrow_schema)
-    if problem is not None:
-        log.info("validating with Spark: %s", problem)
-    return problem is None
+def engine_inputs(found: EventsInput, limit: int, cluster: bool = False) -> EngineInputs:
+    """What the engine choice looks at for the events input ``found``: its rows, and why only
+    Spark reads it (CSV, Parquet files of several schemas or in partition folders, a column
+    type only Spark parses), if it does."""
+    if found.arrow_schema is None:
+        problem: str | None = (
+            f"{found.format} input, parsed by Spark"
+            if found.format != "parquet"
+            else "Parquet files of several schemas or in partition folders, read by Spark"
+        )
+    else:
+        problem = in_process_type_problem(found.arrow_schema)
+    return EngineInputs(
+        rows=found.rows_estimate, limit=limit, cluster=cluster, layout_problem=problem
+    )
 
 
 def validate_in_process(store: ObjectStore, run_id: str, found: EventsInput) -> ValidateResult:
-    """:func:`validate_events` in this process, for an input :func:`validates_in_process`."""
+    """:func:`validate_events` in this process, for an input the engine choice keeps here."""
     started = time.perf_counter()
     events, quarantine, figures = publish_validated_in_process(store, run_id, found)
     return _validated(

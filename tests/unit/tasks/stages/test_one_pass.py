@@ -84,6 +84,18 @@ def test_job_budget_per_stage_and_figures_from_the_writes(
     jobs = {r.name: r.spark_jobs for r in (validated.report, features.report, snapshot.report)}
     over = {name: n for name, n in jobs.items() if n is None or n > budget[name]}
     assert not over, f"Spark jobs over budget {budget}: {jobs}"
+    # each stage's report says which engine the one choice picked, and why
+    reports = (validated.report, features.report, snapshot.report)
+    engines = {r.name: r.engine for r in reports}
+    if in_process_rows == 0:
+        assert engines == {
+            "validate": "spark",
+            "features": "spark-per-bucket",
+            "preprocess": "spark",
+        }
+    else:
+        assert set(engines.values()) == {"in-process"}, engines
+    assert all(r.engine_reason for r in reports)
 
     # The observed figures match what was written.
     events = read_dataset(spark, local_store, validated.events_prefix)
