@@ -30,11 +30,11 @@ from infra.datasets import (
 )
 from infra.errors import HybridflowInputError
 from infra.layout import predictions_prefix, scoring_features_prefix
-from infra.registry import ModelRegistry
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, conf_value, local_cores, session_of
 from infra.store import ObjectStore, open_store
 from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
+from tasks.ml.scoring_model import load_scoring_model
 from tasks.ml.scoring_worker import (
     SCORING_BATCH_ROWS,
     ScoringModel,
@@ -60,26 +60,6 @@ UNIT_DONE = StructType(
 UNIT_DONE_ARROW = pa.schema(
     [pa.field("unit", pa.int64(), False), pa.field("rows", pa.int64(), False)]
 )
-
-
-def resolve_model_version(registry: ModelRegistry, model_version: str | None) -> str:
-    """The requested version, or the one ``production`` points at."""
-    if model_version:
-        return model_version
-    production = registry.alias()
-    if production is None:
-        raise HybridflowInputError("no production model yet: train one first (hybridflow run)")
-    return production.version
-
-
-def load_scoring_model(store: ObjectStore, model_version: str | None) -> ScoringModel:
-    """The version's bundle bytes, verified against the registry manifest's sha256s."""
-    registry = ModelRegistry(store)
-    version = resolve_model_version(registry, model_version)
-    manifest, files = registry.read_files(version)
-    return ScoringModel(
-        version=version, files=files, sha256=dict(manifest.files), features=manifest.features
-    )
 
 
 def score_dataset(

@@ -46,8 +46,8 @@ from tasks.data.engine_choice import IN_PROCESS, EngineChoice, EngineInputs, cho
 from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts, score_band_edges
 from tasks.definitions.examples import split_element
 from tasks.ml.model_inputs import source_columns
+from tasks.ml.scoring_model import load_scoring_model, resolve_model_version
 from tasks.ml.scoring_worker import ScoringModel
-from tasks.stages.batch_inference import load_scoring_model, resolve_model_version
 from tasks.stages.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
 from tasks.stages.scoring_frame import scores_in_process, scores_of_table
 from tasks.stages.spark_io import read_dataset, write_dataset
