@@ -84,12 +84,16 @@ def test_event_times_out_of_bounds_are_quarantined_by_their_own_reason():
     }
     con = duckdb.connect()
     try:
-        con.execute("CREATE TABLE conformed (customer_id VARCHAR, event_time BIGINT, amount DOUBLE)")
+        con.execute(
+            "CREATE TABLE conformed (customer_id VARCHAR, event_time BIGINT, amount DOUBLE)"
+        )
         con.executemany(
             "INSERT INTO conformed VALUES (?, ?, ?)", [("a", t, 1.0) for t in times.values()]
         )
         con.execute("INSERT INTO conformed VALUES ('', -1, 1.0)")  # a missing id comes first
-        sql = f"SELECT {reason_sql(['customer_id', 'event_time', 'amount'], contract_rules(BOUNDS))}"
+        sql = (
+            f"SELECT {reason_sql(['customer_id', 'event_time', 'amount'], contract_rules(BOUNDS))}"
+        )
         got = [r[0] for r in con.execute(f"{sql} FROM conformed ORDER BY rowid").fetchall()]
     finally:
         con.close()
