@@ -56,8 +56,9 @@ def check_events_and_start_engines(args: argparse.Namespace) -> None:
     required column from the files' headers and footers alone, before the flows import and
     Prefect's API starts (an input error, exit 2); then start Prefect's temporary API (without
     a configured one) and, unless every CPU stage will run in this process (the stages' engine
-    choice on the events, the largest input: :func:`tasks.data.engine_choice.run_needs_spark`), the JVM, sized for the input's rows, in the background while the
-    caller imports and starts its flow."""
+    choice on the events, the largest input: :func:`tasks.data.engine_choice.run_needs_spark`),
+    the JVM, sized for the input's rows, in the background while the caller imports and starts
+    its flow."""
     from infra.prefect_api import start_temporary_api
     from infra.settings import get_settings, in_process_limit
     from infra.spark import SparkOnDemand, start_spark_in_background
