@@ -33,7 +33,7 @@ from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.feature_frame import FeatureFrame, FeatureOutput, distinct_cutoffs
 from tasks.stages.features_in_process import InProcessFeatureFrame
 from tasks.stages.features_per_bucket import BucketFeatureFrame
-from tasks.stages.fingerprint import code_version, stage_fingerprint
+from tasks.stages.fingerprint import code_modules, code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
 from tasks.stages.spark_io import (
     EVENTS_KEY,
@@ -45,24 +45,6 @@ from tasks.stages.spark_io import (
 )
 
 log = logging.getLogger(__name__)
-FEATURES_CODE = (
-    "tasks.data.engine_choice",
-    "tasks.data.cutoffs",
-    "tasks.data.features",
-    "tasks.data.feature_sql",
-    "tasks.data.features_duckdb",
-    "tasks.data.sequences",
-    "tasks.definitions.feature_formulas",
-    "tasks.definitions.feature_specs",
-    "tasks.definitions.examples",
-    "tasks.stages.features",
-    "tasks.stages.feature_frame",
-    "tasks.stages.features_in_process",
-    "tasks.stages.features_per_bucket",
-    "infra.arrow_datasets",
-    "tasks.stages.spark_io",
-    "infra.datasets",
-)
 
 
 def resolve_as_of(
@@ -146,7 +128,7 @@ def features_stage(
         origins=origins.count,
         stride_days=origins.stride_days or horizon_days,
         sequence_length=sequence_length,
-        code=code_version(*FEATURES_CODE),
+        code=code_version(*code_modules(__name__)),
     )
     result = load_cached(store, "features", fingerprint, FeaturesResult) if use_cache else None
     if result is None:

@@ -32,23 +32,12 @@ from tasks.data.split import (
 from tasks.definitions.examples import ORIGIN, sequence_columns
 from tasks.ml.normalizer import Normalizer
 from tasks.stages.cache import load_cached, save_cached
-from tasks.stages.fingerprint import code_version, stage_fingerprint
+from tasks.stages.fingerprint import code_modules, code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
 from tasks.stages.snapshot_in_process import publish_snapshot_in_process
 from tasks.stages.spark_io import SparkJobs, read_dataset, write_observed
 
 log = logging.getLogger(__name__)
-PREPROCESS_CODE = (
-    "tasks.data.engine_choice",
-    "tasks.stages.preprocess",
-    "tasks.stages.snapshot_in_process",
-    "tasks.data.split",
-    "tasks.data.split_in_process",
-    "tasks.definitions.examples",
-    "infra.arrow_datasets",
-    "tasks.stages.spark_io",
-    "infra.datasets",
-)
 
 
 def preprocess_stage(
@@ -77,7 +66,7 @@ def preprocess_stage(
         horizon_days=features.horizon_days,
         seed=seed,
         fractions=SplitFractions().model_dump(),
-        code=code_version(*PREPROCESS_CODE),
+        code=code_version(*code_modules(__name__)),
     )
     result = load_cached(store, "preprocess", fingerprint, PreprocessResult) if use_cache else None
     if result is None:

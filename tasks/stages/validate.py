@@ -38,7 +38,12 @@ from tasks.definitions.contract import (
     REASON_EVENT_TIME_IN_FUTURE,
 )
 from tasks.stages.cache import load_cached, save_cached
-from tasks.stages.fingerprint import code_version, files_fingerprint, stage_fingerprint
+from tasks.stages.fingerprint import (
+    code_modules,
+    code_version,
+    files_fingerprint,
+    stage_fingerprint,
+)
 from tasks.stages.records import StageReport, ValidateResult
 from tasks.stages.spark_io import (
     EVENTS_KEY,
@@ -51,19 +56,6 @@ from tasks.stages.spark_io import (
 from tasks.stages.validate_in_process import publish_validated_in_process
 
 log = logging.getLogger(__name__)
-VALIDATE_CODE = (
-    "tasks.data.engine_choice",
-    "tasks.stages.validate",
-    "tasks.data.validation",
-    "tasks.data.validation_sql",
-    "tasks.data.validation_duckdb",
-    "tasks.data.spark_text",
-    "tasks.data.input_formats",
-    "tasks.stages.validate_in_process",
-    "tasks.definitions.contract",
-    "tasks.stages.spark_io",
-    "infra.datasets",
-)
 
 
 def validate_stage(
@@ -99,7 +91,7 @@ def validate_stage(
         files=files_fingerprint(path, files),
         options=options.model_dump(mode="json"),
         floor=bounds.floor.isoformat(),
-        code=code_version(*VALIDATE_CODE),
+        code=code_version(*code_modules(__name__)),
     )
     result = load_cached(store, "validate", fingerprint, ValidateResult) if use_cache else None
     if result is not None and not cached_within(result, bounds):
