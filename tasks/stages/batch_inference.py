@@ -30,8 +30,10 @@ from infra.datasets import (
 )
 from infra.errors import HybridflowInputError
 from infra.layout import predictions_prefix, scoring_features_prefix
+from infra.progress import ProgressReporter, ProgressSink, SparkRowProgress, spark_counter
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, conf_value, local_cores, session_of
+from infra.spark_io import SparkJobs, check_cluster_sees
 from infra.store import ObjectStore, open_store
 from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.ml.scoring_model import load_scoring_model
@@ -44,9 +46,7 @@ from tasks.ml.scoring_worker import (
     score_units,
     torch_threads_per_task,
 )
-from tasks.stages.progress import ProgressReporter, ProgressSink, SparkRowProgress, spark_counter
 from tasks.stages.records import FeaturesResult, InferenceResult, StageReport
-from tasks.stages.spark_io import SparkJobs, check_cluster_sees
 
 log = logging.getLogger(__name__)
 # HYBRIDFLOW_SPARK_ARROW_BATCH_SIZE: rows a scoring task holds at once (infra/spark.py sets it)

@@ -40,6 +40,7 @@ from infra.layout import (
 from infra.registry import ModelRegistry
 from infra.settings import DriftSettings, in_process_limit
 from infra.spark import SessionProvider
+from infra.spark_io import read_dataset, write_dataset
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
 from tasks.data.engine_choice import IN_PROCESS, EngineChoice, EngineInputs, choose_engine
@@ -50,7 +51,6 @@ from tasks.ml.scoring_model import load_scoring_model, resolve_model_version
 from tasks.ml.scoring_worker import ScoringModel
 from tasks.stages.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
 from tasks.stages.scoring_frame import scores_in_process, scores_of_table
-from tasks.stages.spark_io import read_dataset, write_dataset
 
 log = logging.getLogger(__name__)
 SCORE = "score"

@@ -15,9 +15,19 @@ from pyspark.sql import functions as F
 
 from infra.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
 from infra.errors import HybridflowInputError
+from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
 from infra.settings import get_settings, in_process_limit
 from infra.spark import SessionProvider, session_of
+from infra.spark_io import (
+    EVENTS_KEY,
+    SparkJobs,
+    customer_clustered_files,
+    read_dataset,
+    write_dataset,
+    write_observed,
+)
+from infra.stage_cache import load_cached, save_cached
 from infra.store import ObjectStore
 from tasks.data.cutoffs import Cutoff, Origins, end_of_day, pipeline_cutoffs
 from tasks.data.engine_choice import (
@@ -29,20 +39,10 @@ from tasks.data.engine_choice import (
 )
 from tasks.data.features import customer_features_at, cutoff_features, examples_features
 from tasks.definitions.feature_specs import feature_names
-from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.feature_frame import FeatureFrame, FeatureOutput, distinct_cutoffs
 from tasks.stages.features_in_process import InProcessFeatureFrame
 from tasks.stages.features_per_bucket import BucketFeatureFrame
-from tasks.stages.fingerprint import code_modules, code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
-from tasks.stages.spark_io import (
-    EVENTS_KEY,
-    SparkJobs,
-    customer_clustered_files,
-    read_dataset,
-    write_dataset,
-    write_observed,
-)
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,12 @@ from pyspark.sql import SparkSession
 
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
+from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_snapshot_prefix, snapshot_prefix
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, session_of
+from infra.spark_io import SparkJobs, read_dataset, write_observed
+from infra.stage_cache import load_cached, save_cached
 from infra.store import ObjectStore, sha256_bytes
 from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.data.split import (
@@ -31,11 +34,8 @@ from tasks.data.split import (
 )
 from tasks.definitions.examples import ORIGIN, sequence_columns
 from tasks.ml.normalizer import Normalizer
-from tasks.stages.cache import load_cached, save_cached
-from tasks.stages.fingerprint import code_modules, code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
 from tasks.stages.snapshot_in_process import publish_snapshot_in_process
-from tasks.stages.spark_io import SparkJobs, read_dataset, write_observed
 
 log = logging.getLogger(__name__)
 

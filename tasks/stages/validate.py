@@ -17,9 +17,24 @@ from pyspark.sql import functions as F
 
 from infra.datasets import DatasetManifest
 from infra.errors import HybridflowInputError
+from infra.fingerprint import (
+    code_modules,
+    code_version,
+    files_fingerprint,
+    stage_fingerprint,
+)
 from infra.layout import run_dataset_prefix
 from infra.settings import get_settings, in_process_limit
 from infra.spark import SessionProvider, session_of
+from infra.spark_io import (
+    EVENTS_KEY,
+    ClusteredLayout,
+    SparkJobs,
+    bucket_count,
+    check_cluster_sees,
+    write_observed,
+)
+from infra.stage_cache import load_cached, save_cached
 from infra.store import ObjectStore
 from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.data.input_formats import (
@@ -37,22 +52,7 @@ from tasks.definitions.contract import (
     QUARANTINE_REASONS,
     REASON_EVENT_TIME_IN_FUTURE,
 )
-from tasks.stages.cache import load_cached, save_cached
-from tasks.stages.fingerprint import (
-    code_modules,
-    code_version,
-    files_fingerprint,
-    stage_fingerprint,
-)
 from tasks.stages.records import StageReport, ValidateResult
-from tasks.stages.spark_io import (
-    EVENTS_KEY,
-    ClusteredLayout,
-    SparkJobs,
-    bucket_count,
-    check_cluster_sees,
-    write_observed,
-)
 from tasks.stages.validate_in_process import publish_validated_in_process
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.stages.fingerprint import code_modules
+from infra.fingerprint import code_modules
 
 PROJECT = ("tasks.", "infra.")
 

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from infra.datasets import read_dataset_manifest
+from infra.spark_io import SparkJobs, read_dataset
 from tasks.data.cutoffs import Origins, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.features import customer_features_at
@@ -17,7 +18,6 @@ from tasks.data.input_formats import InputOptions, read_events
 from tasks.data.validation import conform_events, split_valid_events
 from tasks.stages.features import features_stage
 from tasks.stages.preprocess import preprocess_stage
-from tasks.stages.spark_io import SparkJobs, read_dataset
 from tasks.stages.validate import validate_stage
 
 pytestmark = pytest.mark.integration
