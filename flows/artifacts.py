@@ -29,7 +29,7 @@ from tasks.stages.records import (
 )
 
 if TYPE_CHECKING:  # torch stays out of the CPU stages' processes
-    from tasks.stages.drift_records import DriftReport
+    from tasks.data.drift_records import DriftReport
     from tasks.stages.refresh import RefreshResult
     from tasks.stages.train import TrainStageOutput
 

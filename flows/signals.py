@@ -18,8 +18,8 @@ from flows.drift import DriftParams, drift_flow
 from flows.events import drift_detected, emit, events_landed, model_promoted
 from flows.params import ResolvedRun
 from infra.registry import ModelRegistry
+from tasks.data.drift_records import DriftReport
 from tasks.stages.drift import drift_status_line
-from tasks.stages.drift_records import DriftReport
 from tasks.stages.records import PipelineSummary
 from tasks.stages.refresh import RefreshDecision, refresh_decision
 

@@ -43,13 +43,13 @@ from infra.spark import SessionProvider
 from infra.spark_io import read_dataset, write_dataset
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
+from tasks.data.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
 from tasks.data.engine_choice import IN_PROCESS, EngineChoice, EngineInputs, choose_engine
 from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts, score_band_edges
 from tasks.definitions.examples import split_element
 from tasks.ml.model_inputs import source_columns
 from tasks.ml.scoring_model import load_scoring_model, resolve_model_version
 from tasks.ml.scoring_worker import ScoringModel
-from tasks.stages.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
 from tasks.stages.scoring_frame import scores_in_process, scores_of_table
 
 log = logging.getLogger(__name__)
