@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from tasks.stages.records import (
     FeaturesResult,
     InferenceResult,
@@ -35,11 +37,13 @@ def run_summary(
     preprocess: PreprocessResult,
     train: TrainResult,
     batch_inference: InferenceResult,
+    **other_stages: BaseModel,
 ) -> PipelineSummary:
-    """The summary ``hybridflow run`` prints, from the five stage results of ``run_id`` (the
-    manifests it published, handed over by the graph)."""
+    """The summary ``hybridflow run`` prints, from the stage results of ``run_id`` (the
+    manifests it published, handed over by the graph; a stage the summary has no field for
+    still has its stage line, after these five)."""
     stages = []
-    for result in (validate, features, preprocess, train, batch_inference):
+    for result in (validate, features, preprocess, train, batch_inference, *other_stages.values()):
         report = result.report
         origin = origins.get(report.name, StageOrigin())
         stages.append(
