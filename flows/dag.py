@@ -46,8 +46,8 @@ class Stage(Generic[R]):
     pool: str
     kind: WorkloadKind
     scales_with: Literal["events", "customers"]
-    result: type[R]
-    runner: str
+    result: type[R] = BaseModel  # type: ignore[assignment]
+    runner: str = ""
     reads: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
 

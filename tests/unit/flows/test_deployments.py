@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pydantic import BaseModel
 
 from flows.artifacts import progress_artifact_key
 from flows.dag import (
@@ -104,9 +103,7 @@ def test_schedules_and_the_project_pull_step(deployments):
 
 def test_a_unit_is_complete_only_when_all_its_manifests_exist(local_store):
     stages = tuple(
-        Stage(
-            n, n, f"flows/{n}.py:f", "cpu-pool", WorkloadKind.PREPROCESSING, "events", BaseModel, ""
-        )
+        Stage(n, n, f"flows/{n}.py:f", "cpu-pool", WorkloadKind.PREPROCESSING, "events")
         for n in ("a", "b", "c")
     )
     unit = DispatchUnit("abc", "flows/abc.py:f", stages, routed_by="b")

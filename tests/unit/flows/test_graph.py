@@ -32,6 +32,7 @@ def upstream_parameters(runner) -> dict[str, str]:
 
 @pytest.mark.parametrize("declared", STAGES, ids=lambda s: s.name)
 def test_each_runner_takes_exactly_the_upstream_results_its_stage_declares(declared: Stage):
+    assert declared.runner and declared.result.__name__.endswith("Result"), declared
     runner = load_flow(declared.runner)
     taken = upstream_parameters(runner)
     assert taken == {name: name for name in declared.reads}, (
