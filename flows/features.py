@@ -25,6 +25,7 @@ def features_flow(params: StageParams) -> FeaturesResult:
         as_of=run.as_of,
         horizon_days=run.horizon_days,
         use_cache=run.use_cache,
+        as_of_after_events=params.as_of_after_events,
         **upstream_results(run.store, run_id, FEATURES),
     )
     result = record_stage_result(run.store, run_id, FEATURES.name, result)
