@@ -108,7 +108,7 @@ def pipeline_workloads(
         )
         for c in contenders
     ]
-    return [
+    staged = [
         Workload(
             stage=s.stage,
             kind=s.kind,
@@ -119,7 +119,10 @@ def pipeline_workloads(
             tight_budget=tight_budget,
         )
         for s in stages
-    ] + per_family
+    ]
+    # the contenders run before the training stage, which crowns them
+    at = next((i for i, w in enumerate(staged) if w.kind == WorkloadKind.TRAINING), len(staged))
+    return staged[:at] + per_family + staged[at:]
 
 
 def plan_run(
