@@ -82,7 +82,7 @@ def test_deployed_pipeline_over_pools_survives_a_killed_gpu_worker(stack_env, tm
             state["processes"]
         )
         assert "AWS_SECRET_ACCESS_KEY" not in out and "hybridflow-local" not in out
-        run_id, run_name = _drive_pipeline(stack_env, stack_dir, up, tmp_path)
+        run_id, run_name = _drive_pipeline(stack_env, stack_dir, up, output_dir)
         _ran_on_the_clusters_executors(state["spark"])
         _check_ui(stack_env, run_id, run_name, tmp_path, output_dir)
         status = cli(["status"], stack_env)
@@ -129,7 +129,7 @@ def _password_stays_secret(stack_dir: Path, outputs: list[str]) -> None:
     assert not any(secret in part for command in commands for part in command)
 
 
-def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
+def _drive_pipeline(stack_env, stack_dir, up, output_dir) -> tuple[str, str]:
     """Both pipeline runs and every API check; returns the completed run's id and name."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -196,7 +196,7 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
         assert f"contender/{gpu_contender}" in failed.state.message
         assert "Crashed" in failed.state.message
         assert f"/runs/flow-run/{train_run.id}" in failed.state.message
-        _contenders_ran_side_by_side(client, first.id)
+        _contenders_ran_side_by_side(client, first.id, output_dir)
 
         # run 2: same parameters -> same run key: data preparation is not run again
         second = client.create_flow_run_from_deployment(pipeline.id)
@@ -251,9 +251,10 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
         return str(done.id), done.name
 
 
-def _contenders_ran_side_by_side(client, pipeline_id) -> None:
+def _contenders_ran_side_by_side(client, pipeline_id, output_dir: Path) -> None:
     """Run 1's contenders: one flow run per family under the pipeline run, the tabular one on
-    cpu-pool and the network on gpu-pool, both dispatched before either ended."""
+    cpu-pool and the network on gpu-pool, both dispatched before either ended (their times go
+    to contenders.json in the test's output folder)."""
     children = _children(client, pipeline_id)
     cpu, gpu = children["contender"], children["contender-on-gpu-pool"]
     assert cpu.work_pool_name == "cpu-pool" and gpu.work_pool_name == "gpu-pool"
@@ -262,6 +263,18 @@ def _contenders_ran_side_by_side(client, pipeline_id) -> None:
     assert cpu.name.startswith("contender-logistic") and gpu.name.startswith("contender-mlp")
     assert cpu.state_type.value == "COMPLETED", cpu.state
     assert max(cpu.created, gpu.created) < min(cpu.end_time, gpu.end_time), "not side by side"
+    times = {
+        run.name: {
+            "pool": run.work_pool_name,
+            "state": run.state_type.value,
+            "created": run.created.isoformat(),
+            "start": run.start_time.isoformat() if run.start_time else None,
+            "end": run.end_time.isoformat(),
+            "seconds": run.total_run_time.total_seconds(),
+        }
+        for run in (cpu, gpu)
+    }
+    (output_dir / "contenders.json").write_text(json.dumps(times, indent=2))
 
 
 def _heartbeats(api: str, flow_run_id) -> int:
