@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from infra.datasets import local_dataset_dir, read_dataset_manifest, release_local_dir
 from infra.devices import configure_accelerator
 from infra.errors import HybridflowInputError
-from infra.layout import contender_bundle_key, stage_manifest_key
+from infra.layout import contender_bundle_key, stage_manifest_key, version_manifest_key
 from infra.registry import AliasRecord, ModelManifest, ModelRegistry, new_version_id
 from infra.routing.accounting import embedded_pool
 from infra.settings import HybridflowSettings
@@ -319,11 +319,18 @@ def kept_for_the_run(
 
 def published_contender(store: ObjectStore, run_id: str, family: str) -> Contender | None:
     """The contender a unit of run ``run_id`` published for ``family`` (its bundle read back,
-    checked against the manifest's sha256), None when no unit did."""
+    checked against the manifest's sha256; its registered version when an earlier attempt of
+    the train stage registered it), None when no unit did."""
     key = stage_manifest_key(run_id, contender_stage(family))
     if not store.exists(key):
         return None
     result = ContenderResult.model_validate_json(store.get_bytes(key))
+    registry = ModelRegistry(store)
+    if result.bundle and store.exists(version_manifest_key(result.manifest.version)):
+        # an earlier attempt of the train stage registered it before it stopped
+        result = result.model_copy(
+            update={"manifest": registry.get(result.manifest.version), "bundle": {}}
+        )
     files = {name: store.get_bytes(k) for name, k in result.bundle.items()} or None
     if files is not None:
         for name, body in files.items():

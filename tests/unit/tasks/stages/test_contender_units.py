@@ -80,3 +80,17 @@ def test_a_tampered_bundle_is_refused(store):
     store.put_bytes(key, store.get_bytes(key) + b" ")
     with pytest.raises(ValueError, match="does not match"):
         train_for_run(store, "run-2", SETTINGS.model_copy(update={}), device_preference="cpu")
+
+
+def test_a_train_stage_retried_after_registering_reads_the_registered_version(store):
+    publish_synthetic_snapshot(store, "run-3", rows=3000, seed=5)
+    settings = HybridflowSettings(train={"families": ["logistic"], "threads": 1})
+    unit = contender_for_run(store, "run-3", settings, "logistic", device_preference="cpu")
+    assert unit is not None
+    store.put_bytes(
+        stage_manifest_key("run-3", "contender-logistic"), unit.model_dump_json().encode()
+    )
+    first = train_for_run(store, "run-3", settings, device_preference="cpu")
+    again = train_for_run(store, "run-3", settings, device_preference="cpu")
+    assert first is not None and again is not None
+    assert again.result.model_version == first.result.model_version == unit.manifest.version
