@@ -46,9 +46,18 @@ def delimiter(value: str) -> str:
     return value
 
 
+def one_character(value: str) -> str:
+    """argparse type: one character (a CSV quote or escape)."""
+    if len(value) != 1:
+        raise argparse.ArgumentTypeError(f"expected one character, got {value!r}")
+    return value
+
+
 def events_path(args: argparse.Namespace) -> Path:
-    """``--events`` as an absolute local path."""
-    return Path(args.events).expanduser().resolve()
+    """``--events`` as an absolute local path (a symbolic link loop is an input error)."""
+    from tasks.data.input_formats import resolve_events_path
+
+    return resolve_events_path(args.events)
 
 
 def check_events_and_start_engines(args: argparse.Namespace) -> None:
@@ -78,6 +87,8 @@ def _input_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "column_map": dict(args.map),
         "csv_delimiter": args.csv_delimiter,
+        "csv_quote": args.csv_quote,
+        "csv_escape": args.csv_escape,
         "timestamp_format": args.timestamp_format,
     }
 
@@ -133,6 +144,16 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         help="read the contract COLUMN from the input's SOURCE column (repeatable)",
     )
     p.add_argument("--csv-delimiter", type=delimiter, default=None, help="default: detected")
+    p.add_argument(
+        "--csv-quote", type=one_character, default=None, help='CSV quote character (default ")'
+    )
+    p.add_argument(
+        "--csv-escape",
+        type=one_character,
+        default=None,
+        help="character before a quote inside a quoted CSV value (default: the quote itself, "
+        'RFC 4180: "" is one quote; e.g. \\ for exports that write \\")',
+    )
     p.add_argument(
         "--timestamp-format",
         default=None,

@@ -291,6 +291,15 @@ class HybridflowSettings(BaseSettings):
         description='events column mapping, JSON {"contract_column": "your_column"}; --map wins',
     )
     csv_delimiter: str | None = Field(default=None, description="CSV delimiter (default: detected)")
+    csv_quote: str | None = Field(
+        default=None, min_length=1, max_length=1, description='CSV quote character (default ")'
+    )
+    csv_escape: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1,
+        description="CSV escape before a quote in a quoted value (default: the quote, RFC 4180)",
+    )
     timestamp_format: str | None = Field(
         default=None,
         description="event_time format: Spark datetime pattern, epoch_seconds or epoch_millis",

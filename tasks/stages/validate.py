@@ -27,6 +27,7 @@ from tasks.data.input_formats import (
     inspect_events,
     list_event_files,
     read_events,
+    resolve_events_path,
 )
 from tasks.data.validation import ValidatedEvents, conform_events, split_valid_events
 from tasks.data.validation_duckdb import in_process_type_problem
@@ -80,7 +81,7 @@ def validate_stage(
     first); then the stage fails with an input error.
     """
     options = options or InputOptions()
-    path = Path(events_path).expanduser().resolve()
+    path = resolve_events_path(events_path)
     files = list_event_files(path)
     fingerprint = stage_fingerprint(
         "validate",
