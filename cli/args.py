@@ -30,6 +30,43 @@ def fraction(value: str) -> float:
     return f
 
 
+def horizon_days(value: str) -> int:
+    """argparse type: whole days within the horizons a run may have."""
+    from infra.settings import HORIZON_DAYS_MAX, HORIZON_DAYS_MIN
+
+    try:
+        days = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of days: {value!r}") from None
+    if not HORIZON_DAYS_MIN <= days <= HORIZON_DAYS_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be between {HORIZON_DAYS_MIN} and {HORIZON_DAYS_MAX} days: {value}"
+        )
+    return days
+
+
+def port_number(value: str) -> int:
+    """argparse type: a TCP port, 0-65535 (0: any free port)."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535: {value}")
+    return port
+
+
+def run_id(value: str) -> str:
+    """argparse type: a run id as the store's keys hold it (no path, no '..')."""
+    from infra.errors import HybridflowInputError
+    from infra.layout import check_run_id
+
+    try:
+        return check_run_id(value)
+    except HybridflowInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def column_mapping(value: str) -> tuple[str, str]:
     """argparse type: ``contract_column=source_column``."""
     target, sep, source = value.partition("=")
@@ -132,7 +169,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     """Options shared by ``run`` and ``features``."""
     p.add_argument("--events", required=True, help="Parquet/CSV file or folder of events")
     p.add_argument("--as-of", type=iso_date, default=None, help="T (default: last event's date)")
-    p.add_argument("--horizon-days", type=int, default=None, help="H (default 90)")
+    p.add_argument("--horizon-days", type=horizon_days, default=None, help="H (default 90)")
     p.add_argument("--max-bad-fraction", type=fraction, default=None, help="default 0.05")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument(

@@ -18,6 +18,10 @@ StackDatabase = Literal["postgres", "sqlite"]  # the Prefect server's database u
 CalibrationMethod = Literal["none", "temperature", "platt", "isotonic"]
 
 
+HORIZON_DAYS_MIN, HORIZON_DAYS_MAX = 1, 3650
+"""The horizon H a run may have, in days: the settings, the run parameters and the CLI check it."""
+
+
 class TrainingSettings(BaseSettings):
     """Which model families contend, their hyper-parameters, and how networks are trained
     (``HYBRIDFLOW_TRAIN__*``)."""
@@ -264,7 +268,7 @@ class HybridflowSettings(BaseSettings):
     )
 
     as_of: dt.date | None = Field(default=None, description="default as-of date (T)")
-    horizon_days: int = Field(default=90, ge=1, le=3650)
+    horizon_days: int = Field(default=90, ge=HORIZON_DAYS_MIN, le=HORIZON_DAYS_MAX)
     training_origins: int = Field(
         default=1,
         ge=1,

@@ -25,6 +25,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra.errors import HybridflowInputError
+from tasks.data.timestamp_patterns import (
+    EPOCH_MILLIS,
+    EPOCH_SECONDS,
+    check_timestamp_format,
+)
 from tasks.definitions.contract import ALLOWED_TYPES, CONTRACT_COLUMNS, REQUIRED_COLUMNS
 
 if TYPE_CHECKING:
@@ -37,7 +42,6 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 DELIMITERS = (",", ";", "\t", "|")
 DEFAULT_QUOTE = '"'
 HEADER_BYTES = 1 << 20
-EPOCH_SECONDS, EPOCH_MILLIS = "epoch_seconds", "epoch_millis"
 ISO_TIME = re.compile(
     r"^\d{4}-\d{1,2}-\d{1,2}([ T]\d{1,2}:\d{2}(:\d{2}(\.\d{1,9})?)?)?\s*(Z|UTC|[+-]\d{2}:?\d{2})?$"
 )
@@ -367,9 +371,10 @@ def _header_names(f: Path, text: str, dialect: CsvDialect) -> list[str]:
 
 
 def inspect_events(path: str | Path, options: InputOptions) -> EventsInput:
-    """Check a Parquet/CSV file or folder without an engine: it exists, has one format, its
-    files are readable and agree, ``options.column_map`` fits and every required column is
-    there. Every problem is an input error that names the file or column."""
+    """Check a Parquet/CSV file or folder without an engine: ``--timestamp-format`` is a
+    pattern Spark parses with, the path exists, has one format, its files are readable and
+    agree, ``options.column_map`` fits and every required column is there. Every problem is an input error that names the file or column."""
+    check_timestamp_format(options.timestamp_format)
     path = resolve_events_path(path)
     files = list_event_files(path)
     fmt = detect_format(files, path)
