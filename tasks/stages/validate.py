@@ -53,6 +53,7 @@ VALIDATE_CODE = (
     "tasks.data.validation_duckdb",
     "tasks.data.spark_text",
     "tasks.data.input_formats",
+    "tasks.data.timestamp_patterns",
     "tasks.stages.validate_in_process",
     "tasks.definitions.contract",
     "tasks.stages.spark_io",
