@@ -88,6 +88,7 @@ def run_inputs(args: argparse.Namespace) -> dict[str, Any]:
         "events": str(events_path(args)),
         "as_of": args.as_of,
         "horizon_days": args.horizon_days,
+        "as_of_after_events": args.as_of_after_events,
         "max_bad_fraction": args.max_bad_fraction,
         "device": args.device,
         "input": _input_options(args),
@@ -121,6 +122,12 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     """Options shared by ``run`` and ``features``."""
     p.add_argument("--events", required=True, help="Parquet/CSV file or folder of events")
     p.add_argument("--as-of", type=iso_date, default=None, help="T (default: last event's date)")
+    p.add_argument(
+        "--as-of-after-events",
+        action="store_true",
+        help="accept an --as-of after the last event's day (the label window then holds fewer "
+        "days of events than the horizon; the run says how many)",
+    )
     p.add_argument("--horizon-days", type=int, default=None, help="H (default 90)")
     p.add_argument("--max-bad-fraction", type=fraction, default=None, help="default 0.05")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")

@@ -33,6 +33,11 @@ class RunInputs(BaseModel):
     horizon_days: int | None = Field(
         default=None, ge=1, le=3650, description="H (default: HYBRIDFLOW_HORIZON_DAYS)"
     )
+    as_of_after_events: bool = Field(
+        default=False,
+        description="accept an as_of after the last valid event's day (the label window then "
+        "holds fewer days of events than the horizon; the run says how many)",
+    )
     max_bad_fraction: float | None = Field(
         default=None, ge=0.0, le=1.0, description="default: HYBRIDFLOW_MAX_BAD_FRACTION"
     )

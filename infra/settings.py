@@ -293,6 +293,25 @@ class HybridflowSettings(BaseSettings):
         "channel codes) for the sequence family; 0: none",
     )
     max_bad_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
+    event_time_max_lead_hours: float = Field(
+        default=24.0,
+        ge=0,
+        description="events later than the validating machine's clock plus this many hours are "
+        "quarantined (event_time_in_future)",
+    )
+    as_of_grace_days: int = Field(
+        default=1,
+        ge=0,
+        le=3650,
+        description="an as_of up to this many days after the last valid event's day is taken "
+        "without --as-of-after-events (a nightly run at today's date with events up to "
+        "yesterday); the run still says what the label window holds",
+    )
+    event_time_floor: dt.date = Field(
+        default=dt.date(1970, 1, 1),
+        description="events before the start of this UTC day are quarantined "
+        "(event_time_before_floor)",
+    )
     column_map: dict[str, str] = Field(
         default_factory=dict,
         description='events column mapping, JSON {"contract_column": "your_column"}; --map wins',

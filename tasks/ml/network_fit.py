@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from infra.devices import configure_cpu_threads
-from tasks.ml.checkpoints import CheckpointPolicy
+from tasks.ml.checkpoints import CheckpointPolicy, LoadedCheckpoint
 from tasks.ml.models.base import FitJob
-from tasks.ml.training_loop import Progress, TrainOutcome, train_model
+from tasks.ml.training_loop import Progress, TrainOutcome, check_resume, train_model
 
 log = logging.getLogger(__name__)
 SMALL_MODEL_PARAMS = 200_000
@@ -40,11 +40,21 @@ def fit_network(
     resume: dict[str, Any] | None = None
     checkpoints = job.checkpoints
     if checkpoints is not None:
-        loaded = checkpoints.latest_valid()
+        resumed = resume_point(network, job, learning_rate, rebuild)
         ctx.barrier()  # every rank has chosen its checkpoint before rank 0 may write a newer one
-        if loaded is None:
-            log.info("training %s starts at step 0", checkpoints.training_id)
+        if resumed is None:
+            if checkpoints.skipped:
+                log.warning(
+                    "training %s starts fresh at step 0: none of its %d checkpoints can be "
+                    "resumed (steps %s skipped, see above)",
+                    checkpoints.training_id,
+                    len(checkpoints.skipped),
+                    ", ".join(map(str, checkpoints.skipped)),
+                )
+            else:
+                log.info("training %s starts at step 0", checkpoints.training_id)
         else:
+            network, loaded = resumed
             m = loaded.manifest
             log.info(
                 "training %s resumed from checkpoint step %d (epoch %d, batch %d) at %s",
@@ -54,7 +64,7 @@ def fit_network(
                 m.batch,
                 loaded.uri,
             )
-            network, resume = rebuild(loaded.state), loaded.state
+            resume = loaded.state
 
     def save(state: dict, progress: Progress) -> None:
         assert checkpoints is not None
@@ -95,6 +105,60 @@ def fit_network(
         if checkpoints is not None:
             checkpoints.close()
     return outcome
+
+
+def resume_point(
+    network: nn.Module,
+    job: FitJob,
+    learning_rate: float,
+    rebuild: Callable[[dict[str, Any]], nn.Module],
+) -> tuple[nn.Module, LoadedCheckpoint] | None:
+    """The network rebuilt from the newest checkpoint that can continue this training, and that
+    checkpoint; None when none can. A checkpoint that fails anywhere (its bytes, its state, a
+    network other than ``network``'s, an optimiser or position that does not restore) is
+    skipped with a warning naming it, like a checksum failure."""
+    checkpoints = job.checkpoints
+    assert checkpoints is not None
+    for loaded in checkpoints.candidates():
+        try:
+            candidate = rebuild(loaded.state)
+            same_network(candidate, network)
+            check_resume(
+                candidate,
+                job.data,
+                job.settings,
+                job.device,
+                loaded.state,
+                learning_rate=learning_rate,
+                ctx=job.ctx,
+            )
+        except Exception as exc:  # any failure means: not this one; the reason is logged
+            checkpoints.skip(loaded.manifest.step, f"{loaded.uri}: {unusable_reason(exc)}")
+            continue
+        return candidate, loaded
+    return None
+
+
+def same_network(candidate: nn.Module, expected: nn.Module) -> None:
+    """ValueError when a checkpoint's network is not the one this training fits (another
+    family, architecture, feature list or normaliser)."""
+    if type(candidate) is not type(expected):
+        raise ValueError(
+            f"it holds a {type(candidate).__name__}, this training fits a {type(expected).__name__}"
+        )
+    have, want = candidate.config.model_dump(), expected.config.model_dump()
+    differ = sorted(k for k in have.keys() | want.keys() if have.get(k) != want.get(k))
+    if differ:
+        raise ValueError(f"it holds another network (its {', '.join(differ)} differ)")
+
+
+def unusable_reason(exc: BaseException) -> str:
+    """One line on why a checkpoint's state could not be used."""
+    if isinstance(exc, KeyError):
+        return f"its state lacks {exc.args[0]!r}" if exc.args else "its state is incomplete"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = "; ".join(lines[:2]) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:300]}"
 
 
 def configure_threads(network: nn.Module, threads: int, processes: int) -> None:

@@ -62,6 +62,9 @@ class ValidateResult(BaseModel):
     available_columns: list[str]
     first_event: dt.datetime | None
     last_event: dt.datetime | None
+    event_time_ceiling: dt.datetime | None = Field(
+        default=None, description="the latest event time accepted (later: event_time_in_future)"
+    )
 
 
 class FeaturesResult(BaseModel):
@@ -93,6 +96,10 @@ class FeaturesResult(BaseModel):
     )
     sequence_length: int = Field(
         default=0, description="events per customer in the seq_* columns (0: none published)"
+    )
+    label_window_note: str | None = Field(
+        default=None,
+        description="with as_of after the last event: how much of the label window holds events",
     )
 
 
