@@ -326,7 +326,9 @@ class HybridflowSettings(BaseSettings):
         description="reuse CPU stage outputs when their input fingerprint is unchanged",
     )
     promotion_margin: float = Field(
-        default=0.0, ge=0.0, description="test AUC a candidate must gain over production"
+        default=0.0,
+        ge=0.0,
+        description="calibrated log loss a champion must gain over production (the gate's rows)",
     )
 
     train: TrainingSettings = Field(default_factory=TrainingSettings)
