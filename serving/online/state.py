@@ -90,8 +90,11 @@ class OnlineState:
         # (``_changing``: sorted rows, or None for every row)
         self._version = 0
         self._changing: np.ndarray | None = None
-        self.row_of: dict[str, int] = {}
+        self.row_of: dict[str, int] = {}  # customers whose events are applied
         self.ids: list[str] = []
+        # customers given a row whose first events are not applied yet (not in row_of, so no
+        # read finds them before they have events)
+        self._pending: dict[str, int] = {}
         self._capacity = 0
         self._life: dict[str, np.ndarray] = {}
         self._ring: dict[str, np.ndarray] = {}
@@ -165,7 +168,7 @@ class OnlineState:
                     self._changed()
                 for code, row in zip(delta.group_code[new].tolist(), added.tolist(), strict=True):
                     customer_id = delta.customers[code]
-                    self.row_of[customer_id] = row
+                    self._pending[customer_id] = row
                     self.ids.append(customer_id)
                 rows[new] = added
             return rows
@@ -224,8 +227,18 @@ class OnlineState:
                         part_cells = slice(mix_cells[col][i], mix_cells[col][i + 1])
                         self._add_mix(col, m, part_cells, rows, value_ids[col])
                     self.newest = max(self.newest, int(delta.last_t[part].max()))
+                    if self._pending:
+                        self._publish(part_rows)
                 finally:
                     self._changed()
+
+    def _publish(self, rows: np.ndarray) -> None:
+        """Make the new customers among ``rows`` (their events just applied) readable."""
+        first_new = min(self._pending.values())
+        for row in rows[rows >= first_new].tolist():
+            customer_id = self.ids[row]
+            if self._pending.pop(customer_id, None) is not None:
+                self.row_of[customer_id] = row
 
     def _changing_rows(self, rows: np.ndarray | None) -> None:
         """Rows ``rows`` (sorted; None: every row) are about to change (the lock is held)."""
@@ -245,6 +258,9 @@ class OnlineState:
         rows = np.fromiter(
             map(self.row_of.get, values, itertools.repeat(-1)), np.int64, len(values)
         )
+        if self._pending:  # given rows by a batch not applied yet
+            for i in np.flatnonzero(rows < 0).tolist():
+                rows[i] = self._pending.get(values[i], -1)
         by_code = np.full(len(customer.values), -1, dtype=np.int64)
         by_code[present] = rows
         return by_code
