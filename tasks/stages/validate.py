@@ -27,6 +27,7 @@ from tasks.data.input_formats import (
     inspect_events,
     list_event_files,
     read_events,
+    resolve_events_path,
 )
 from tasks.data.validation import ValidatedEvents, conform_events, split_valid_events
 from tasks.data.validation_duckdb import in_process_type_problem
@@ -57,6 +58,7 @@ VALIDATE_CODE = (
     "tasks.data.validation_duckdb",
     "tasks.data.spark_text",
     "tasks.data.input_formats",
+    "tasks.data.timestamp_patterns",
     "tasks.stages.validate_in_process",
     "tasks.definitions.contract",
     "tasks.stages.spark_io",
@@ -89,7 +91,7 @@ def validate_stage(
     """
     options = options or InputOptions()
     bounds = bounds or event_time_bounds()
-    path = Path(events_path).expanduser().resolve()
+    path = resolve_events_path(events_path)
     files = list_event_files(path)
     fingerprint = stage_fingerprint(
         "validate",
