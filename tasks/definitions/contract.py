@@ -78,6 +78,7 @@ REASON_INVALID_EVENT_TIME = "invalid_event_time"
 REASON_EVENT_TIME_IN_FUTURE = "event_time_in_future"
 REASON_EVENT_TIME_BEFORE_FLOOR = "event_time_before_floor"
 REASON_INVALID_AMOUNT = "invalid_amount"
+REASON_AMOUNT_TOO_LARGE = "amount_too_large"
 REASON_INVALID_QUANTITY = "invalid_quantity"
 REASON_DUPLICATE = "duplicate_event"
 QUARANTINE_REASONS: tuple[str, ...] = (
@@ -86,6 +87,7 @@ QUARANTINE_REASONS: tuple[str, ...] = (
     REASON_EVENT_TIME_IN_FUTURE,
     REASON_EVENT_TIME_BEFORE_FLOOR,
     REASON_INVALID_AMOUNT,
+    REASON_AMOUNT_TOO_LARGE,
     REASON_INVALID_QUANTITY,
     REASON_DUPLICATE,
 )
