@@ -18,6 +18,10 @@ StackDatabase = Literal["postgres", "sqlite"]  # the Prefect server's database u
 CalibrationMethod = Literal["none", "temperature", "platt", "isotonic"]
 
 
+HORIZON_DAYS_MIN, HORIZON_DAYS_MAX = 1, 3650
+"""The horizon H a run may have, in days: the settings, the run parameters and the CLI check it."""
+
+
 class TrainingSettings(BaseSettings):
     """Which model families contend, their hyper-parameters, and how networks are trained
     (``HYBRIDFLOW_TRAIN__*``)."""
@@ -271,7 +275,7 @@ class HybridflowSettings(BaseSettings):
     )
 
     as_of: dt.date | None = Field(default=None, description="default as-of date (T)")
-    horizon_days: int = Field(default=90, ge=1, le=3650)
+    horizon_days: int = Field(default=90, ge=HORIZON_DAYS_MIN, le=HORIZON_DAYS_MAX)
     training_origins: int = Field(
         default=1,
         ge=1,
@@ -299,6 +303,12 @@ class HybridflowSettings(BaseSettings):
         description="events later than the validating machine's clock plus this many hours are "
         "quarantined (event_time_in_future)",
     )
+    max_amount: float = Field(
+        default=1e12,
+        gt=0,
+        description="events with a larger amount are quarantined (amount_too_large): an amount "
+        "such as 1e308 would overflow the features computed from it",
+    )
     as_of_grace_days: int = Field(
         default=1,
         ge=0,
@@ -317,6 +327,15 @@ class HybridflowSettings(BaseSettings):
         description='events column mapping, JSON {"contract_column": "your_column"}; --map wins',
     )
     csv_delimiter: str | None = Field(default=None, description="CSV delimiter (default: detected)")
+    csv_quote: str | None = Field(
+        default=None, min_length=1, max_length=1, description='CSV quote character (default ")'
+    )
+    csv_escape: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1,
+        description="CSV escape before a quote in a quoted value (default: the quote, RFC 4180)",
+    )
     timestamp_format: str | None = Field(
         default=None,
         description="event_time format: Spark datetime pattern, epoch_seconds or epoch_millis",

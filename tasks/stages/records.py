@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
+from infra.errors import HybridflowInputError
 from infra.layout import stage_manifest_key
 from infra.routing.profiles import StageProfile
 from infra.store import ObjectStore
@@ -19,6 +20,13 @@ from tasks.ml.champion import LeaderboardRow
 from tasks.ml.evaluation import ModelEvaluation
 
 M = TypeVar("M", bound=BaseModel)
+
+CONTENDER_STAGE_PREFIX = "contender-"
+
+
+def contender_stage(family: str) -> str:
+    """The stage name of one family's contender unit (its manifest, report and profiles)."""
+    return f"{CONTENDER_STAGE_PREFIX}{family}"
 
 
 class StageReport(BaseModel):
@@ -156,6 +164,13 @@ class TrainResult(BaseModel):
     start_reason: str = Field(default="", description="warm start from production, or why not")
 
 
+class StageReportOnly(BaseModel):
+    """The report of any stage's manifest (what the summary and the cost report read of a
+    contender unit's, without the torch-side records)."""
+
+    report: StageReport
+
+
 class InferenceResult(BaseModel):
     """Output of batch inference."""
 
@@ -173,6 +188,18 @@ class InferenceResult(BaseModel):
 def write_stage_manifest(store: ObjectStore, run_id: str, stage: str, result: BaseModel) -> None:
     """Publish a stage's result (atomically; last thing a stage does)."""
     store.put_bytes(stage_manifest_key(run_id, stage), result.model_dump_json(indent=2).encode())
+
+
+def require_stage_manifest(store: ObjectStore, run_id: str, stage: str) -> None:
+    """A user named a run whose ``stage`` should have finished: an input error (one line, no
+    retry) when the store holds no such manifest."""
+    key = stage_manifest_key(run_id, stage)
+    if not store.exists(key):
+        raise HybridflowInputError(
+            f"no run {run_id!r} with a finished {stage} stage in the store "
+            f"({store.key_uri(key)} not found): give a run id 'hybridflow features' or "
+            "'hybridflow run' printed"
+        )
 
 
 def read_stage_manifest(store: ObjectStore, run_id: str, stage: str, model: type[M]) -> M:

@@ -7,13 +7,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from infra.layout import stage_manifest_key
+from infra.store import ObjectStore
 from tasks.stages.records import (
     FeaturesResult,
     InferenceResult,
     PipelineSummary,
     PreprocessResult,
+    StageReportOnly,
     TrainResult,
     ValidateResult,
+    contender_stage,
 )
 
 
@@ -27,6 +31,7 @@ class StageOrigin:
 
 
 def run_summary(
+    store: ObjectStore,
     run_id: str,
     flow_run_id: str,
     origins: dict[str, StageOrigin],
@@ -40,10 +45,18 @@ def run_summary(
     **other_stages: BaseModel,
 ) -> PipelineSummary:
     """The summary ``hybridflow run`` prints, from the stage results of ``run_id`` (the
-    manifests it published, handed over by the graph; a stage the summary has no field for
-    still has its stage line, after these five)."""
+    manifests it published, handed over by the graph), with the contender units between
+    preprocess and train; a stage the summary has no field for still has its stage line."""
     stages = []
-    for result in (validate, features, preprocess, train, batch_inference, *other_stages.values()):
+    for result in (
+        validate,
+        features,
+        preprocess,
+        *contender_results(store, run_id, train),
+        train,
+        batch_inference,
+        *other_stages.values(),
+    ):
         report = result.report
         origin = origins.get(report.name, StageOrigin())
         stages.append(
@@ -86,6 +99,19 @@ def run_summary(
         stages=stages,
         seconds=seconds,
     )
+
+
+def contender_results(
+    store: ObjectStore, run_id: str, trained: TrainResult
+) -> list[StageReportOnly]:
+    """The reports of the contender units of the run (families that the train stage fitted
+    itself have none)."""
+    found = []
+    for row in trained.leaderboard:
+        key = stage_manifest_key(run_id, contender_stage(row.family))
+        if store.exists(key):
+            found.append(StageReportOnly.model_validate_json(store.get_bytes(key)))
+    return found
 
 
 def backtest_summary(trained: TrainResult) -> dict[str, Any]:

@@ -43,10 +43,11 @@ from tasks.data.input_formats import (
     inspect_events,
     list_event_files,
     read_events,
+    resolve_events_path,
 )
 from tasks.data.validation import ValidatedEvents, conform_events, split_valid_events
 from tasks.data.validation_duckdb import in_process_type_problem
-from tasks.data.validation_sql import EventTimeBounds
+from tasks.data.validation_sql import RowBounds
 from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     QUARANTINE_REASONS,
@@ -68,7 +69,7 @@ def validate_stage(
     use_cache: bool = True,
     on_quarantine: Callable[[ValidateResult], None] | None = None,
     in_process_rows: int | None = None,
-    bounds: EventTimeBounds | None = None,
+    bounds: RowBounds | None = None,
 ) -> ValidateResult:
     """Read, validate and publish the run's good events and its quarantine.
 
@@ -83,7 +84,7 @@ def validate_stage(
     """
     options = options or InputOptions()
     bounds = bounds or event_time_bounds()
-    path = Path(events_path).expanduser().resolve()
+    path = resolve_events_path(events_path)
     files = list_event_files(path)
     fingerprint = stage_fingerprint(
         "validate",
@@ -91,6 +92,7 @@ def validate_stage(
         files=files_fingerprint(path, files),
         options=options.model_dump(mode="json"),
         floor=bounds.floor.isoformat(),
+        max_amount=bounds.max_amount,
         code=code_version(*code_modules(__name__)),
     )
     result = load_cached(store, "validate", fingerprint, ValidateResult) if use_cache else None
@@ -127,18 +129,20 @@ def validate_stage(
     return result
 
 
-def event_time_bounds(now: dt.datetime | None = None) -> EventTimeBounds:
-    """The event times a run validated ``now`` (default: this machine's clock) accepts: from
-    the ``event_time_floor`` setting to ``event_time_max_lead_hours`` after ``now``."""
+def event_time_bounds(now: dt.datetime | None = None) -> RowBounds:
+    """The values a run validated ``now`` (default: this machine's clock) accepts: event times
+    from the ``event_time_floor`` setting to ``event_time_max_lead_hours`` after ``now``,
+    amounts up to ``max_amount``."""
     settings = get_settings()
-    return EventTimeBounds.around(
+    return RowBounds.around(
         now or dt.datetime.now(dt.UTC),
         dt.timedelta(hours=settings.event_time_max_lead_hours),
         settings.event_time_floor,
+        settings.max_amount,
     )
 
 
-def cached_within(result: ValidateResult, bounds: EventTimeBounds) -> bool:
+def cached_within(result: ValidateResult, bounds: RowBounds) -> bool:
     """Whether a cached result (same floor) is what ``bounds`` give: it kept nothing after
     their ceiling, and when it quarantined rows as in the future, its ceiling was no earlier
     (else some of them may be due now)."""
@@ -167,7 +171,7 @@ def engine_inputs(found: EventsInput, limit: int, cluster: bool = False) -> Engi
 
 
 def validate_in_process(
-    store: ObjectStore, run_id: str, found: EventsInput, bounds: EventTimeBounds | None = None
+    store: ObjectStore, run_id: str, found: EventsInput, bounds: RowBounds | None = None
 ) -> ValidateResult:
     """:func:`validate_events` in this process, for an input the engine choice keeps here."""
     started = time.perf_counter()
@@ -191,7 +195,7 @@ def validate_events(
     path: Path,
     options: InputOptions,
     found: EventsInput | None = None,
-    bounds: EventTimeBounds | None = None,
+    bounds: RowBounds | None = None,
 ) -> ValidateResult:
     """Read ``path`` (already inspected: ``found``), split good rows from bad (event times
     within ``bounds`` when given), publish both; figures for the summary.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.dag import STAGES, TRAIN, Stage, load_flow, stage
+from flows.dag import CONTENDER, STAGES, TRAIN, Stage, load_flow, stage
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULT_TYPES = {s.result.__name__: s.name for s in STAGES}
@@ -30,15 +30,19 @@ def upstream_parameters(runner) -> dict[str, str]:
     return found
 
 
-@pytest.mark.parametrize("declared", STAGES, ids=lambda s: s.name)
+@pytest.mark.parametrize("declared", [*STAGES, CONTENDER], ids=lambda s: s.name)
 def test_each_runner_takes_exactly_the_upstream_results_its_stage_declares(declared: Stage):
-    assert declared.runner and declared.result.__name__.endswith("Result"), declared
+    assert declared.runner, declared
     runner = load_flow(declared.runner)
     taken = upstream_parameters(runner)
     assert taken == {name: name for name in declared.reads}, (
         f"{declared.runner} takes {taken}, the graph declares {declared.name} reads "
         f"{declared.reads}"
     )
+
+
+def test_every_pipeline_stage_declares_its_typed_result():
+    assert all(s.result.__name__.endswith("Result") for s in STAGES)
 
 
 def test_a_runner_reading_an_undeclared_upstream_is_caught():
