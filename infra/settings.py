@@ -169,6 +169,13 @@ class DriftSettings(BaseSettings):
     score_psi_threshold: float = Field(
         default=0.1, gt=0, description="the score distribution's PSI above this is drift"
     )
+    score_resolution: float = Field(
+        default=0.01,
+        gt=0,
+        lt=0.5,
+        description="the score's bins are its reference quantiles rounded to this probability "
+        "step (bands at least one step wide)",
+    )
     unseen_share_threshold: float = Field(
         default=0.25, gt=0, le=1, description="share of customers unseen in training above this"
     )

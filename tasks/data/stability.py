@@ -80,6 +80,19 @@ def exact_quantile_edges(values: np.ndarray, bins: int) -> list[float]:
     )
 
 
+def score_band_edges(scores: np.ndarray, bins: int, resolution: float) -> list[float]:
+    """A score distribution's bin edges: its ``bins`` quantiles rounded to ``resolution`` (a
+    probability step) and merged, edges at 0 or 1 left out. Quantiles of a propensity score crowd
+    where most customers score near 0 (0.0034 and 0.0041 became two bins), so PSI on them counts
+    shuffles among customers who all score below 1% as a shift; bands a step wide count what moves
+    a score from one band to another."""
+    rounded = (
+        round(round(edge / resolution) * resolution, 12)
+        for edge in exact_quantile_edges(scores, bins)
+    )
+    return sorted({edge for edge in rounded if 0.0 < edge < 1.0})
+
+
 def sample_bin_counts(values: np.ndarray, edges: Sequence[float]) -> dict[int, int]:
     """Rows per bin of a sample held in memory, binned as :func:`bin_of` bins one value."""
     bins = np.searchsorted(np.asarray(edges, dtype=np.float64), values, side="left")

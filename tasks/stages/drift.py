@@ -42,7 +42,7 @@ from infra.settings import DriftSettings, in_process_limit
 from infra.spark import SessionProvider
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
-from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts
+from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts, score_band_edges
 from tasks.definitions.examples import split_element
 from tasks.ml.model_inputs import source_columns
 from tasks.ml.scoring_worker import ScoringModel
@@ -77,7 +77,7 @@ def build_reference(
 ) -> DriftReference:
     """Record what drift checks of ``version`` compare with: per feature the quantile edges and
     bin counts over its training snapshot (every split), its customers, and the bin counts of
-    its scores on the snapshot's test split."""
+    its scores on the snapshot's test split (in score bands: :func:`score_band_edges`)."""
     started = time.perf_counter()
     manifest = ModelRegistry(store).get(version)
     if manifest.as_of is None or manifest.horizon_days is None:
@@ -100,7 +100,7 @@ def build_reference(
         edges, counts, customers, scores = _snapshot_in_spark(
             snapshot, store, model, target, settings
         )
-    score_edges = exact_quantile_edges(scores, settings.bins)
+    score_edges = score_band_edges(scores, settings.bins, settings.score_resolution)
     reference = DriftReference(
         model_version=version,
         snapshot_prefix=prefix,

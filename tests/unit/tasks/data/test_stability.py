@@ -15,6 +15,7 @@ from tasks.data.stability import (
     psi,
     quantile_probabilities,
     sample_bin_counts,
+    score_band_edges,
     shares,
     status,
 )
@@ -107,3 +108,27 @@ def test_a_sample_is_binned_as_each_value_is_and_missing_values_get_the_null_bin
         expected[b] = expected.get(b, 0) + 1
     assert counts == expected == {0: 3, 1: 1, 2: 1, NULL_BIN: 1}
     assert exact_quantile_edges(np.array([np.nan]), bins=4) == []
+
+
+def test_score_bands_merge_quantiles_closer_than_a_step_and_leave_out_0_and_1():
+    scores = np.array([0.001, 0.002, 0.003, 0.004, 0.2, 0.21, 0.5, 0.8, 0.999, 0.9999])
+    assert exact_quantile_edges(scores, bins=5)[:2] == [0.002, 0.004]
+    assert score_band_edges(scores, bins=5, resolution=0.01) == [0.21, 0.8]
+    assert score_band_edges(np.array([0.0, 0.0, 1.0, 1.0]), bins=2, resolution=0.01) == []
+
+
+def test_score_psi_in_bands_ignores_reshuffles_below_one_step_but_not_moves_across_bands():
+    rng = np.random.default_rng(3)
+    reference = np.concatenate([rng.uniform(0.001, 0.006, 600), rng.uniform(0.05, 0.95, 400)])
+    # the same population, its near-zero scores 40% lower: quantiles would flag it
+    aged = np.where(reference < 0.01, reference * 0.6, reference)
+    quantiles = exact_quantile_edges(reference, bins=10)
+    bands = score_band_edges(reference, bins=10, resolution=0.01)
+
+    def measure(edges, actual):
+        return psi(sample_bin_counts(reference, edges), sample_bin_counts(actual, edges))
+
+    assert measure(quantiles, aged) > 1.0
+    assert measure(bands, aged) < 0.01
+    moved = np.where(reference > 0.5, reference - 0.3, reference)  # high scorers drop a lot
+    assert measure(bands, moved) > 0.25
