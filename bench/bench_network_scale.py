@@ -182,6 +182,7 @@ def _backtest_rows(store, data, production) -> list[dict]:
     """The backtest's mlp refit on an earlier snapshot by each option, judged on ``data``'s
     test split (the rows of the next window)."""
     from infra.settings import TrainingSettings
+
     earlier, normalizer = _snapshot(store, "earlier", seed=1)
     full, full_s = _fit("mlp", earlier, normalizer, TrainingSettings())
     full_ll = _logloss(full.model, data, "test")
