@@ -36,13 +36,14 @@ class TrainingSettings(BaseSettings):
     learning_rate: float = Field(default=2e-3, gt=0)
     weight_decay: float = Field(default=1e-4, ge=0)
     batch_size: int = Field(
-        default=1024, ge=8, description="a network's mini-batch at up to 64 steps per epoch"
+        default=1024, ge=8, description="a network's mini-batch below 131,072 training rows"
     )
     max_batch_size: int = Field(
         default=16_384,
         ge=8,
-        description="the mini-batch doubles from batch_size while an epoch keeps 64 steps, up "
-        "to this (the learning rate grows by the square root; equal to batch_size: no scaling)",
+        description="the mini-batch doubles from batch_size with each doubling of the training "
+        "rows beyond 65,536, up to this (the learning rate grows by the square root; equal to "
+        "batch_size: no scaling)",
     )
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=3, ge=1, description="epochs without val improvement before stop")

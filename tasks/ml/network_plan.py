@@ -5,9 +5,10 @@ size and the cores the stage owns.
 Measured on a 2-core box (an MLP of 5,121 parameters, shared with other work): one torch thread
 steps 1,024-row batches at 135-195k samples/s, two threads at 10-14k (OpenMP workers spinning
 on a busy core); at 16,384 rows per batch two threads beat one (377-403k against 330-345k
-samples/s) and at 32,768 by 1.45x. So a batch grows with the example count, in powers of two of
-the base batch while an epoch keeps at least :data:`MIN_STEPS_PER_EPOCH` steps, and threads are
-added only when each gets at least :data:`STEP_FLOPS_PER_THREAD` of a step's work. A larger batch
+samples/s) and at 32,768 by 1.45x. So a batch grows with the example count (it doubles with
+each doubling of the training rows beyond :data:`SCALE_FROM_ROWS`: 1,024 below 131,072 rows,
+16,384 from 1,048,576), and threads are added only when each gets at least
+:data:`STEP_FLOPS_PER_THREAD` of a step's work. A larger batch
 takes a learning rate larger by the square root of the growth (the rule for Adam-type
 optimisers), reached by a linear warm-up over the first steps. At the base batch nothing changes:
 the same steps, rate and thread count as a fit with scaling off.
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from infra.devices import available_cores
 from infra.settings import TrainingSettings
 
-MIN_STEPS_PER_EPOCH = 64
+SCALE_FROM_ROWS = 65_536  # the batch doubles with each doubling of the training rows beyond
 STEP_FLOPS_PER_THREAD = 200e6  # forward + backward FLOPs of one step that one thread must get
 WARMUP_STEPS = 50
 
@@ -42,10 +43,10 @@ class NetworkPlan:
 
 
 def scaled_batch_size(rows: int, base: int, largest: int) -> int:
-    """The base batch doubled while an epoch of ``rows`` rows keeps at least
-    :data:`MIN_STEPS_PER_EPOCH` steps and the batch stays within ``largest``."""
+    """The base batch doubled with every doubling of ``rows`` beyond :data:`SCALE_FROM_ROWS`
+    (so an epoch keeps at least ``SCALE_FROM_ROWS / base`` steps), at most ``largest``."""
     batch = base
-    while batch * 2 <= largest and rows // (batch * 2) >= MIN_STEPS_PER_EPOCH:
+    while batch * 2 <= largest and rows >= SCALE_FROM_ROWS * (batch * 2 // base):
         batch *= 2
     return batch
 

@@ -14,7 +14,7 @@ from infra.settings import TrainingSettings
 from infra.store import LocalFolderStore
 from tasks.ml import network_plan as plan_module
 from tasks.ml.models import FitJob, get_family
-from tasks.ml.network_plan import MIN_STEPS_PER_EPOCH, network_plan, threads_for_step
+from tasks.ml.network_plan import SCALE_FROM_ROWS, network_plan, threads_for_step
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SnapshotStream
 from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
@@ -46,11 +46,12 @@ def test_a_small_run_keeps_the_base_batch_rate_and_one_thread():
 def test_the_batch_grows_with_the_examples_and_the_rate_by_its_square_root():
     big = plan(1_400_000, cores=2)  # 2M customers' training examples
     assert big.batch_size == 16_384
-    assert 1_400_000 // big.batch_size >= MIN_STEPS_PER_EPOCH
     assert big.learning_rate == pytest.approx(2e-3 * math.sqrt(16))
     assert big.warmup_steps > 0
-    mid = plan(300_000, cores=2)
-    assert mid.batch_size == 4096 and 300_000 // (2 * mid.batch_size) < MIN_STEPS_PER_EPOCH
+    assert plan(300_000, cores=2).batch_size == 4096
+    assert plan(2 * SCALE_FROM_ROWS - 1, cores=2).batch_size == 1024  # the 4.3M-event run's size
+    assert plan(2 * SCALE_FROM_ROWS, cores=2).batch_size == 2048
+    assert plan(300_000, cores=2, batch_size=32).batch_size == 128  # a batch set small stays so
     assert plan(1_400_000, cores=2, max_batch_size=1024).batch_size == 1024  # scaling off
 
 
@@ -80,6 +81,7 @@ def test_a_network_fit_runs_with_the_plan_and_records_it(snapshot, monkeypatch, 
     data, normalizer = snapshot
     monkeypatch.setattr(plan_module, "available_cores", lambda: 2)
     monkeypatch.setattr(plan_module, "STEP_FLOPS_PER_THREAD", 1.0)  # any step is work for 2
+    monkeypatch.setattr(plan_module, "SCALE_FROM_ROWS", 500)  # these rows count as many
     before = torch.get_num_threads()
     settings = TrainingSettings(max_epochs=1, batch_size=8, max_batch_size=64, seed=1)
     try:
@@ -93,7 +95,7 @@ def test_a_network_fit_runs_with_the_plan_and_records_it(snapshot, monkeypatch, 
         torch.set_num_threads(before)
     record = outcome.record
     rows = data.rows("train")
-    assert record["batch_size"] == 32 and rows // 32 >= MIN_STEPS_PER_EPOCH > rows // 64
+    assert rows >= 2000 and record["batch_size"] == 32  # 8 x 4 (rows over 2,000), within 64
     assert record["steps"] == math.ceil(rows / 32)  # the loop stepped with the scaled batch
     assert record["scaled_learning_rate"] == pytest.approx(settings.learning_rate * 2)
     assert record["threads"] == threads == 2
