@@ -31,6 +31,8 @@ import datetime as dt
 import re
 from urllib.parse import quote, unquote
 
+from infra.errors import HybridflowInputError
+
 RUNS = "runs"
 FEATURES = "features"
 SNAPSHOTS = "snapshots"
@@ -60,9 +62,23 @@ _SCORING_FEATURES_MANIFEST = re.compile(
 # runs and their stage outputs
 
 
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+"""A run id: a flow-run id, a run key ``run-<sha>`` or a name a user gave; one path segment."""
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` when it is one (letters, digits, ``_ . -``; no path); else an input error."""
+    if not RUN_ID.match(run_id) or ".." in run_id:
+        raise HybridflowInputError(
+            f"not a run id: {run_id!r} (run ids are letters, digits, '-', '_' and '.', as "
+            "printed by 'hybridflow features' and 'hybridflow run')"
+        )
+    return run_id
+
+
 def stage_manifest_key(run_id: str, stage: str) -> str:
     """Where a stage of a run publishes its result (the last thing it writes)."""
-    return f"{RUNS}/{run_id}/{stage}.json"
+    return f"{RUNS}/{check_run_id(run_id)}/{stage}.json"
 
 
 def run_dataset_prefix(run_id: str, name: str) -> str:

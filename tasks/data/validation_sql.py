@@ -24,17 +24,22 @@ engines then quarantine by it;
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     REASON_DUPLICATE,
+    REASON_EVENT_TIME_BEFORE_FLOOR,
+    REASON_EVENT_TIME_IN_FUTURE,
     REASON_INVALID_AMOUNT,
     REASON_INVALID_EVENT_TIME,
     REASON_INVALID_QUANTITY,
     REASON_MISSING_CUSTOMER_ID,
 )
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 TYPED_IN_TEXT = {"event_time": "timestamp_text", "amount": "double_text"}
 """The functions that write a kept (typed) value as text; other columns are cast."""
@@ -63,6 +68,44 @@ RULES: tuple[Rule, ...] = (
         needs="quantity",
     ),
 )
+
+
+@dataclass(frozen=True)
+class EventTimeBounds:
+    """The event times a run accepts: from ``floor`` up to ``ceiling`` (both included, aware
+    UTC). Rows outside are quarantined (``event_time_before_floor``, ``event_time_in_future``)."""
+
+    floor: dt.datetime
+    ceiling: dt.datetime
+
+    @classmethod
+    def around(cls, now: dt.datetime, max_lead: dt.timedelta, floor: dt.date) -> EventTimeBounds:
+        """Events up to ``max_lead`` after ``now``, from the start of the day ``floor`` on."""
+        start = dt.datetime.combine(floor, dt.time.min, tzinfo=dt.UTC)
+        return cls(floor=start, ceiling=now.astimezone(dt.UTC) + max_lead)
+
+    def floor_micros(self) -> int:
+        return _micros(self.floor)
+
+    def ceiling_micros(self) -> int:
+        return _micros(self.ceiling)
+
+
+def _micros(value: dt.datetime) -> int:
+    return (value.astimezone(dt.UTC) - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+def contract_rules(bounds: EventTimeBounds | None = None) -> tuple[Rule, ...]:
+    """:data:`RULES` with, when ``bounds`` are given, the event-time bounds as literals right
+    after the rule about unparsable times (so a row out of bounds is quarantined by its time)."""
+    if bounds is None:
+        return RULES
+    bounded = (
+        Rule(REASON_EVENT_TIME_IN_FUTURE, f"event_time > {bounds.ceiling_micros()}"),
+        Rule(REASON_EVENT_TIME_BEFORE_FLOOR, f"event_time < {bounds.floor_micros()}"),
+    )
+    at = next(i for i, r in enumerate(RULES) if r.reason == REASON_INVALID_EVENT_TIME) + 1
+    return (*RULES[:at], *bounded, *RULES[at:])
 
 
 def reason_sql(present: Sequence[str], rules: Sequence[Rule] = RULES) -> str:

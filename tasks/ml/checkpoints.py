@@ -7,19 +7,20 @@ Layout per training run (``training_id``)::
 
 A checkpoint exists once its manifest exists, so a crash or a store failure mid-save leaves
 nothing that a reader would pick up. Reading verifies the sha256 before
-``torch.load(weights_only=True)``; a corrupt or truncated newest checkpoint is skipped with a
-warning in favour of the one before. Only the newest ``keep`` checkpoints are kept.
+``torch.load(weights_only=True)``; a newest checkpoint that is corrupt, truncated, missing or not a
+weights-only torch file (a pickle with a blocked global) is skipped with a warning naming it, in
+favour of the one before (:meth:`CheckpointStore.candidates`). Only the newest ``keep``
+checkpoints are kept.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import io
 import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from infra.layout import (
 )
 from infra.settings import CheckpointSettings
 from infra.store import ObjectStore, sha256_bytes, sha256_file
+from tasks.ml.weights import WeightsUnreadableError, load_weights
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,10 @@ class LoadedCheckpoint(BaseModel):
     manifest: CheckpointManifest
     state: dict[str, Any]
     uri: str
+
+
+class CheckpointUnusableError(ValueError):
+    """A checkpoint whose bytes verify but whose state cannot be used (unreadable, not a dict)."""
 
 
 class CheckpointPolicy:
@@ -104,6 +110,7 @@ class CheckpointStore:
         self.prefix = checkpoints_prefix(training_id)
         self._executor: ThreadPoolExecutor | None = None
         self._pending: Future[CheckpointManifest] | None = None
+        self.skipped: list[int] = []  # steps :meth:`candidates` passed over, newest first
 
     def uri(self) -> str:
         """Where this run's checkpoints live."""
@@ -194,31 +201,54 @@ class CheckpointStore:
         return sorted(out, key=lambda m: m.step, reverse=True)
 
     def load(self, manifest: CheckpointManifest) -> LoadedCheckpoint:
-        """Fetch and verify one checkpoint; ChecksumMismatchError when its bytes are corrupt."""
+        """Fetch and verify one checkpoint; ChecksumMismatchError when its bytes are corrupt,
+        CheckpointUnusableError when they are not a weights-only torch file of a state dict."""
         key = checkpoint_state_key(self.training_id, manifest.step)
+        uri = self.store.key_uri(key)
         data = self.store.get_bytes(key)
         actual = sha256_bytes(data)
-        if actual != manifest.files[CHECKPOINT_STATE]:
+        if actual != manifest.files.get(CHECKPOINT_STATE):
             raise ChecksumMismatchError(
-                f"{self.store.key_uri(key)}: sha256 {actual[:12]}... does not match its "
-                f"manifest ({manifest.files[CHECKPOINT_STATE][:12]}...)"
+                f"{uri}: sha256 {actual[:12]}... does not match its manifest "
+                f"({(manifest.files.get(CHECKPOINT_STATE) or 'none')[:12]}...)"
             )
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        return LoadedCheckpoint(manifest=manifest, state=state, uri=self.store.key_uri(key))
+        try:
+            state = load_weights(data)
+        except WeightsUnreadableError as exc:
+            raise CheckpointUnusableError(f"{uri}: {exc}") from None
+        if not isinstance(state, dict):
+            raise CheckpointUnusableError(
+                f"{uri}: it holds a {type(state).__name__}, not a training state"
+            )
+        return LoadedCheckpoint(manifest=manifest, state=state, uri=uri)
 
-    def latest_valid(self) -> LoadedCheckpoint | None:
-        """The newest checkpoint that verifies; corrupt or missing ones are skipped with a warning."""
+    def candidates(self) -> Iterator[LoadedCheckpoint]:
+        """The checkpoints that verify and load, newest first; the others are skipped with a
+        warning naming them (and their steps recorded in :attr:`skipped`). A caller that cannot
+        use one either (another network, a state that does not restore) calls :meth:`skip` and
+        takes the next."""
+        self.skipped = []
         for manifest in self.manifests():
             try:
-                return self.load(manifest)
-            except (ChecksumMismatchError, FileNotFoundError) as exc:
-                log.warning(
-                    "checkpoint step %d of training %s skipped: %s",
-                    manifest.step,
-                    self.training_id,
-                    exc,
-                )
-        return None
+                loaded = self.load(manifest)
+            except (ChecksumMismatchError, CheckpointUnusableError, FileNotFoundError) as exc:
+                self.skip(manifest.step, str(exc))
+                continue
+            yield loaded
+
+    def skip(self, step: int, reason: str) -> None:
+        """Warn that checkpoint ``step`` is passed over, and why."""
+        self.skipped.append(step)
+        log.warning(
+            "checkpoint step %d of training %s skipped (the one before is tried next): %s",
+            step,
+            self.training_id,
+            reason,
+        )
+
+    def latest_valid(self) -> LoadedCheckpoint | None:
+        """The newest checkpoint that verifies and loads; the others are skipped with a warning."""
+        return next(self.candidates(), None)
 
     def clear(self) -> int:
         """Remove every checkpoint of this run (``--fresh``); returns how many there were."""

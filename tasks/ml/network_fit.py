@@ -10,6 +10,7 @@ it from a checkpoint state.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
@@ -19,10 +20,10 @@ import torch
 from torch import nn
 
 from infra.settings import CheckpointSettings
-from tasks.ml.checkpoints import CheckpointPolicy
+from tasks.ml.checkpoints import CheckpointPolicy, LoadedCheckpoint
 from tasks.ml.models.base import FitJob
 from tasks.ml.network_plan import NetworkPlan, network_plan
-from tasks.ml.training_loop import Progress, TrainOutcome, train_model
+from tasks.ml.training_loop import Progress, TrainOutcome, check_resume, train_model
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +36,31 @@ def fit_network(
 ) -> TrainOutcome:
     """Train ``network`` (or the newest valid checkpoint of ``job.checkpoints``, rebuilt by
     ``rebuild``) with early stopping; ``outcome.interrupted`` after ``job.stop_after_steps``."""
-    settings, ctx, device = job.settings, job.ctx, job.device
     plan = plan_fit(network, job, learning_rate)
+    job = dataclasses.replace(
+        job, settings=job.settings.model_copy(update={"batch_size": plan.batch_size})
+    )
+    settings, ctx, device = job.settings, job.ctx, job.device
     if device.type == "cpu":
         torch.set_num_threads(plan.threads)
     resume: dict[str, Any] | None = None
     checkpoints = job.checkpoints
     if checkpoints is not None:
-        loaded = checkpoints.latest_valid()
+        resumed = resume_point(network, job, plan.learning_rate, rebuild)
         ctx.barrier()  # every rank has chosen its checkpoint before rank 0 may write a newer one
-        if loaded is None:
-            log.info("training %s starts at step 0", checkpoints.training_id)
+        if resumed is None:
+            if checkpoints.skipped:
+                log.warning(
+                    "training %s starts fresh at step 0: none of its %d checkpoints can be "
+                    "resumed (steps %s skipped, see above)",
+                    checkpoints.training_id,
+                    len(checkpoints.skipped),
+                    ", ".join(map(str, checkpoints.skipped)),
+                )
+            else:
+                log.info("training %s starts at step 0", checkpoints.training_id)
         else:
+            network, loaded = resumed
             m = loaded.manifest
             log.info(
                 "training %s resumed from checkpoint step %d (epoch %d, batch %d) at %s",
@@ -56,7 +70,7 @@ def fit_network(
                 m.batch,
                 loaded.uri,
             )
-            network, resume = rebuild(loaded.state), loaded.state
+            resume = loaded.state
 
     def save(state: dict, progress: Progress) -> None:
         assert checkpoints is not None
@@ -79,7 +93,7 @@ def fit_network(
         outcome = train_model(
             network,
             job.data,
-            settings.model_copy(update={"batch_size": plan.batch_size}),
+            settings,
             device,
             learning_rate=plan.learning_rate,
             warmup_steps=plan.warmup_steps,
@@ -99,6 +113,60 @@ def fit_network(
             checkpoints.close()
     outcome.plan = plan
     return outcome
+
+
+def resume_point(
+    network: nn.Module,
+    job: FitJob,
+    learning_rate: float,
+    rebuild: Callable[[dict[str, Any]], nn.Module],
+) -> tuple[nn.Module, LoadedCheckpoint] | None:
+    """The network rebuilt from the newest checkpoint that can continue this training, and that
+    checkpoint; None when none can. A checkpoint that fails anywhere (its bytes, its state, a
+    network other than ``network``'s, an optimiser or position that does not restore) is
+    skipped with a warning naming it, like a checksum failure."""
+    checkpoints = job.checkpoints
+    assert checkpoints is not None
+    for loaded in checkpoints.candidates():
+        try:
+            candidate = rebuild(loaded.state)
+            same_network(candidate, network)
+            check_resume(
+                candidate,
+                job.data,
+                job.settings,
+                job.device,
+                loaded.state,
+                learning_rate=learning_rate,
+                ctx=job.ctx,
+            )
+        except Exception as exc:  # any failure means: not this one; the reason is logged
+            checkpoints.skip(loaded.manifest.step, f"{loaded.uri}: {unusable_reason(exc)}")
+            continue
+        return candidate, loaded
+    return None
+
+
+def same_network(candidate: nn.Module, expected: nn.Module) -> None:
+    """ValueError when a checkpoint's network is not the one this training fits (another
+    family, architecture, feature list or normaliser)."""
+    if type(candidate) is not type(expected):
+        raise ValueError(
+            f"it holds a {type(candidate).__name__}, this training fits a {type(expected).__name__}"
+        )
+    have, want = candidate.config.model_dump(), expected.config.model_dump()
+    differ = sorted(k for k in have.keys() | want.keys() if have.get(k) != want.get(k))
+    if differ:
+        raise ValueError(f"it holds another network (its {', '.join(differ)} differ)")
+
+
+def unusable_reason(exc: BaseException) -> str:
+    """One line on why a checkpoint's state could not be used."""
+    if isinstance(exc, KeyError):
+        return f"its state lacks {exc.args[0]!r}" if exc.args else "its state is incomplete"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = "; ".join(lines[:2]) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:300]}"
 
 
 def plan_fit(network: nn.Module, job: FitJob, learning_rate: float) -> NetworkPlan:

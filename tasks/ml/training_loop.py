@@ -162,6 +162,30 @@ def train_model(
     return loop.finish()
 
 
+def check_resume(
+    model: nn.Module,
+    data: SnapshotStream,
+    settings: TrainingSettings,
+    device: torch.device,
+    state: dict[str, Any],
+    *,
+    learning_rate: float | None = None,
+    ctx: DistContext | None = None,
+) -> None:
+    """Raise (KeyError, RuntimeError, ValueError, TypeError) when ``state`` cannot continue the
+    training of ``model``: the restore :func:`train_model` would do, tried on a throwaway
+    optimiser and scheduler (the global RNG is left as it was), and the best weights' shapes."""
+    with torch.random.fork_rng(devices=[]):
+        loop = _TrainingLoop(
+            model, data, settings, device, learning_rate, ctx or DistContext(), None, None
+        )
+        loop.restore(state)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    best = loop.best_state
+    if best is not None and {k: tuple(v.shape) for k, v in best.items()} != shapes:
+        raise ValueError("its best weights do not fit the network")
+
+
 class _TrainingLoop:
     """The state of one training run: model, optimiser, scheduler, best weights, position."""
 

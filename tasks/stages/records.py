@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
+from infra.errors import HybridflowInputError
 from infra.layout import stage_manifest_key
 from infra.routing.profiles import StageProfile
 from infra.store import ObjectStore
@@ -62,6 +63,9 @@ class ValidateResult(BaseModel):
     available_columns: list[str]
     first_event: dt.datetime | None
     last_event: dt.datetime | None
+    event_time_ceiling: dt.datetime | None = Field(
+        default=None, description="the latest event time accepted (later: event_time_in_future)"
+    )
 
 
 class FeaturesResult(BaseModel):
@@ -93,6 +97,10 @@ class FeaturesResult(BaseModel):
     )
     sequence_length: int = Field(
         default=0, description="events per customer in the seq_* columns (0: none published)"
+    )
+    label_window_note: str | None = Field(
+        default=None,
+        description="with as_of after the last event: how much of the label window holds events",
     )
 
 
@@ -155,6 +163,18 @@ class InferenceResult(BaseModel):
 def write_stage_manifest(store: ObjectStore, run_id: str, stage: str, result: BaseModel) -> None:
     """Publish a stage's result (atomically; last thing a stage does)."""
     store.put_bytes(stage_manifest_key(run_id, stage), result.model_dump_json(indent=2).encode())
+
+
+def require_stage_manifest(store: ObjectStore, run_id: str, stage: str) -> None:
+    """A user named a run whose ``stage`` should have finished: an input error (one line, no
+    retry) when the store holds no such manifest."""
+    key = stage_manifest_key(run_id, stage)
+    if not store.exists(key):
+        raise HybridflowInputError(
+            f"no run {run_id!r} with a finished {stage} stage in the store "
+            f"({store.key_uri(key)} not found): give a run id 'hybridflow features' or "
+            "'hybridflow run' printed"
+        )
 
 
 def read_stage_manifest(store: ObjectStore, run_id: str, stage: str, model: type[M]) -> M:

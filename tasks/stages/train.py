@@ -36,12 +36,12 @@ from tasks.ml.ddp import DistContext, init_distributed, launch_ddp_training
 from tasks.ml.evaluation import ModelEvaluation
 from tasks.ml.models import FamilySpec, FitJob, FitOutcome, family_specs, get_family
 from tasks.ml.normalizer import Normalizer
-from tasks.ml.promotion import PromotionDecision
+from tasks.ml.promotion import GateFigures, PromotionDecision
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.ml.training_loop import EpochRecord
 from tasks.ml.warm_start import CODE_VERSION, StartPoint, choose_start, training_id
-from tasks.stages.gate import gate_and_promote
-from tasks.stages.quality import judge_candidate
+from tasks.stages.gate import RecipeBacktest, gate_and_promote
+from tasks.stages.quality import judge_candidate, run_backtest
 from tasks.stages.records import (
     FeaturesResult,
     PreprocessResult,
@@ -192,7 +192,18 @@ def train_stage(
                 contenders.append(contender)
         if not ctx.is_main:
             return None
-        return _crown_and_gate(registry, contenders, data, settings, options, started, device.type)
+
+        def recipe_backtest(spec: FamilySpec) -> GateFigures:
+            report = run_backtest(
+                store, prepared, data.newest_origin(), spec, settings, device, as_of, horizon_days
+            )
+            if report.result is None:
+                raise ValueError(f"the backtest of {spec.kind} was skipped: {report.reason}")
+            return GateFigures(logloss=report.result.model.logloss, auc=report.result.model.auc)
+
+        return _crown_and_gate(
+            registry, contenders, data, settings, options, started, device.type, recipe_backtest
+        )
     finally:
         release_local_dir(store, local)
 
@@ -409,6 +420,7 @@ def _crown_and_gate(
     options: TrainingOptions,
     started: float,
     device: str,
+    recipe_backtest: RecipeBacktest,
 ) -> TrainStageOutput:
     """Rank the contenders, apply the gate to the champion (also a version an earlier run
     registered and may not have gated before it died) and report the stage's result."""
@@ -422,7 +434,13 @@ def _crown_and_gate(
     manifest = champion.manifest
     judged = data.newest_origin()  # the test split the candidate's test metrics are of
     decision, promoted, production_version = gate_and_promote(
-        registry, manifest, judged, settings.promotion_margin
+        registry,
+        manifest,
+        [c.manifest for c in contenders],
+        judged,
+        settings.promotion_margin,
+        basis=basis,
+        recipe_backtest=recipe_backtest,
     )
     if not promoted and registry.alias() is None:
         raise HybridflowInputError(

@@ -34,6 +34,7 @@ from tasks.ml.models.base import (
 from tasks.ml.models.registry import register_family
 from tasks.ml.network_fit import fit_network, outcome_record, state_dict_cpu
 from tasks.ml.training_loop import network_logits
+from tasks.ml.weights import load_weights
 
 WEIGHTS_FILE = "model.pt"
 
@@ -175,7 +176,7 @@ class MLPFamily(ModelFamily):
         if WEIGHTS_FILE not in files:
             raise ChecksumMismatchError(f"model bundle lacks {WEIGHTS_FILE} or its checksum")
         network = CustomerMLP(ModelConfig.model_validate(config))
-        state = torch.load(io.BytesIO(files[WEIGHTS_FILE]), map_location="cpu", weights_only=True)
+        state = load_weights(files[WEIGHTS_FILE])
         network.load_state_dict(state)
         return MLPModel(network)
 
