@@ -27,6 +27,7 @@ from flows.executors import (
 )
 from flows.params import Device, StageParams, resolve
 from flows.signals import signal_refresh
+from infra import startup
 from infra.layout import version_manifest_key
 from infra.routing.accounting import account_run
 from infra.routing.planner import RoutingPlan
@@ -83,6 +84,7 @@ class PipelineParams(StageParams):
 def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     """The whole DAG: in this process (embedded) or unit by unit on the pools (deployed)."""
     started = time.perf_counter()
+    startup.pipeline_started()
     run = resolve(params)
     plan = plan_pipeline(
         params.events,
@@ -102,12 +104,18 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         units = run_on_pools(stage_params, unit_pools(plan), run.store, run.settings)
     else:
         units = run_in_process(stage_params)
+    steps = startup.startup_breakdown()
     summary = run_summary(
         run.store,
         run_id,
         resolve_run_id(None),
         stage_origins(units),
         seconds=time.perf_counter() - started,
+    ).model_copy(
+        update={
+            "startup_seconds": round(sum(steps.values()), 3) if steps else None,
+            "startup": steps,
+        }
     )
     publish_pipeline_artifacts(
         summary, run.store.key_uri(version_manifest_key(summary.model_version))
