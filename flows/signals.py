@@ -40,9 +40,7 @@ def signal_refresh(
     )
     emitted: dict[str, str | None] = {}
     if report is not None and report.drifted:
-        emitted["drift"] = emit(
-            drift_detected(report, events, fingerprint, _status_line(report))
-        )
+        emitted["drift"] = emit(drift_detected(report, events, fingerprint, _status_line(report)))
     if summary.promoted:
         emitted["promoted"] = emit(
             model_promoted(

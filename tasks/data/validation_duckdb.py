@@ -25,7 +25,7 @@ from infra.duckdb_session import (
 )
 from tasks.data.spark_text import java_double_strings
 from tasks.data.validation_sql import (
-    EventTimeBounds,
+    RowBounds,
     contract_rules,
     deduplicated_sql,
     good_sql,
@@ -128,7 +128,7 @@ class InProcessValidation:
         sources: dict[str, str],
         *,
         tables: dict[str, pa.Table] | None = None,
-        bounds: EventTimeBounds | None = None,
+        bounds: RowBounds | None = None,
     ) -> None:
         """``source``: a DuckDB relation (SQL) over the input, which may name ``tables``;
         ``schema``: the input's Arrow types by contract name; ``sources``: the input's column
@@ -159,15 +159,13 @@ class InProcessValidation:
         files: Sequence[Path],
         schema: pa.Schema,
         sources: dict[str, str],
-        bounds: EventTimeBounds | None = None,
+        bounds: RowBounds | None = None,
     ) -> InProcessValidation:
         """Over Parquet ``files`` of one schema (Arrow types by contract name)."""
         return cls(parquet_files_sql(files), schema, sources, bounds=bounds)
 
     @classmethod
-    def of_table(
-        cls, events: pa.Table, bounds: EventTimeBounds | None = None
-    ) -> InProcessValidation:
+    def of_table(cls, events: pa.Table, bounds: RowBounds | None = None) -> InProcessValidation:
         """Over an Arrow table with contract column names (other columns ignored)."""
         names = [c for c in CONTRACT_COLUMNS if c in events.column_names]
         table = pa.table({c: pc.cast(events[c], value_type(events[c].type)) for c in names})

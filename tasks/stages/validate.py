@@ -31,7 +31,7 @@ from tasks.data.input_formats import (
 )
 from tasks.data.validation import ValidatedEvents, conform_events, split_valid_events
 from tasks.data.validation_duckdb import in_process_type_problem
-from tasks.data.validation_sql import EventTimeBounds
+from tasks.data.validation_sql import RowBounds
 from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     QUARANTINE_REASONS,
@@ -76,7 +76,7 @@ def validate_stage(
     use_cache: bool = True,
     on_quarantine: Callable[[ValidateResult], None] | None = None,
     in_process_rows: int | None = None,
-    bounds: EventTimeBounds | None = None,
+    bounds: RowBounds | None = None,
 ) -> ValidateResult:
     """Read, validate and publish the run's good events and its quarantine.
 
@@ -99,6 +99,7 @@ def validate_stage(
         files=files_fingerprint(path, files),
         options=options.model_dump(mode="json"),
         floor=bounds.floor.isoformat(),
+        max_amount=bounds.max_amount,
         code=code_version(*VALIDATE_CODE),
     )
     result = load_cached(store, "validate", fingerprint, ValidateResult) if use_cache else None
@@ -128,18 +129,20 @@ def validate_stage(
     return result
 
 
-def event_time_bounds(now: dt.datetime | None = None) -> EventTimeBounds:
-    """The event times a run validated ``now`` (default: this machine's clock) accepts: from
-    the ``event_time_floor`` setting to ``event_time_max_lead_hours`` after ``now``."""
+def event_time_bounds(now: dt.datetime | None = None) -> RowBounds:
+    """The values a run validated ``now`` (default: this machine's clock) accepts: event times
+    from the ``event_time_floor`` setting to ``event_time_max_lead_hours`` after ``now``,
+    amounts up to ``max_amount``."""
     settings = get_settings()
-    return EventTimeBounds.around(
+    return RowBounds.around(
         now or dt.datetime.now(dt.UTC),
         dt.timedelta(hours=settings.event_time_max_lead_hours),
         settings.event_time_floor,
+        settings.max_amount,
     )
 
 
-def cached_within(result: ValidateResult, bounds: EventTimeBounds) -> bool:
+def cached_within(result: ValidateResult, bounds: RowBounds) -> bool:
     """Whether a cached result (same floor) is what ``bounds`` give: it kept nothing after
     their ceiling, and when it quarantined rows as in the future, its ceiling was no earlier
     (else some of them may be due now)."""
@@ -162,7 +165,7 @@ def validates_in_process(found: EventsInput, in_process_rows: int) -> bool:
 
 
 def validate_in_process(
-    store: ObjectStore, run_id: str, found: EventsInput, bounds: EventTimeBounds | None = None
+    store: ObjectStore, run_id: str, found: EventsInput, bounds: RowBounds | None = None
 ) -> ValidateResult:
     """:func:`validate_events` in this process, for an input :func:`validates_in_process`."""
     started = time.perf_counter()
@@ -186,7 +189,7 @@ def validate_events(
     path: Path,
     options: InputOptions,
     found: EventsInput | None = None,
-    bounds: EventTimeBounds | None = None,
+    bounds: RowBounds | None = None,
 ) -> ValidateResult:
     """Read ``path`` (already inspected: ``found``), split good rows from bad (event times
     within ``bounds`` when given), publish both; figures for the summary.

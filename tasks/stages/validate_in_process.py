@@ -19,12 +19,12 @@ from tasks.data.validation_duckdb import (
     InProcessValidation,
     ValidationFigures,
 )
-from tasks.data.validation_sql import EventTimeBounds
+from tasks.data.validation_sql import RowBounds
 from tasks.stages.spark_io import spark_schema_metadata
 
 
 def publish_validated_in_process(
-    store: ObjectStore, run_id: str, found: EventsInput, bounds: EventTimeBounds | None = None
+    store: ObjectStore, run_id: str, found: EventsInput, bounds: RowBounds | None = None
 ) -> tuple[DatasetManifest, DatasetManifest, ValidationFigures]:
     """Validate the Parquet input ``found`` describes (one schema, see
     :func:`tasks.data.input_formats.inspect_events`), event times within ``bounds`` when
