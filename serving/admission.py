@@ -7,7 +7,10 @@ requests). Only active connections cost the server work; the others cost a socke
 connection would go over a cap (its client's, or the endpoint's), the longest-idle connection
 under that cap is closed first, then the one that has waited longest for its headers (a slow
 sender: a client that sends its headers at once is never the oldest waiter for long); only when
-every connection under the cap is active is the new one refused. Nothing here does I/O: the
+every connection under the cap is active is the new one refused. A connection idle for less
+than ``IDLE_GRACE_S`` is closed only after the waiting ones: its client may have sent its next
+request already (the keep-alive race), and a busy client's connections are never idle longer.
+Nothing here does I/O: the
 protocol (:mod:`serving.connections`) closes what :meth:`ConnectionTable.admit` names.
 """
 
@@ -18,8 +21,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Phase = Literal["waiting", "active", "idle"]
-# what is closed first to make room, in order
-EVICTION_ORDER: tuple[Phase, ...] = ("idle", "waiting")
+IDLE_GRACE_S = 1.0
 
 
 @dataclass
@@ -69,14 +71,14 @@ class ConnectionTable:
         it. The evicted connections are already out of the table; the caller closes them."""
         admission = Admission()
         if self.of_client(client) >= self.max_per_client:
-            victim = self._victim(self._by_client[client])
+            victim = self._victim(self._by_client[client], now)
             if victim is None:
                 admission.refused = "client_limit"
                 return admission
             admission.evicted.append((victim, self._open[victim].phase))
             self.remove(victim)
         if len(self._open) >= self.max_open:
-            victim = self._victim(self._open)
+            victim = self._victim(self._open, now)
             if victim is None:
                 admission.refused = "connection_limit"
                 return admission
@@ -110,12 +112,21 @@ class ConnectionTable:
             if not keys:
                 del self._by_client[entry.client]
 
-    def _victim(self, keys) -> Hashable | None:
-        """The connection among ``keys`` to close first: the longest idle, else the longest
-        waiting for its headers; None when all of them are active."""
-        for phase in EVICTION_ORDER:
-            candidates = [(self._open[k].since, i, k) for i, k in enumerate(keys)]
-            candidates = [c for c in candidates if self._open[c[2]].phase == phase]
-            if candidates:
-                return min(candidates, key=lambda c: (c[0], c[1]))[2]
+    def _victim(self, keys, now: float) -> Hashable | None:
+        """The connection among ``keys`` to close first: the longest idle (for at least
+        ``IDLE_GRACE_S``), else the longest waiting for its headers, else the longest idle;
+        None when all of them are active."""
+        idle, waiting = [], []
+        for i, key in enumerate(keys):
+            entry = self._open[key]
+            if entry.phase == "idle":
+                idle.append((entry.since, i, key))
+            elif entry.phase == "waiting":
+                waiting.append((entry.since, i, key))
+        oldest_idle = min(idle, default=None)
+        if oldest_idle is not None and now - oldest_idle[0] >= IDLE_GRACE_S:
+            return oldest_idle[2]
+        for oldest in (min(waiting, default=None), oldest_idle):
+            if oldest is not None:
+                return oldest[2]
         return None

@@ -27,6 +27,16 @@ def test_idle_connections_are_closed_first_then_the_longest_waiting():
     assert len(table) == 3 and table.phases() == {"waiting": 0, "active": 3, "idle": 0}
 
 
+def test_a_connection_idle_for_a_moment_goes_after_the_waiting_ones():
+    table = ConnectionTable(max_open=2, max_per_client=10)
+    table.admit("busy", "10.0.0.1", 0.0)
+    table.admit("slow", "10.0.0.2", 1.0)
+    table.set_phase("busy", "idle", 10.0)  # between two requests: its next may be on its way
+    assert table.admit("new", "10.0.0.3", 10.5).evicted == [("slow", "waiting")]
+    table.set_phase("new", "active", 10.6)
+    assert table.admit("later", "10.0.0.4", 10.7).evicted == [("busy", "idle")]
+
+
 def test_a_client_over_its_share_makes_room_among_its_own_connections():
     table = ConnectionTable(max_open=100, max_per_client=2)
     table.admit("other", "10.0.0.9", 0.0)
