@@ -90,7 +90,7 @@ class HostileClients:
                 return
             try:
                 sock.sendall(IDLE_REQUEST)
-                answer = sock.recv(65536)
+                answer = _response(sock)
             except OSError:
                 answer = b""
             if answer.startswith(b"HTTP/1.1 200 "):
@@ -159,3 +159,24 @@ class HostileClients:
                 answer = b""
             self.counts["floods"] += 1
             self.counts[f"floods_{answer[9:12].decode() if answer else 'reset'}"] += 1
+
+
+def _response(sock: socket.socket) -> bytes:
+    """One whole response (headers and its Content-Length of body); what came before a close."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return data

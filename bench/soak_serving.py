@@ -213,7 +213,7 @@ def _drive(endpoint: Server, store, table, seconds: float, log: Path) -> dict:
     attacks = hostile.stop()
     metrics = _reload_failures(endpoint.url)
     refusal_lines = [
-        line for line in log.read_text(errors="replace").splitlines() if "refused " in line
+        line for line in log.read_text(errors="replace").splitlines() if "serving.refusals" in line
     ]
     return {
         "seconds": round(seconds),
