@@ -30,6 +30,43 @@ def fraction(value: str) -> float:
     return f
 
 
+def horizon_days(value: str) -> int:
+    """argparse type: whole days within the horizons a run may have."""
+    from infra.settings import HORIZON_DAYS_MAX, HORIZON_DAYS_MIN
+
+    try:
+        days = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of days: {value!r}") from None
+    if not HORIZON_DAYS_MIN <= days <= HORIZON_DAYS_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be between {HORIZON_DAYS_MIN} and {HORIZON_DAYS_MAX} days: {value}"
+        )
+    return days
+
+
+def port_number(value: str) -> int:
+    """argparse type: a TCP port, 0-65535 (0: any free port)."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535: {value}")
+    return port
+
+
+def run_id(value: str) -> str:
+    """argparse type: a run id as the store's keys hold it (no path, no '..')."""
+    from infra.errors import HybridflowInputError
+    from infra.layout import check_run_id
+
+    try:
+        return check_run_id(value)
+    except HybridflowInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def column_mapping(value: str) -> tuple[str, str]:
     """argparse type: ``contract_column=source_column``."""
     target, sep, source = value.partition("=")
@@ -46,9 +83,18 @@ def delimiter(value: str) -> str:
     return value
 
 
+def one_character(value: str) -> str:
+    """argparse type: one character (a CSV quote or escape)."""
+    if len(value) != 1:
+        raise argparse.ArgumentTypeError(f"expected one character, got {value!r}")
+    return value
+
+
 def events_path(args: argparse.Namespace) -> Path:
-    """``--events`` as an absolute local path."""
-    return Path(args.events).expanduser().resolve()
+    """``--events`` as an absolute local path (a symbolic link loop is an input error)."""
+    from tasks.data.input_formats import resolve_events_path
+
+    return resolve_events_path(args.events)
 
 
 def check_events_and_start_engines(args: argparse.Namespace) -> None:
@@ -78,6 +124,8 @@ def _input_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "column_map": dict(args.map),
         "csv_delimiter": args.csv_delimiter,
+        "csv_quote": args.csv_quote,
+        "csv_escape": args.csv_escape,
         "timestamp_format": args.timestamp_format,
     }
 
@@ -88,6 +136,7 @@ def run_inputs(args: argparse.Namespace) -> dict[str, Any]:
         "events": str(events_path(args)),
         "as_of": args.as_of,
         "horizon_days": args.horizon_days,
+        "as_of_after_events": args.as_of_after_events,
         "max_bad_fraction": args.max_bad_fraction,
         "device": args.device,
         "input": _input_options(args),
@@ -121,7 +170,13 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     """Options shared by ``run`` and ``features``."""
     p.add_argument("--events", required=True, help="Parquet/CSV file or folder of events")
     p.add_argument("--as-of", type=iso_date, default=None, help="T (default: last event's date)")
-    p.add_argument("--horizon-days", type=int, default=None, help="H (default 90)")
+    p.add_argument(
+        "--as-of-after-events",
+        action="store_true",
+        help="accept an --as-of after the last event's day (the label window then holds fewer "
+        "days of events than the horizon; the run says how many)",
+    )
+    p.add_argument("--horizon-days", type=horizon_days, default=None, help="H (default 90)")
     p.add_argument("--max-bad-fraction", type=fraction, default=None, help="default 0.05")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument(
@@ -133,6 +188,16 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         help="read the contract COLUMN from the input's SOURCE column (repeatable)",
     )
     p.add_argument("--csv-delimiter", type=delimiter, default=None, help="default: detected")
+    p.add_argument(
+        "--csv-quote", type=one_character, default=None, help='CSV quote character (default ")'
+    )
+    p.add_argument(
+        "--csv-escape",
+        type=one_character,
+        default=None,
+        help="character before a quote inside a quoted CSV value (default: the quote itself, "
+        'RFC 4180: "" is one quote; e.g. \\ for exports that write \\")',
+    )
     p.add_argument(
         "--timestamp-format",
         default=None,

@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from cli.args import EXIT_BAD_INPUT, EXIT_FAILURE
 from cli.commands import COMMAND_MODULES
@@ -24,9 +25,17 @@ from infra.prefect_env import configure_prefect_defaults, heartbeats_only_for_a_
 NOISY_LOGGERS = ("httpx", "httpcore", "py4j", "botocore", "urllib3", "s3transfer")
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (the command and what is
+    wrong with which argument, ``--help`` for the usage) and exit code 2, like bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(
+    """The argument parser for every subcommand (subcommands get the same class)."""
+    parser = OneLineErrorParser(
         prog="hybridflow", description="ML pipelines on the hardware that fits each stage."
     )
     parser.add_argument("--debug", action="store_true", help="show stack traces on errors")

@@ -27,6 +27,7 @@ def features_flow(params: StageParams) -> FeaturesResult:
         run.as_of,
         run.horizon_days,
         use_cache=run.use_cache,
+        as_of_after_events=params.as_of_after_events,
     )
     result = record_stage_result(run.store, run_id, FEATURES.name, result)
     publish_stage_table(

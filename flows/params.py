@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from infra.settings import HybridflowSettings, get_settings
+from infra.settings import HORIZON_DAYS_MAX, HORIZON_DAYS_MIN, HybridflowSettings, get_settings
 from infra.store import ObjectStore, open_store
 from tasks.data.input_formats import InputOptions, input_defaults
 
@@ -31,7 +31,15 @@ class RunInputs(BaseModel):
         default=None, description="T (default: HYBRIDFLOW_AS_OF, else the last event's date)"
     )
     horizon_days: int | None = Field(
-        default=None, ge=1, le=3650, description="H (default: HYBRIDFLOW_HORIZON_DAYS)"
+        default=None,
+        ge=HORIZON_DAYS_MIN,
+        le=HORIZON_DAYS_MAX,
+        description="H (default: HYBRIDFLOW_HORIZON_DAYS)",
+    )
+    as_of_after_events: bool = Field(
+        default=False,
+        description="accept an as_of after the last valid event's day (the label window then "
+        "holds fewer days of events than the horizon; the run says how many)",
     )
     max_bad_fraction: float | None = Field(
         default=None, ge=0.0, le=1.0, description="default: HYBRIDFLOW_MAX_BAD_FRACTION"
@@ -82,7 +90,7 @@ def resolve(params: RunInputs) -> ResolvedRun:
         settings=settings,
         store=open_store(params.store or settings.store),
         as_of=params.as_of or settings.as_of,
-        horizon_days=params.horizon_days or settings.horizon_days,
+        horizon_days=settings.horizon_days if params.horizon_days is None else params.horizon_days,
         max_bad_fraction=(
             settings.max_bad_fraction
             if params.max_bad_fraction is None

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from cli.args import EXIT_OK, add_families_arg, events_path, fraction, iso_date
+from cli.args import (
+    EXIT_OK,
+    add_families_arg,
+    events_path,
+    fraction,
+    horizon_days,
+    iso_date,
+)
 from infra.prefect_api import prefect_api, start_temporary_api
 
 
@@ -15,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--events", required=True, help="Parquet/CSV file or folder of events")
     p.add_argument("--as-of", type=iso_date, required=True, help="T: newest date to learn from")
-    p.add_argument("--horizon-days", type=int, default=None, help="default: production's")
+    p.add_argument("--horizon-days", type=horizon_days, default=None, help="default: production's")
     p.add_argument(
         "--promote",
         choices=["if-better", "always"],

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import get_args
 
-from cli.args import EXIT_FAILURE, EXIT_OK
+from cli.args import EXIT_FAILURE, EXIT_OK, port_number
 from infra.settings import StackDatabase
 
 
@@ -15,7 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "up", help="start a local Prefect server, cpu-pool/gpu-pool workers and the deployments"
     )
-    p.add_argument("--port", type=int, default=4200, help="Prefect server/UI port (127.0.0.1)")
+    p.add_argument(
+        "--port", type=port_number, default=4200, help="Prefect server/UI port (127.0.0.1)"
+    )
     p.add_argument("--s3", action="store_true", help="also start a local S3 server (moto) as store")
     p.add_argument(
         "--events", type=Path, default=None, help="default events of the pipeline deployment"

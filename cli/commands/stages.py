@@ -10,6 +10,7 @@ from cli.args import (
     add_run_args,
     check_events_and_start_engines,
     iso_date,
+    run_id,
     run_inputs,
 )
 from infra.prefect_api import prefect_api, start_temporary_api
@@ -22,7 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     features.set_defaults(handler=run_features)
 
     train = sub.add_parser("train", help="train on the snapshot of an earlier features run")
-    train.add_argument("--run-id", required=True, help="run id printed by 'hybridflow features'")
+    train.add_argument(
+        "--run-id", type=run_id, required=True, help="run id printed by 'hybridflow features'"
+    )
     train.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     train.add_argument(
         "--fresh", action="store_true", help="ignore checkpoints of this training and start over"
@@ -60,7 +63,12 @@ def run_features(args: argparse.Namespace) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Train on an earlier run's snapshot."""
+    """Train on an earlier run's snapshot (refused at once when the store has no such run)."""
+    from infra.settings import get_settings
+    from infra.store import open_store
+    from tasks.stages.records import require_stage_manifest
+
+    require_stage_manifest(open_store(get_settings().store), args.run_id, "preprocess")
     start_temporary_api()
     from flows.params import StageParams
     from flows.train import train_flow

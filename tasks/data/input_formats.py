@@ -9,12 +9,14 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import gzip
+import io
 import logging
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,7 +26,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from infra.errors import HybridflowInputError
-from tasks.definitions.contract import ALLOWED_TYPES, CONTRACT_COLUMNS, REQUIRED_COLUMNS
+from tasks.data.timestamp_patterns import (
+    EPOCH_MILLIS,
+    EPOCH_SECONDS,
+    check_timestamp_format,
+)
+from tasks.definitions.contract import (
+    ALLOWED_TYPES,
+    CONTRACT_COLUMNS,
+    REQUIRED_COLUMNS,
+    UNIT_PRICE_NAMES,
+    column_map_hints,
+    letters_only,
+)
 
 if TYPE_CHECKING:
     from infra.settings import HybridflowSettings
@@ -34,7 +48,8 @@ log = logging.getLogger(__name__)
 CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 DELIMITERS = (",", ";", "\t", "|")
-EPOCH_SECONDS, EPOCH_MILLIS = "epoch_seconds", "epoch_millis"
+DEFAULT_QUOTE = '"'
+HEADER_BYTES = 1 << 20
 ISO_TIME = re.compile(
     r"^\d{4}-\d{1,2}-\d{1,2}([ T]\d{1,2}:\d{2}(:\d{2}(\.\d{1,9})?)?)?\s*(Z|UTC|[+-]\d{2}:?\d{2})?$"
 )
@@ -66,6 +81,16 @@ class InputOptions(BaseModel):
         default_factory=dict, description="contract column -> the input's column (any case)"
     )
     csv_delimiter: str | None = Field(default=None, description="default: detected")
+    csv_quote: str | None = Field(
+        default=None, min_length=1, max_length=1, description='default: " (RFC 4180)'
+    )
+    csv_escape: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1,
+        description="the character before a quote inside a quoted value; default: the quote "
+        'itself (RFC 4180: "" is one quote), e.g. \\ for exports that write \\"',
+    )
     timestamp_format: str | None = Field(
         default=None,
         description="Spark datetime pattern (e.g. 'dd/MM/yyyy HH:mm'), 'epoch_seconds' or "
@@ -77,8 +102,46 @@ class InputOptions(BaseModel):
         return InputOptions(
             column_map=fallback.column_map | self.column_map,
             csv_delimiter=self.csv_delimiter or fallback.csv_delimiter,
+            csv_quote=self.csv_quote or fallback.csv_quote,
+            csv_escape=self.csv_escape or fallback.csv_escape,
             timestamp_format=self.timestamp_format or fallback.timestamp_format,
         )
+
+    def csv_dialect(self, delimiter: str) -> CsvDialect:
+        """How CSV files with ``delimiter`` are read (RFC 4180 unless told otherwise)."""
+        quote = self.csv_quote or DEFAULT_QUOTE
+        return CsvDialect(delimiter=delimiter, quote=quote, escape=self.csv_escape or quote)
+
+
+@dataclass(frozen=True)
+class CsvDialect:
+    """How every CSV reader here splits a file into values: the Python pre-check, Spark's and
+    DuckDB's readers get the same three characters. RFC 4180 by default: values may be quoted
+    with ``"``, a quoted value may hold the delimiter and line breaks, and ``""`` inside it is
+    one quote (``escape == quote``); another ``escape`` (e.g. ``\\``) escapes the quote instead."""
+
+    delimiter: str = ","
+    quote: str = '"'
+    escape: str = '"'
+
+    def python_reader_args(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`csv.reader` that read as Spark and DuckDB do."""
+        doubled = self.escape == self.quote
+        return {
+            "delimiter": self.delimiter,
+            "quotechar": self.quote,
+            "doublequote": doubled,
+            "escapechar": None if doubled else self.escape,
+        }
+
+    def spark_options(self) -> dict[str, str]:
+        """Spark's CSV reader options (``multiLine``: a quoted value may span lines)."""
+        return {
+            "sep": self.delimiter,
+            "quote": self.quote,
+            "escape": self.escape,
+            "multiLine": "true",
+        }
 
 
 def input_defaults(settings: HybridflowSettings) -> InputOptions:
@@ -87,6 +150,8 @@ def input_defaults(settings: HybridflowSettings) -> InputOptions:
         column_map=settings.column_map,
         csv_delimiter=settings.csv_delimiter,
         timestamp_format=settings.timestamp_format,
+        csv_quote=settings.csv_quote,
+        csv_escape=settings.csv_escape,
     )
 
 
@@ -103,6 +168,8 @@ class EventsInput:
     rows_estimate: int
     """Exact for Parquet (footers), from the file sizes for CSV."""
     csv_delimiter: str | None = None
+    csv_dialect: CsvDialect | None = None
+    """For CSV: the delimiter (given or detected), quote and escape every reader uses."""
     arrow_schema: pa.Schema | None = None
     """Parquet files that all have this one schema (contract names), without Hive partition
     folders; else None."""
@@ -121,6 +188,16 @@ class RawEvents:
     timestamp_format: str | None
     rows_estimate: int = 0
     """Rows in the input: exact for Parquet (footers), from the file sizes for CSV."""
+
+
+def resolve_events_path(path: str | Path) -> Path:
+    """The events path made absolute; a symbolic link loop is an input error."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:
+        raise HybridflowInputError(
+            f"cannot resolve events path {path}: {_first_line(exc)}"
+        ) from None
 
 
 def list_event_files(path: Path) -> list[Path]:
@@ -154,10 +231,12 @@ def detect_format(files: list[Path], path: Path) -> str:
     )
 
 
-def _check_parquet_files(files: list[Path], path: Path) -> tuple[int, list[str], pa.Schema | None]:
+def _check_parquet_files(
+    files: list[Path], path: Path
+) -> tuple[int, list[str], pa.Schema | None, list[pa.Schema]]:
     """Total rows and the column names from the footers (every file's, in first-seen order,
-    then Hive partition keys of the folders), and the files' one schema when they agree and
-    no folder is a partition; a corrupt or non-Parquet file is named."""
+    then Hive partition keys of the folders), the files' one schema when they agree and no
+    folder is a partition, and each file's schema; a corrupt or non-Parquet file is named."""
     rows, names, schemas = 0, [], []
     for f in files:
         try:
@@ -177,25 +256,63 @@ def _check_parquet_files(files: list[Path], path: Path) -> tuple[int, list[str],
             if sep and key not in names:
                 names.append(key)
     uniform = not partitioned and all(s.equals(schemas[0]) for s in schemas[1:])
-    return rows, names, schemas[0].remove_metadata() if uniform else None
+    return rows, names, schemas[0].remove_metadata() if uniform else None, schemas
 
 
-def _csv_header(f: Path) -> str | None:
-    """The first line of a CSV file (None for an empty file); unreadable text is an error."""
+def _check_parquet_types(files: list[Path], schemas: list[pa.Schema], read: Sequence[str]) -> None:
+    """The columns validation ``read`` (the input's names) have one type across the files:
+    Spark reads every file with one file's schema and fails on another's type in the middle
+    of a job. Only differences Spark reads through are let pass (text or dictionary encoding,
+    a timestamp's unit or zone)."""
+    wanted = {_norm(c) for c in read}
+    seen: dict[str, tuple[Path, pa.DataType]] = {}
+    for f, schema in zip(files, schemas, strict=True):
+        for field in schema:
+            name = _norm(field.name)
+            if name not in wanted:
+                continue
+            kind = _spark_kind(field.type)
+            first = seen.setdefault(name, (f, kind))
+            if first[1] != kind:
+                raise HybridflowInputError(
+                    f"column {field.name!r} is {first[1]} in {first[0]} but {kind} in {f}: "
+                    "all Parquet files of one input need the same type for each column"
+                )
+
+
+def _spark_kind(t: pa.DataType) -> pa.DataType:
+    """The type as Spark tells types apart across files: dictionary encoding, large text and
+    a timestamp's unit or zone do not count."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us")
+    return t
+
+
+def _csv_head(f: Path) -> str | None:
+    """The start of a CSV file as text (its first MiB; None for an empty file); unreadable
+    text is an error naming the file."""
     opener = gzip.open if f.name.lower().endswith(".gz") else open
     try:
         with opener(f, "rb") as fh:
-            line = fh.readline(1 << 20)
+            head = fh.read(HEADER_BYTES)
     except OSError as exc:
         raise HybridflowInputError(f"cannot read CSV file {f}: {_first_line(exc)}") from None
-    if not line.strip():
+    if not head.strip():
         return None
-    if b"\x00" in line:
+    if b"\x00" in head.split(b"\n", 1)[0]:
         raise HybridflowInputError(f"cannot read CSV file {f}: binary data, not CSV text")
     try:
-        return line.decode("utf-8-sig").rstrip("\r\n")
-    except UnicodeDecodeError:
-        raise HybridflowInputError(f"cannot read CSV file {f}: not UTF-8 text") from None
+        return head.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # not just a character cut at the end of the block
+            raise HybridflowInputError(f"cannot read CSV file {f}: not UTF-8 text") from None
+        return head[: exc.start].decode("utf-8-sig")
 
 
 def detect_delimiter(header: str) -> str:
@@ -205,60 +322,87 @@ def detect_delimiter(header: str) -> str:
     return best if counts[best] else ","
 
 
-def _check_csv_files(
-    files: list[Path], delimiter: str | None, column_map: dict[str, str]
-) -> tuple[str, int, list[str]]:
-    """The delimiter, the number of non-empty files and the first header's column names; all
-    headers must agree (Spark applies the first file's header to every file) and name each
-    needed column once."""
-    headers = [(f, h) for f in files if (h := _csv_header(f)) is not None]
-    if not headers:
-        return delimiter or ",", 0, []
-    first_file, first = headers[0]
-    delimiter = delimiter or detect_delimiter(first)
-    names = _header_names(first, delimiter)
+def _check_csv_files(files: list[Path], options: InputOptions) -> tuple[CsvDialect, int, list[str]]:
+    """The dialect (the delimiter given or detected from the first header), the number of
+    non-empty files and the first header's column names; all headers must agree (Spark applies
+    the first file's header to every file) and name each needed column once."""
+    heads = [(f, text) for f in files if (text := _csv_head(f)) is not None]
+    if not heads:
+        return options.csv_dialect(options.csv_delimiter or ","), 0, []
+    first_file, first_text = heads[0]
+    first_line = first_text.splitlines()[0]
+    dialect = options.csv_dialect(options.csv_delimiter or detect_delimiter(first_line))
+    names = _header_names(first_file, first_text, dialect)
+    _check_header_names(first_file, first_line, names, options.column_map)
+    want = [_norm(c) for c in names]
+    for f, text in heads[1:]:
+        got = [_norm(c) for c in _header_names(f, text, dialect)]
+        if got != want:
+            raise HybridflowInputError(
+                f"CSV file {f} has header {got}, unlike {first_file} ({want}): "
+                "all CSV files of one input need the same columns in the same order"
+            )
+    return dialect, len(heads), names
+
+
+def _check_header_names(f: Path, line: str, names: list[str], column_map: dict[str, str]) -> None:
+    """Each needed column once (names are case-insensitive)."""
     want = [_norm(c) for c in names]
     needed = set(CONTRACT_COLUMNS) | {_norm(c) for c in column_map.values()}
     dupes = sorted({c for c in want if want.count(c) > 1 and c in needed})
     if dupes:
         raise HybridflowInputError(
             f"column {dupes[0]!r} appears more than once (names are case-insensitive) in "
-            f"{first_file}: {first}"
+            f"{f}: {line}"
         )
-    for f, h in headers[1:]:
-        got = [_norm(c) for c in _header_names(h, delimiter)]
-        if got != want:
-            raise HybridflowInputError(
-                f"CSV file {f} has header {got}, unlike {first_file} ({want}): "
-                "all CSV files of one input need the same columns in the same order"
-            )
-    return delimiter, len(headers), names
 
 
-def _header_names(header: str, delimiter: str) -> list[str]:
-    """A CSV header's column names (quoted names may hold the delimiter)."""
-    return next(csv.reader([header], delimiter=delimiter), [])
+def _header_names(f: Path, text: str, dialect: CsvDialect) -> list[str]:
+    """A CSV header's column names: the first record of ``text`` as every reader splits it
+    (quoted names may hold the delimiter, a line break or a doubled quote). A header whose
+    quote is never closed is refused: the readers would take the whole file as its name."""
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True, **dialect.python_reader_args())
+    try:
+        names = next(reader, [])
+    except csv.Error as exc:
+        raise HybridflowInputError(
+            f"cannot read the header of CSV file {f}: {exc} (values are quoted with "
+            f"{dialect.quote!r} and a quote inside a value is written "
+            f"{dialect.escape + dialect.quote!r}; see --csv-quote, --csv-escape)"
+        ) from None
+    if len(names) == 1 and dialect.quote in names[0] and "\n" in names[0]:
+        raise HybridflowInputError(
+            f"cannot read the header of CSV file {f}: a quote {dialect.quote!r} is never "
+            "closed (see --csv-quote, --csv-escape)"
+        )
+    return names
 
 
 def inspect_events(path: str | Path, options: InputOptions) -> EventsInput:
-    """Check a Parquet/CSV file or folder without an engine: it exists, has one format, its
-    files are readable and agree, ``options.column_map`` fits and every required column is
-    there. Every problem is an input error that names the file or column."""
-    path = Path(path).expanduser().resolve()
+    """Check a Parquet/CSV file or folder without an engine: ``--timestamp-format`` is a
+    pattern Spark parses with, the path exists, has one format, its files are readable and
+    agree, ``options.column_map`` fits and every required column is there. Every problem is an input error that names the file or column."""
+    check_timestamp_format(options.timestamp_format)
+    path = resolve_events_path(path)
     files = list_event_files(path)
     fmt = detect_format(files, path)
-    delimiter, schema = None, None
+    delimiter, dialect, schema, schemas = None, None, None, []
     if fmt == "parquet":
-        rows, names, schema = _check_parquet_files(files, path)
+        rows, names, schema, schemas = _check_parquet_files(files, path)
     else:
-        delimiter, non_empty, names = _check_csv_files(
-            files, options.csv_delimiter, options.column_map
-        )
+        dialect, non_empty, names = _check_csv_files(files, options)
+        delimiter = dialect.delimiter
         rows = _csv_rows_estimate(files) if non_empty else 0
     if rows == 0:
         raise HybridflowInputError(f"events input is empty (no rows): {path}")
     columns, _ = mapped_names(names, options.column_map, path)
     check_required_columns(columns)
+    if fmt == "parquet" and schema is None:
+        _check_parquet_types(
+            files,
+            schemas,
+            [n for c, n in zip(columns, names, strict=True) if c in CONTRACT_COLUMNS],
+        )
     sources = dict(zip(columns, names, strict=True)) if schema is not None else None
     if schema is not None:
         schema = pa.schema(
@@ -271,6 +415,7 @@ def inspect_events(path: str | Path, options: InputOptions) -> EventsInput:
         columns=columns,
         rows_estimate=rows,
         csv_delimiter=delimiter,
+        csv_dialect=dialect,
         arrow_schema=schema,
         source_columns=sources,
     )
@@ -282,8 +427,20 @@ def check_required_columns(columns: Sequence[str]) -> None:
     if missing:
         raise HybridflowInputError(
             f"events are missing required column(s) {', '.join(missing)}; "
-            f"found: {', '.join(columns) or '(none)'} (rename with --map column=yours)"
+            f"found: {', '.join(columns) or '(none)'}; {_map_advice(missing, list(columns))}"
         )
+
+
+def _map_advice(missing: list[str], columns: list[str]) -> str:
+    """``--map`` options that read the missing columns from likely input columns, or the form."""
+    hints = column_map_hints(missing, columns)
+    if not hints:
+        return "rename with --map column=yours"
+    options = " ".join(f"--map {c}={shlex.quote(source)}" for c, source in hints.items())
+    advice = f"if these are yours: {options}"
+    if letters_only(hints.get("amount", "")) in UNIT_PRICE_NAMES:
+        advice += " (amount is the event's total value: a unit price undercounts multi-item rows)"
+    return advice
 
 
 def warn_extra_columns(columns: Sequence[str]) -> None:
@@ -310,11 +467,17 @@ def read_events(
     if found.format == "parquet":
         reader = spark.read
     else:
-        log.info("reading CSV with delimiter %r", found.csv_delimiter)
+        dialect = found.csv_dialect or options.csv_dialect(found.csv_delimiter or ",")
+        log.info(
+            "reading CSV: delimiter %r, quote %r, escape %r",
+            dialect.delimiter,
+            dialect.quote,
+            dialect.escape,
+        )
         reader = (
             spark.read.option("header", True)
             .option("inferSchema", False)
-            .option("sep", found.csv_delimiter)
+            .options(**dialect.spark_options())
             .option("mode", "PERMISSIVE")
         )
     try:

@@ -18,7 +18,13 @@ from tasks.data.input_formats import (
     check_required_columns,
     warn_extra_columns,
 )
-from tasks.data.validation_sql import deduplicated_sql, good_sql, quarantine_sql
+from tasks.data.validation_sql import (
+    RowBounds,
+    contract_rules,
+    deduplicated_sql,
+    good_sql,
+    quarantine_sql,
+)
 from tasks.definitions.contract import CONTRACT_COLUMNS, OPTIONAL_DEFAULTS
 
 SQL_FUNCTIONS = {
@@ -100,9 +106,12 @@ class ValidatedEvents:
             plan.rdd().unpersist(False)
 
 
-def split_valid_events(conformed: DataFrame, partitions: int) -> ValidatedEvents:
-    """Separate rows that break the contract, then exact duplicates among the rest (kept once):
-    :mod:`tasks.data.validation_sql` over the :func:`conform_events` frame ``conformed``.
+def split_valid_events(
+    conformed: DataFrame, partitions: int, bounds: RowBounds | None = None
+) -> ValidatedEvents:
+    """Separate rows that break the contract (with event times within ``bounds`` when given),
+    then exact duplicates among the rest (kept once): :mod:`tasks.data.validation_sql` over the
+    :func:`conform_events` frame ``conformed``.
 
     One shuffle by ``customer_id`` and one group-by over all columns (typed values, and the raw
     input strings only for rows that break a rule) count the copies of every distinct row:
@@ -115,7 +124,8 @@ def split_valid_events(conformed: DataFrame, partitions: int) -> ValidatedEvents
     define_sql_functions(spark, present)
     # the frames go in as parameters: no temp view outlives the lazily analysed results
     deduplicated = spark.sql(
-        deduplicated_sql("{conformed}", present, partitions), conformed=conformed
+        deduplicated_sql("{conformed}", present, partitions, contract_rules(bounds)),
+        conformed=conformed,
     ).localCheckpoint(eager=False)
     return ValidatedEvents(
         good=spark.sql(good_sql("{deduplicated}"), deduplicated=deduplicated),

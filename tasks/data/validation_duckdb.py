@@ -24,7 +24,13 @@ from infra.duckdb_session import (
     sql_string,
 )
 from tasks.data.spark_text import java_double_strings
-from tasks.data.validation_sql import deduplicated_sql, good_sql, quarantine_sql
+from tasks.data.validation_sql import (
+    RowBounds,
+    contract_rules,
+    deduplicated_sql,
+    good_sql,
+    quarantine_sql,
+)
 from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     OPTIONAL_DEFAULTS,
@@ -122,10 +128,11 @@ class InProcessValidation:
         sources: dict[str, str],
         *,
         tables: dict[str, pa.Table] | None = None,
+        bounds: RowBounds | None = None,
     ) -> None:
         """``source``: a DuckDB relation (SQL) over the input, which may name ``tables``;
         ``schema``: the input's Arrow types by contract name; ``sources``: the input's column
-        behind each contract name."""
+        behind each contract name; ``bounds``: the event times accepted (None: any)."""
         self._present = [c for c in CONTRACT_COLUMNS if c in schema.names]
         self._types = {c: value_type(schema.field(c).type) for c in self._present}
         self._con = duckdb_connection()
@@ -141,23 +148,31 @@ class InProcessValidation:
         self._con.execute(
             f"CREATE TEMP VIEW conformed_events AS SELECT {typed}{src} FROM input_events"
         )
-        dedup = deduplicated_sql("conformed_events", self._present, partitions=1)
+        dedup = deduplicated_sql(
+            "conformed_events", self._present, partitions=1, rules=contract_rules(bounds)
+        )
         self._con.execute(f"CREATE TEMP TABLE deduplicated AS {dedup}")
 
     @classmethod
     def of_parquet(
-        cls, files: Sequence[Path], schema: pa.Schema, sources: dict[str, str]
+        cls,
+        files: Sequence[Path],
+        schema: pa.Schema,
+        sources: dict[str, str],
+        bounds: RowBounds | None = None,
     ) -> InProcessValidation:
         """Over Parquet ``files`` of one schema (Arrow types by contract name)."""
-        return cls(parquet_files_sql(files), schema, sources)
+        return cls(parquet_files_sql(files), schema, sources, bounds=bounds)
 
     @classmethod
-    def of_table(cls, events: pa.Table) -> InProcessValidation:
+    def of_table(cls, events: pa.Table, bounds: RowBounds | None = None) -> InProcessValidation:
         """Over an Arrow table with contract column names (other columns ignored)."""
         names = [c for c in CONTRACT_COLUMNS if c in events.column_names]
         table = pa.table({c: pc.cast(events[c], value_type(events[c].type)) for c in names})
         sources = {c: c for c in names}
-        return cls("arrow_input", table.schema, sources, tables={"arrow_input": table})
+        return cls(
+            "arrow_input", table.schema, sources, tables={"arrow_input": table}, bounds=bounds
+        )
 
     def close(self) -> None:
         self._con.close()

@@ -57,11 +57,22 @@ FEATURES_CODE = (
 )
 
 
-def resolve_as_of(validated: ValidateResult, as_of: dt.date | None, horizon_days: int) -> dt.date:
-    """T (default: the last valid event's date), checked against the span of the events."""
+def resolve_as_of(
+    validated: ValidateResult,
+    as_of: dt.date | None,
+    horizon_days: int,
+    after_events: bool = False,
+) -> dt.date:
+    """T (default: the last valid event's date), checked against the span of the events: a T
+    more than the ``as_of_grace_days`` setting after the last event's day needs
+    ``after_events`` (its label window is cut short)."""
     if validated.first_event is None or validated.last_event is None:
         raise HybridflowInputError("no valid events to compute features from")
     as_of = as_of or validated.last_event.date()
+    note = label_window_note(validated, as_of, horizon_days)
+    grace = dt.timedelta(days=get_settings().as_of_grace_days)
+    if note is not None and as_of > validated.last_event.date() + grace and not after_events:
+        raise HybridflowInputError(f"{note}; pass --as-of-after-events to train on it anyway")
     first_day = validated.first_event.date()
     if as_of < first_day:
         raise HybridflowInputError(
@@ -76,6 +87,21 @@ def resolve_as_of(validated: ValidateResult, as_of: dt.date | None, horizon_days
     return as_of
 
 
+def label_window_note(validated: ValidateResult, as_of: dt.date, horizon_days: int) -> str | None:
+    """What the label window (T-H, T] holds when T is after the last valid event's day (None
+    otherwise): the days of it that have events, out of the horizon."""
+    last = validated.last_event
+    if last is None or as_of <= last.date():
+        return None
+    start = as_of - dt.timedelta(days=horizon_days)
+    covered = max((last.date() - start).days, 0)
+    return (
+        f"as_of {as_of} is {(as_of - last.date()).days} day(s) after the last event "
+        f"({last.date()}): the label window ({start}, {as_of}] holds events on {covered} of "
+        f"its {horizon_days} days, so buyers after {last.date()} are labelled as non-buyers"
+    )
+
+
 def features_stage(
     spark: SparkSession | SessionProvider,
     store: ObjectStore,
@@ -87,14 +113,19 @@ def features_stage(
     in_process_rows: int | None = None,
     origins: Origins | None = None,
     sequence_length: int | None = None,
+    as_of_after_events: bool = False,
 ) -> FeaturesResult:
     """Compute and publish training examples (features at each origin T-H-ks, labels in the
     horizon after it) and the scoring features at T, with each customer's last
     ``sequence_length`` events before the cutoff. ``as_of`` defaults to the date of the last
     valid event, ``origins`` and ``sequence_length`` to the settings. The same events
     generation, as-of, horizon, origins, sequence length and code reuse an earlier run's
-    output."""
-    as_of = resolve_as_of(validated, as_of, horizon_days)
+    output. An ``as_of`` after the last event's day needs ``as_of_after_events`` (the result's
+    ``label_window_note`` then says what the label window holds)."""
+    as_of = resolve_as_of(validated, as_of, horizon_days, as_of_after_events)
+    note = label_window_note(validated, as_of, horizon_days)
+    if note is not None:
+        log.warning("%s", note)
     origins = origins or settings_origins()
     if sequence_length is None:
         sequence_length = get_settings().sequence_length
@@ -122,6 +153,7 @@ def features_stage(
             origins=origins,
             sequence_length=sequence_length,
         )
+        result = result.model_copy(update={"label_window_note": note})
         save_cached(
             store,
             "features",

@@ -21,6 +21,10 @@ def _auc(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+def _pair(logloss: float | None, auc: float | None) -> str:
+    return "-" if logloss is None else f"{logloss:.4f} ({_auc(auc)})"
+
+
 def model_card_markdown(
     result: TrainResult,
     decision: PromotionDecision,
@@ -42,10 +46,11 @@ def model_card_markdown(
         "",
         "| | value |",
         "|---|---|",
-        f"| candidate test AUC | {_auc(decision.candidate_auc)} |",
-        f"| production test AUC (same test set) | {_auc(decision.production_auc)} |",
+        f"| measure | calibrated log loss on the same rows ({decision.basis}), AUC breaks a tie |",
+        f"| candidate log loss (AUC) | {_pair(decision.candidate_logloss, decision.candidate_auc)} |",
+        f"| production log loss (AUC) | {_pair(decision.production_logloss, decision.production_auc)} |",
         f"| production before | {result.production_version or 'none'} |",
-        f"| required margin | {decision.margin:.4f} |",
+        f"| required log loss gain | {decision.margin:.4f} |",
         f"| against the baseline | {decision.baseline.describe() if decision.baseline else '-'} |",
         "",
         *leaderboard_section(result),

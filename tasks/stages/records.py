@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
+from infra.errors import HybridflowInputError
 from infra.layout import stage_manifest_key
 from infra.routing.profiles import StageProfile
 from infra.store import ObjectStore
@@ -18,6 +19,13 @@ from tasks.ml.champion import LeaderboardRow
 from tasks.ml.evaluation import ModelEvaluation
 
 M = TypeVar("M", bound=BaseModel)
+
+CONTENDER_STAGE_PREFIX = "contender-"
+
+
+def contender_stage(family: str) -> str:
+    """The stage name of one family's contender unit (its manifest, report and profiles)."""
+    return f"{CONTENDER_STAGE_PREFIX}{family}"
 
 
 class StageReport(BaseModel):
@@ -62,6 +70,9 @@ class ValidateResult(BaseModel):
     available_columns: list[str]
     first_event: dt.datetime | None
     last_event: dt.datetime | None
+    event_time_ceiling: dt.datetime | None = Field(
+        default=None, description="the latest event time accepted (later: event_time_in_future)"
+    )
 
 
 class FeaturesResult(BaseModel):
@@ -93,6 +104,10 @@ class FeaturesResult(BaseModel):
     )
     sequence_length: int = Field(
         default=0, description="events per customer in the seq_* columns (0: none published)"
+    )
+    label_window_note: str | None = Field(
+        default=None,
+        description="with as_of after the last event: how much of the label window holds events",
     )
 
 
@@ -138,6 +153,13 @@ class TrainResult(BaseModel):
     start_reason: str = Field(default="", description="warm start from production, or why not")
 
 
+class StageReportOnly(BaseModel):
+    """The report of any stage's manifest (what the summary and the cost report read of a
+    contender unit's, without the torch-side records)."""
+
+    report: StageReport
+
+
 class InferenceResult(BaseModel):
     """Output of batch inference."""
 
@@ -155,6 +177,18 @@ class InferenceResult(BaseModel):
 def write_stage_manifest(store: ObjectStore, run_id: str, stage: str, result: BaseModel) -> None:
     """Publish a stage's result (atomically; last thing a stage does)."""
     store.put_bytes(stage_manifest_key(run_id, stage), result.model_dump_json(indent=2).encode())
+
+
+def require_stage_manifest(store: ObjectStore, run_id: str, stage: str) -> None:
+    """A user named a run whose ``stage`` should have finished: an input error (one line, no
+    retry) when the store holds no such manifest."""
+    key = stage_manifest_key(run_id, stage)
+    if not store.exists(key):
+        raise HybridflowInputError(
+            f"no run {run_id!r} with a finished {stage} stage in the store "
+            f"({store.key_uri(key)} not found): give a run id 'hybridflow features' or "
+            "'hybridflow run' printed"
+        )
 
 
 def read_stage_manifest(store: ObjectStore, run_id: str, stage: str, model: type[M]) -> M:

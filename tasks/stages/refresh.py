@@ -2,8 +2,8 @@
 and the operator's forced promotion.
 
 The refresh itself reuses the pipeline's stages (validate -> features -> preprocess -> train);
-the train stage fine-tunes from production when its features match, evaluates production on the
-same test split and applies the gate. What is left here is the part only a refresh has.
+the train stage fine-tunes from production when its features match and applies the gate (the
+champion against production on the measure it was chosen by, :mod:`tasks.stages.gate`). What is left here is the part only a refresh has.
 """
 
 from __future__ import annotations

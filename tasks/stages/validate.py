@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from infra.datasets import DatasetManifest
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
-from infra.settings import in_process_limit
+from infra.settings import get_settings, in_process_limit
 from infra.spark import SessionProvider, session_of
 from infra.store import ObjectStore
 from tasks.data.input_formats import (
@@ -27,10 +27,16 @@ from tasks.data.input_formats import (
     inspect_events,
     list_event_files,
     read_events,
+    resolve_events_path,
 )
 from tasks.data.validation import ValidatedEvents, conform_events, split_valid_events
 from tasks.data.validation_duckdb import in_process_type_problem
-from tasks.definitions.contract import CONTRACT_COLUMNS, QUARANTINE_REASONS
+from tasks.data.validation_sql import RowBounds
+from tasks.definitions.contract import (
+    CONTRACT_COLUMNS,
+    QUARANTINE_REASONS,
+    REASON_EVENT_TIME_IN_FUTURE,
+)
 from tasks.stages.cache import load_cached, save_cached
 from tasks.stages.fingerprint import code_version, files_fingerprint, stage_fingerprint
 from tasks.stages.records import StageReport, ValidateResult
@@ -52,6 +58,7 @@ VALIDATE_CODE = (
     "tasks.data.validation_duckdb",
     "tasks.data.spark_text",
     "tasks.data.input_formats",
+    "tasks.data.timestamp_patterns",
     "tasks.stages.validate_in_process",
     "tasks.definitions.contract",
     "tasks.stages.spark_io",
@@ -69,35 +76,45 @@ def validate_stage(
     use_cache: bool = True,
     on_quarantine: Callable[[ValidateResult], None] | None = None,
     in_process_rows: int | None = None,
+    bounds: RowBounds | None = None,
 ) -> ValidateResult:
     """Read, validate and publish the run's good events and its quarantine.
 
     Parquet input of up to ``in_process_rows`` rows (default: the setting) in native column
     types is validated in this process (:mod:`tasks.stages.validate_in_process`); anything
-    else by Spark, started only then. Unchanged input files, options and code reuse an earlier
-    run's output (``report.cached``). The quarantine is published even when the bad fraction is
-    over ``max_bad_fraction``, so the user can look at it (``on_quarantine`` gets the result
-    first); then the stage fails with an input error.
+    else by Spark, started only then. Event times outside ``bounds`` (default:
+    :func:`event_time_bounds` of now) are quarantined. Unchanged input files, options, floor,
+    lead and code reuse an earlier run's output (``report.cached``) when it holds for the
+    bounds of now too (:func:`cached_within`). The quarantine is published even when the bad
+    fraction is over ``max_bad_fraction``, so the user can look at it (``on_quarantine`` gets
+    the result first); then the stage fails with an input error.
     """
     options = options or InputOptions()
-    path = Path(events_path).expanduser().resolve()
+    bounds = bounds or event_time_bounds()
+    path = resolve_events_path(events_path)
     files = list_event_files(path)
     fingerprint = stage_fingerprint(
         "validate",
         path=str(path),
         files=files_fingerprint(path, files),
         options=options.model_dump(mode="json"),
+        floor=bounds.floor.isoformat(),
+        max_amount=bounds.max_amount,
         code=code_version(*VALIDATE_CODE),
     )
     result = load_cached(store, "validate", fingerprint, ValidateResult) if use_cache else None
+    if result is not None and not cached_within(result, bounds):
+        log.info("validate: the cached output was checked against another clock; recomputing")
+        result = None
     if result is None:
         found = inspect_events(path, options)
         if validates_in_process(found, in_process_limit(in_process_rows)):
-            result = validate_in_process(store, run_id, found)
+            result = validate_in_process(store, run_id, found, bounds)
         else:
             session = session_of(spark)
             check_cluster_sees(session, "events", str(path))
-            result = validate_events(session, store, run_id, path, options, found)
+            result = validate_events(session, store, run_id, path, options, found, bounds)
+        result = result.model_copy(update={"event_time_ceiling": bounds.ceiling})
         save_cached(
             store,
             "validate",
@@ -112,6 +129,30 @@ def validate_stage(
     return result
 
 
+def event_time_bounds(now: dt.datetime | None = None) -> RowBounds:
+    """The values a run validated ``now`` (default: this machine's clock) accepts: event times
+    from the ``event_time_floor`` setting to ``event_time_max_lead_hours`` after ``now``,
+    amounts up to ``max_amount``."""
+    settings = get_settings()
+    return RowBounds.around(
+        now or dt.datetime.now(dt.UTC),
+        dt.timedelta(hours=settings.event_time_max_lead_hours),
+        settings.event_time_floor,
+        settings.max_amount,
+    )
+
+
+def cached_within(result: ValidateResult, bounds: RowBounds) -> bool:
+    """Whether a cached result (same floor) is what ``bounds`` give: it kept nothing after
+    their ceiling, and when it quarantined rows as in the future, its ceiling was no earlier
+    (else some of them may be due now)."""
+    if result.last_event is not None and result.last_event > bounds.ceiling:
+        return False
+    if result.quarantine_reasons.get(REASON_EVENT_TIME_IN_FUTURE):
+        return result.event_time_ceiling is not None and result.event_time_ceiling >= bounds.ceiling
+    return True
+
+
 def validates_in_process(found: EventsInput, in_process_rows: int) -> bool:
     """Whether the input is validated in this process: Parquet files of one schema with no
     column Spark must parse, of at most ``in_process_rows`` rows."""
@@ -123,10 +164,12 @@ def validates_in_process(found: EventsInput, in_process_rows: int) -> bool:
     return problem is None
 
 
-def validate_in_process(store: ObjectStore, run_id: str, found: EventsInput) -> ValidateResult:
+def validate_in_process(
+    store: ObjectStore, run_id: str, found: EventsInput, bounds: RowBounds | None = None
+) -> ValidateResult:
     """:func:`validate_events` in this process, for an input :func:`validates_in_process`."""
     started = time.perf_counter()
-    events, quarantine, figures = publish_validated_in_process(store, run_id, found)
+    events, quarantine, figures = publish_validated_in_process(store, run_id, found, bounds)
     return _validated(
         0,
         started,
@@ -146,9 +189,10 @@ def validate_events(
     path: Path,
     options: InputOptions,
     found: EventsInput | None = None,
+    bounds: RowBounds | None = None,
 ) -> ValidateResult:
-    """Read ``path`` (already inspected: ``found``), split good rows from bad, publish both;
-    figures for the summary.
+    """Read ``path`` (already inspected: ``found``), split good rows from bad (event times
+    within ``bounds`` when given), publish both; figures for the summary.
 
     The good events are published clustered by customer (hash buckets): the layout the features
     stage reads without shuffling them again. Every figure (rows, per-reason counts, first and
@@ -159,7 +203,8 @@ def validate_events(
         raw = read_events(spark, path, options, found)
         present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
         buckets = bucket_count(spark, raw.rows_estimate)
-        parts = split_valid_events(conform_events(raw.df, raw.timestamp_format), buckets)
+        conformed = conform_events(raw.df, raw.timestamp_format)
+        parts = split_valid_events(conformed, buckets, bounds)
         try:
             events, span, quarantine, counted = _publish(parts, store, run_id)
         except (PySparkException, Py4JJavaError) as exc:

@@ -19,22 +19,23 @@ from tasks.data.validation_duckdb import (
     InProcessValidation,
     ValidationFigures,
 )
+from tasks.data.validation_sql import RowBounds
 from tasks.stages.spark_io import spark_schema_metadata
 
 
 def publish_validated_in_process(
-    store: ObjectStore, run_id: str, found: EventsInput
+    store: ObjectStore, run_id: str, found: EventsInput, bounds: RowBounds | None = None
 ) -> tuple[DatasetManifest, DatasetManifest, ValidationFigures]:
     """Validate the Parquet input ``found`` describes (one schema, see
-    :func:`tasks.data.input_formats.inspect_events`) and publish the run's good events and
-    quarantine; with the figures."""
+    :func:`tasks.data.input_formats.inspect_events`), event times within ``bounds`` when
+    given, and publish the run's good events and quarantine; with the figures."""
     if found.arrow_schema is None or found.source_columns is None:
         raise ValueError("only Parquet files with one schema are validated in process")
     warn_extra_columns(found.columns)
     with memory_bounded(f"validating {found.path}"):
         try:
             checked = InProcessValidation.of_parquet(
-                found.files, found.arrow_schema, found.source_columns
+                found.files, found.arrow_schema, found.source_columns, bounds
             )
         except duckdb.OutOfMemoryException:
             raise

@@ -49,7 +49,9 @@ def test_refresh_promotes_and_the_endpoint_serves_it(
             assert result["production_before"] == v0
             assert result["promoted"] is True and result["forced"] is False
             assert result["production_after"] == candidate
-            assert f"beats production {v0}" in result["reason"]  # evaluated on the same test split
+            # judged on the measure the champion was chosen by (production's recipe: mlp)
+            assert f"production {v0}" in result["reason"]
+            assert "calibrated log loss on the same" in result["reason"]
             assert result["horizon_days"] == 90  # production's horizon
             assert result["warm_start"] is True  # fine-tuned from production's weights
             manifest = registry.get(candidate)

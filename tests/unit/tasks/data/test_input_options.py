@@ -4,12 +4,13 @@ the engine-free inspection of the files."""
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cli.args import column_mapping, delimiter
+from cli.args import column_mapping, delimiter, one_character
 from infra.errors import HybridflowInputError
 from tasks.data.input_formats import (
     InputOptions,
@@ -17,6 +18,7 @@ from tasks.data.input_formats import (
     detect_format,
     inspect_events,
 )
+from tasks.definitions.contract import column_map_hints
 
 
 def test_delimiter_is_the_one_that_splits_the_header_most():
@@ -97,3 +99,101 @@ def test_inspection_refuses_what_the_engine_would_refuse_later(tmp_path):
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"not parquet at all")
     assert _error(broken).startswith(f"cannot read Parquet file {broken}")
+
+
+def test_csv_headers_are_read_as_rfc_4180_like_every_engine_reads_them(tmp_path):
+    quoted = tmp_path / "quoted.csv"
+    quoted.write_text('\ufeff"cust""id","when, local",amount,"note\nEUR"\nc1,2025-01-01,1,x\n')
+    found = inspect_events(
+        quoted,
+        InputOptions(column_map={"customer_id": 'cust"id', "event_time": "when, local"}),
+    )
+    assert found.columns == ["customer_id", "event_time", "amount", "note\neur"]
+    assert found.csv_dialect is not None and found.csv_dialect.escape == '"'
+
+
+def test_a_csv_header_with_an_unclosed_quote_is_refused_before_any_engine(tmp_path):
+    unclosed = tmp_path / "unclosed.csv"
+    unclosed.write_text('"customer_id,event_time,amount\nc1,2025-01-01,1\n')
+    message = _error(unclosed)
+    assert message.startswith(f"cannot read the header of CSV file {unclosed}")
+    assert "--csv-escape" in message
+
+
+def test_a_backslash_escape_is_an_option_and_changes_how_the_header_reads(tmp_path):
+    escaped = tmp_path / "escaped.csv"
+    escaped.write_text('"cust\\"id",event_time,amount\nc1,2025-01-01,1\n')
+    options = InputOptions(column_map={"customer_id": 'cust"id'}, csv_escape="\\")
+    found = inspect_events(escaped, options)
+    assert found.columns == ["customer_id", "event_time", "amount"]
+    assert found.csv_dialect is not None and found.csv_dialect.spark_options() == {
+        "sep": ",",
+        "quote": '"',
+        "escape": "\\",
+        "multiLine": "true",
+    }
+    with pytest.raises(argparse.ArgumentTypeError):
+        one_character("\\\\")
+
+
+def test_parquet_files_that_disagree_on_a_column_type_are_refused_naming_both(tmp_path):
+    folder = tmp_path / "events"
+    folder.mkdir()
+    base = {"customer_id": ["c1"], "event_time": ["2025-01-01"]}
+    pq.write_table(pa.table(base | {"amount": [1.5], "note": [1]}), folder / "a.parquet")
+    pq.write_table(pa.table(base | {"amount": ["2"], "note": ["x"]}), folder / "b.parquet")
+    message = _error(folder)
+    assert message == (
+        f"column 'amount' is double in {folder / 'a.parquet'} but string in "
+        f"{folder / 'b.parquet'}: all Parquet files of one input need the same type for each "
+        "column"
+    )
+    # a column validation does not read may differ; text encodings and time units may too
+    pq.write_table(
+        pa.table(
+            {
+                "customer_id": pa.array(["c2"]).dictionary_encode(),
+                "event_time": pa.array([dt.datetime(2025, 1, 1)], pa.timestamp("ms")),
+                "amount": [2.5],
+                "note": ["x"],
+            }
+        ),
+        folder / "b.parquet",
+    )
+    pq.write_table(
+        pa.table(
+            {
+                "customer_id": pa.array(["c1"], pa.large_string()),
+                "event_time": pa.array([dt.datetime(2025, 1, 1)], pa.timestamp("us", tz="UTC")),
+                "amount": [1.5],
+                "note": [1],
+            }
+        ),
+        folder / "a.parquet",
+    )
+    assert inspect_events(folder, InputOptions()).rows_estimate == 2
+
+
+def test_an_events_path_in_a_symbolic_link_loop_is_an_input_error(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(tmp_path / "loop")
+    message = _error(loop)
+    assert message.startswith(f"cannot resolve events path {loop}: ")
+    assert "\n" not in message
+
+
+def test_a_retail_export_missing_contract_names_is_told_the_map_that_reads_it(tmp_path):
+    csv = tmp_path / "retail.csv"
+    csv.write_text(
+        '"Customer ID","InvoiceDate","Quantity","Price"\n"C1","01/01/2024 09:00",1,2.5\n'
+    )
+    message = _error(csv, InputOptions())
+    assert message.endswith(
+        "if these are yours: --map customer_id='customer id' --map event_time=invoicedate "
+        "--map amount=price (amount is the event's total value: a unit price undercounts "
+        "multi-item rows)"
+    )
+    assert column_map_hints(["amount"], ["qty", "Total", "Price"]) == {"amount": "Total"}
+    assert column_map_hints(["customer_id"], ["when", "what"]) == {}
+    # one input column never answers two missing ones
+    assert column_map_hints(["event_time", "amount"], ["date"]) == {"event_time": "date"}

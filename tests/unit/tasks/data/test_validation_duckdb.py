@@ -20,6 +20,7 @@ from tasks.data.validation_duckdb import (
     InProcessValidation,
     in_process_type_problem,
 )
+from tasks.data.validation_sql import RowBounds
 from tasks.definitions.contract import CONTRACT_COLUMNS
 
 pytestmark = pytest.mark.integration
@@ -93,8 +94,8 @@ def _variants() -> dict[str, pa.Table]:
     }
 
 
-def _spark_results(spark, path) -> tuple[list[dict], list[dict]]:
-    parts = split_valid_events(conform_events(spark.read.parquet(str(path))), 2)
+def _spark_results(spark, path, bounds=None) -> tuple[list[dict], list[dict]]:
+    parts = split_valid_events(conform_events(spark.read.parquet(str(path))), 2, bounds)
     try:
         good = [r.asDict() for r in parts.good.collect()]
         quarantine = [r.asDict() for r in parts.quarantine.collect()]
@@ -119,13 +120,14 @@ def _normalised(rows: list[dict]) -> list[tuple]:
     return sorted(out, key=repr)
 
 
-def _in_process(table: pa.Table, path, reader: str):
+def _in_process(table: pa.Table, path, reader: str, bounds=None):
     """Good events, quarantine and figures, from the table in memory or from its file."""
     if reader == "table":
-        checked = InProcessValidation.of_table(table)
+        checked = InProcessValidation.of_table(table, bounds)
     else:
         schema = pq.read_schema(path)
-        checked = InProcessValidation.of_parquet([path], schema, {c: c for c in schema.names})
+        sources = {c: c for c in schema.names}
+        checked = InProcessValidation.of_parquet([path], schema, sources, bounds)
     try:
         return checked.good(), checked.quarantine(), checked.figures()
     finally:
@@ -151,6 +153,46 @@ def test_duckdb_and_spark_validate_alike(spark, tmp_path, variant, reader):
         reasons[row["reason"]] = reasons.get(row["reason"], 0) + 1
     assert figures.quarantined == reasons
     assert len(reasons) >= 2  # the edge rows reach several rules in every variant
+
+
+BOUNDS = RowBounds.around(T, dt.timedelta(hours=24), dt.date(2000, 1, 1))
+BOUNDED_ROWS = [
+    ("a", T, 10.0),
+    ("a", T + dt.timedelta(hours=24), 10.0),  # at the ceiling: kept
+    ("b", T + dt.timedelta(hours=24) + US, 10.0),  # in the future
+    ("b", dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC), 10.0),
+    ("b", dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC), 10.0),  # twice: twice
+    ("c", dt.datetime(2000, 1, 1, tzinfo=dt.UTC), 1.0),  # at the floor: kept
+    ("c", dt.datetime(2000, 1, 1, tzinfo=dt.UTC) - US, 1.0),  # before it
+    ("c", dt.datetime(1, 1, 1, tzinfo=dt.UTC), 1.0),
+    ("", dt.datetime(1, 1, 1, tzinfo=dt.UTC), 1.0),  # a missing id is the first reason
+    ("d", dt.datetime(9999, 1, 1, tzinfo=dt.UTC), -1.0),  # the time before the amount
+]
+
+
+@pytest.mark.parametrize("reader", ["table", "parquet"])
+def test_duckdb_and_spark_bound_event_times_alike(spark, tmp_path, reader):
+    table = pa.table(
+        {
+            "customer_id": [r[0] for r in BOUNDED_ROWS],
+            "event_time": pa.array([r[1] for r in BOUNDED_ROWS], pa.timestamp("us", tz="UTC")),
+            "amount": [r[2] for r in BOUNDED_ROWS],
+        }
+    )
+    path = tmp_path / "events.parquet"
+    pq.write_table(table, path)
+    spark_good, spark_quarantine = _spark_results(spark, path, BOUNDS)
+    good, quarantine, figures = _in_process(table, path, reader, BOUNDS)
+    assert _normalised(good.to_pylist()) == _normalised(spark_good)
+    assert _normalised(quarantine.to_pylist()) == _normalised(spark_quarantine)
+    assert figures.quarantined == {
+        "event_time_in_future": 4,
+        "event_time_before_floor": 2,
+        "missing_customer_id": 1,
+    }
+    assert figures.rows_valid == 3
+    future = [r for r in spark_quarantine if r["reason"] == "event_time_in_future"]
+    assert sorted(r["event_time"] for r in future)[-1] == "9999-12-31 23:59:59"
 
 
 def test_demo_events_validate_alike(spark, tmp_path):

@@ -20,7 +20,6 @@ from tasks.ml.models import (
     predict_proba,
 )
 from tasks.ml.models.mlp import WEIGHTS_FILE, CustomerMLP, MLPModel, ModelConfig
-from tasks.ml.promotion import decide_promotion
 
 LEGACY = Path(__file__).parents[3] / "fixtures" / "bundles" / "mlp-before-families"
 
@@ -69,14 +68,6 @@ def test_tampered_bundle_is_refused_before_unpickling():
     config_only = {CONFIG_FILE: good[CONFIG_FILE]}
     with pytest.raises(ChecksumMismatchError, match=WEIGHTS_FILE):
         load_model(config_only, _sums(config_only))
-
-
-def test_gate_decisions():
-    assert decide_promotion(0.7, None, 0.0).promote
-    assert decide_promotion(0.7, None, 0.0, production_version="m-1", comparable=False).promote
-    assert decide_promotion(0.80, 0.78, 0.01, production_version="m-1").promote
-    refused = decide_promotion(0.785, 0.78, 0.01, production_version="m-1")
-    assert not refused.promote and "does not beat" in refused.reason
 
 
 def test_calibration_travels_inside_the_checksummed_bundle():

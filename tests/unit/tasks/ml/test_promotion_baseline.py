@@ -10,7 +10,12 @@ import numpy as np
 from tasks.ml.calibration import Calibration
 from tasks.ml.evaluation import BacktestReport, BacktestWindows, ModelComparison, ModelEvaluation
 from tasks.ml.metrics import quality_metrics
-from tasks.ml.promotion import BaselineCheck, decide_promotion
+from tasks.ml.promotion import BaselineCheck, GateFigures, decide_promotion
+
+
+def _fig(logloss: float, auc: float) -> GateFigures:
+    return GateFigures(logloss=logloss, auc=auc)
+
 
 WINDOWS = BacktestWindows.of(dt.date(2025, 12, 31), 90)
 
@@ -33,21 +38,25 @@ def _comparison(model_noise: float, baseline_noise: float, seed: int) -> ModelCo
 
 def test_a_candidate_worse_than_the_baseline_is_kept_out_even_as_first_model():
     check = BaselineCheck(basis="backtest", model_logloss=0.3312, baseline_logloss=0.3290)
-    decision = decide_promotion(0.80, None, 0.0, baseline=check)
+    decision = decide_promotion(_fig(0.3312, 0.80), None, 0.0, baseline=check)
     assert not decision.promote and decision.baseline == check
     assert "backtest log loss 0.3312 does not beat the RFM baseline's 0.3290" in decision.reason
     assert "promote=always" in decision.reason
     # also when it would beat production by a wide margin
-    assert not decide_promotion(0.90, 0.70, 0.01, production_version="m-1", baseline=check).promote
+    assert not decide_promotion(
+        _fig(0.3312, 0.90), _fig(0.40, 0.70), 0.01, production_version="m-1", baseline=check
+    ).promote
 
 
 def test_a_candidate_that_beats_the_baseline_still_faces_production():
     check = BaselineCheck(basis="backtest", model_logloss=0.30, baseline_logloss=0.33)
-    first = decide_promotion(0.80, None, 0.0, baseline=check)
+    first = decide_promotion(_fig(0.30, 0.80), None, 0.0, baseline=check)
     assert (
         first.promote and "first model" in first.reason and "beats the RFM baseline" in first.reason
     )
-    weaker = decide_promotion(0.80, 0.81, 0.0, production_version="m-1", baseline=check)
+    weaker = decide_promotion(
+        _fig(0.30, 0.80), _fig(0.29, 0.79), 0.0, production_version="m-1", baseline=check
+    )
     assert not weaker.promote and "does not beat production m-1" in weaker.reason
 
 

@@ -296,3 +296,42 @@ def test_unchanged_inputs_are_cached_and_changes_recompute(spark, local_store, t
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     touched = _validate(spark, local_store, path.parent, use_cache=True, run_id="touched")
     assert not touched.report.cached
+
+
+RFC_4180_CSV = (
+    "\ufeff"
+    '"customer_id","event_time","amount","category"\r\n'
+    '"C00001921""q",2025-01-01 10:00:00,"1.5","a, b"\r\n'
+    '"two\nlines",2025-01-02 10:00:00,2,"say ""hi"""\r\n'
+    "plain,2025-01-03 10:00:00,3,\r\n"
+)
+
+
+def test_spark_reads_csv_quoting_as_rfc_4180(spark, local_store, tmp_path):
+    path = _write(tmp_path / "quoted.csv", RFC_4180_CSV)
+    result = _validate(spark, local_store, path)
+    assert result.rows_read == 3 and result.rows_valid == 3
+    good = _rows(spark, local_store, result.events_prefix)
+    assert sorted((r["customer_id"], r["amount"], r["category"]) for r in good) == [
+        ('C00001921"q', 1.5, "a, b"),
+        ("plain", 3.0, None),
+        ("two\nlines", 2.0, 'say "hi"'),
+    ]
+
+    header = _write(tmp_path / "header.csv", '"cust""id",event_time,amount\nc1,2025-01-01,1\n')
+    mapped = _validate(
+        spark,
+        local_store,
+        header,
+        options=InputOptions(column_map={"customer_id": 'cust"id'}),
+        run_id="r2",
+    )
+    assert mapped.rows_valid == 1
+
+    backslash = _write(
+        tmp_path / "backslash.csv", 'customer_id,event_time,amount\n"c\\"1",2025-01-01,1\n'
+    )
+    escaped = _validate(
+        spark, local_store, backslash, options=InputOptions(csv_escape="\\"), run_id="r3"
+    )
+    assert [r["customer_id"] for r in _rows(spark, local_store, escaped.events_prefix)] == ['c"1']
