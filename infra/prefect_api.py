@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from infra import startup
+from infra.child_processes import die_with_parent
 from infra.prefect_db import configured_sqlite_file, seed_database, template_path
 
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
@@ -34,7 +36,8 @@ _lock = threading.Lock()
 
 
 class TemporaryApi:
-    """One uvicorn subprocess serving Prefect's API on a free loopback port."""
+    """One uvicorn subprocess serving Prefect's API on a free loopback port; it gets SIGTERM
+    when this process dies, however it dies (:func:`infra.child_processes.die_with_parent`)."""
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
         self._ready = False
@@ -43,7 +46,9 @@ class TemporaryApi:
 
     def _launch(self) -> None:
         self.port = free_loopback_port()
-        self.process = subprocess.Popen(uvicorn_command(self.port), env=self._env)
+        self.process = subprocess.Popen(
+            uvicorn_command(self.port), env=self._env, preexec_fn=die_with_parent()
+        )
 
     @property
     def url(self) -> str:
@@ -154,12 +159,15 @@ def prefect_api() -> Iterator[None]:
     process's temporary API (started now unless :func:`start_temporary_api` did it earlier),
     once it answers."""
     start_temporary_api()
+    startup.mark("api_wait")
     if _started is None:
+        startup.mark("api_ready")
         yield
         return
     from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
 
     _started.wait_ready(float(os.environ.get(STARTUP_TIMEOUT_ENV, "120")))
+    startup.mark("api_ready")
     # no UI is served: no "View at" links to it (Prefect derives them from the API's URL)
     with temporary_settings(updates={PREFECT_API_URL: _started.url, PREFECT_UI_URL: ""}):
         yield

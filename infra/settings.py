@@ -39,7 +39,16 @@ class TrainingSettings(BaseSettings):
     )
     learning_rate: float = Field(default=2e-3, gt=0)
     weight_decay: float = Field(default=1e-4, ge=0)
-    batch_size: int = Field(default=1024, ge=8)
+    batch_size: int = Field(
+        default=1024, ge=8, description="a network's mini-batch below 131,072 training rows"
+    )
+    max_batch_size: int = Field(
+        default=16_384,
+        ge=8,
+        description="the mini-batch doubles from batch_size with each doubling of the training "
+        "rows beyond 65,536, up to this (the learning rate grows by the square root; equal to "
+        "batch_size: no scaling)",
+    )
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=3, ge=1, description="epochs without val improvement before stop")
     seed: int = 7
@@ -58,7 +67,12 @@ class TrainingSettings(BaseSettings):
     compile: bool | None = Field(
         default=None, description="torch.compile the model (default: on CUDA only)"
     )
-    threads: int = Field(default=0, ge=0, description="CPU torch threads (0: available cores)")
+    threads: int = Field(
+        default=0,
+        ge=0,
+        description="CPU threads of a fit (0: from the cores the stage owns and the work: a "
+        "network one per 200M FLOPs of a step, a CPU family one below 200,000 rows)",
+    )
     ddp_processes: int = Field(
         default=1, ge=1, description="GPUs on the worker: >1 launches torchrun DDP training"
     )
@@ -80,8 +94,12 @@ class CheckpointSettings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    every_steps: int = Field(default=2000, ge=0, description="0: no step-based checkpoints")
-    every_seconds: float = Field(default=300.0, ge=0, description="0: no time-based checkpoints")
+    every_steps: int = Field(
+        default=0, ge=0, description="also every N optimiser steps (0: by time only)"
+    )
+    every_seconds: float = Field(
+        default=120.0, ge=0, description="a checkpoint every N seconds of training (0: none)"
+    )
     keep: int = Field(default=3, ge=1, description="newest checkpoints kept per training run")
 
 
@@ -138,7 +156,32 @@ class ServingSettings(BaseSettings):
         default=30.0, gt=0, description="a request's body must arrive within this (else 408)"
     )
     max_connections: int = Field(
-        default=512, ge=2, description="open connections before new requests get 503"
+        default=512,
+        ge=2,
+        description="open connections; a new one over it closes the longest-idle one, else the "
+        "slowest header sender (408); only when all are busy with requests does it get 503",
+    )
+    max_connections_per_client: int = Field(
+        default=64,
+        ge=1,
+        description="open connections from one client address (the same rule, within them)",
+    )
+    max_header_bytes: int = Field(
+        default=16_384,
+        ge=1024,
+        le=1_048_576,
+        description="largest request line + headers (else 431 and the connection is closed)",
+    )
+    keep_alive_s: float = Field(
+        default=5.0, gt=0, description="an idle kept-alive connection is closed after this"
+    )
+    refusal_log_interval_s: float = Field(
+        default=10.0, gt=0, description="refusals are logged as one line of counts this often"
+    )
+    api_docs: bool = Field(
+        default=False,
+        description="serve /docs, /redoc and /openapi.json (the two pages load their scripts "
+        "from the jsDelivr CDN)",
     )
     torch_threads: int = Field(default=1, ge=1, description="torch intra-op threads")
     ingest: IngestSettings = Field(default_factory=IngestSettings)
