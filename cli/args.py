@@ -112,10 +112,12 @@ def check_events_and_start_engines(args: argparse.Namespace) -> None:
 
     settings = get_settings()
     given = InputOptions.model_validate(_input_options(args))
-    found = inspect_events(events_path(args), given.merged_with(input_defaults(settings)))
+    options = given.merged_with(input_defaults(settings))
+    found = inspect_events(events_path(args), options)
     start_temporary_api()
     local = SparkOnDemand(settings).local_cores() is not None
-    if not (local and validates_in_process(found, in_process_limit(None))):
+    in_process = validates_in_process(found, in_process_limit(None), options.timestamp_format)
+    if not (local and in_process):
         start_spark_in_background(settings, found.rows_estimate)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
@@ -48,7 +49,10 @@ from tasks.stages.spark_io import (
     check_cluster_sees,
     write_observed,
 )
-from tasks.stages.validate_in_process import publish_validated_in_process
+from tasks.stages.validate_in_process import (
+    CsvNotReadInProcessError,
+    publish_validated_in_process,
+)
 
 log = logging.getLogger(__name__)
 VALIDATE_CODE = (
@@ -59,6 +63,7 @@ VALIDATE_CODE = (
     "tasks.data.spark_text",
     "tasks.data.input_formats",
     "tasks.data.timestamp_patterns",
+    "tasks.data.text_values_duckdb",
     "tasks.stages.validate_in_process",
     "tasks.definitions.contract",
     "tasks.stages.spark_io",
@@ -80,9 +85,10 @@ def validate_stage(
 ) -> ValidateResult:
     """Read, validate and publish the run's good events and its quarantine.
 
-    Parquet input of up to ``in_process_rows`` rows (default: the setting) in native column
-    types is validated in this process (:mod:`tasks.stages.validate_in_process`); anything
-    else by Spark, started only then. Event times outside ``bounds`` (default:
+    Input of up to ``in_process_rows`` rows (default: the setting), CSV or Parquet of one
+    schema, is validated in this process (:mod:`tasks.stages.validate_in_process`) unless a
+    column needs a parser only Spark has (:func:`validates_in_process`); anything else by
+    Spark, started only then (also for a CSV file DuckDB's reader refuses). Event times outside ``bounds`` (default:
     :func:`event_time_bounds` of now) are quarantined. Unchanged input files, options, floor,
     lead and code reuse an earlier run's output (``report.cached``) when it holds for the
     bounds of now too (:func:`cached_within`). The quarantine is published even when the bad
@@ -107,9 +113,14 @@ def validate_stage(
         result = None
     if result is None:
         found = inspect_events(path, options)
-        if validates_in_process(found, in_process_limit(in_process_rows)):
-            result = validate_in_process(store, run_id, found, bounds)
-        else:
+        ts_format = options.timestamp_format
+        result = None
+        if validates_in_process(found, in_process_limit(in_process_rows), ts_format):
+            try:
+                result = validate_in_process(store, run_id, found, bounds, ts_format)
+            except CsvNotReadInProcessError as exc:
+                log.warning("DuckDB cannot read the CSV (%s): validating with Spark", exc)
+        if result is None:
             session = session_of(spark)
             check_cluster_sees(session, "events", str(path))
             result = validate_events(session, store, run_id, path, options, found, bounds)
@@ -150,23 +161,38 @@ def cached_within(result: ValidateResult, bounds: EventTimeBounds) -> bool:
     return True
 
 
-def validates_in_process(found: EventsInput, in_process_rows: int) -> bool:
-    """Whether the input is validated in this process: Parquet files of one schema with no
-    column Spark must parse, of at most ``in_process_rows`` rows."""
-    if found.arrow_schema is None or found.rows_estimate > in_process_rows:
+def validates_in_process(
+    found: EventsInput, in_process_rows: int, timestamp_format: str | None = None
+) -> bool:
+    """Whether the input is validated in this process (the one decision, which the CLI also
+    asks before it starts a JVM): at most ``in_process_rows`` rows of CSV files, or of Parquet
+    files of one schema, with no column only Spark parses (text times in a ``timestamp_format``
+    DuckDB does not read as Spark does)."""
+    if found.rows_estimate > in_process_rows:
         return False
-    problem = in_process_type_problem(found.arrow_schema)
+    schema = found.arrow_schema
+    if found.format == "csv":
+        schema = pa.schema([(c, pa.string()) for c in found.columns if c in CONTRACT_COLUMNS])
+    if schema is None:
+        return False
+    problem = in_process_type_problem(schema, timestamp_format)
     if problem is not None:
         log.info("validating with Spark: %s", problem)
     return problem is None
 
 
 def validate_in_process(
-    store: ObjectStore, run_id: str, found: EventsInput, bounds: EventTimeBounds | None = None
+    store: ObjectStore,
+    run_id: str,
+    found: EventsInput,
+    bounds: EventTimeBounds | None = None,
+    timestamp_format: str | None = None,
 ) -> ValidateResult:
     """:func:`validate_events` in this process, for an input :func:`validates_in_process`."""
     started = time.perf_counter()
-    events, quarantine, figures = publish_validated_in_process(store, run_id, found, bounds)
+    events, quarantine, figures = publish_validated_in_process(
+        store, run_id, found, bounds, timestamp_format
+    )
     return _validated(
         0,
         started,
