@@ -33,9 +33,26 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _validate(spark, store, path, *, max_bad=1.0, options=None, use_cache=False, run_id="r1"):
+def _validate(
+    spark,
+    store,
+    path,
+    *,
+    max_bad=1.0,
+    options=None,
+    use_cache=False,
+    run_id="r1",
+    in_process_rows=None,
+):
     return validate_stage(
-        spark, store, run_id, str(path), max_bad, options=options, use_cache=use_cache
+        spark,
+        store,
+        run_id,
+        str(path),
+        max_bad,
+        options=options,
+        use_cache=use_cache,
+        in_process_rows=in_process_rows,
     )
 
 
@@ -309,7 +326,8 @@ RFC_4180_CSV = (
 
 def test_spark_reads_csv_quoting_as_rfc_4180(spark, local_store, tmp_path):
     path = _write(tmp_path / "quoted.csv", RFC_4180_CSV)
-    result = _validate(spark, local_store, path)
+    result = _validate(spark, local_store, path, in_process_rows=0)
+    assert result.report.spark_jobs
     assert result.rows_read == 3 and result.rows_valid == 3
     good = _rows(spark, local_store, result.events_prefix)
     assert sorted((r["customer_id"], r["amount"], r["category"]) for r in good) == [
@@ -325,6 +343,7 @@ def test_spark_reads_csv_quoting_as_rfc_4180(spark, local_store, tmp_path):
         header,
         options=InputOptions(column_map={"customer_id": 'cust"id'}),
         run_id="r2",
+        in_process_rows=0,
     )
     assert mapped.rows_valid == 1
 
@@ -332,7 +351,12 @@ def test_spark_reads_csv_quoting_as_rfc_4180(spark, local_store, tmp_path):
         tmp_path / "backslash.csv", 'customer_id,event_time,amount\n"c\\"1",2025-01-01,1\n'
     )
     escaped = _validate(
-        spark, local_store, backslash, options=InputOptions(csv_escape="\\"), run_id="r3"
+        spark,
+        local_store,
+        backslash,
+        options=InputOptions(csv_escape="\\"),
+        run_id="r3",
+        in_process_rows=0,
     )
     assert [r["customer_id"] for r in _rows(spark, local_store, escaped.events_prefix)] == ['c"1']
 
