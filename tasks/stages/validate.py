@@ -227,7 +227,12 @@ def validate_events(
         present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
         buckets = bucket_count(spark, raw.rows_estimate)
         conformed = conform_events(raw.df, raw.timestamp_format)
-        parts = split_valid_events(conformed, buckets, bounds)
+        try:
+            parts = split_valid_events(conformed, buckets, bounds)
+        except (PySparkException, Py4JJavaError) as exc:
+            raise HybridflowInputError(
+                f"cannot read events at {path}: {_first_line(exc)}"
+            ) from None
         try:
             events, span, quarantine, counted = _publish(parts, store, run_id)
         except (PySparkException, Py4JJavaError) as exc:
