@@ -129,6 +129,26 @@ BATCH_INFERENCE_UNIT = DispatchUnit(
 )
 PIPELINE_UNITS: tuple[DispatchUnit, ...] = (PREPARE_UNIT, TRAIN_UNIT, BATCH_INFERENCE_UNIT)
 
+# The train stage's contenders, one flow run per model family, all at once, between prepare-data
+# and train (which reads what they published; a family without a published contender is fitted
+# by the train stage itself). Each is routed on its own as stage ``contender-<family>``, sized by
+# that family's cost hints and measured profiles; the deployment is ``contender`` on cpu-pool
+# (tabular fits) and ``contender-on-gpu-pool``.
+CONTENDER = Stage(
+    "contender",
+    "contender",
+    "flows/contender.py:contender_flow",
+    CPU_POOL,
+    WorkloadKind.TRAINING,
+    scales_with="customers",
+    reads=("features", "preprocess"),
+)
+CONTENDER_UNIT = DispatchUnit(
+    "contender", CONTENDER.entrypoint, (CONTENDER,), routed_by="contender"
+)
+UNITS_BEFORE_CONTENDERS: tuple[DispatchUnit, ...] = (PREPARE_UNIT,)
+UNITS_AFTER_CONTENDERS: tuple[DispatchUnit, ...] = (TRAIN_UNIT, BATCH_INFERENCE_UNIT)
+
 
 def load_flow(entrypoint: str) -> Flow:
     """The flow object at ``path/to/module.py:attribute``, imported on first use (so a CPU

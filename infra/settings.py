@@ -303,6 +303,12 @@ class HybridflowSettings(BaseSettings):
         description="events later than the validating machine's clock plus this many hours are "
         "quarantined (event_time_in_future)",
     )
+    max_amount: float = Field(
+        default=1e12,
+        gt=0,
+        description="events with a larger amount are quarantined (amount_too_large): an amount "
+        "such as 1e308 would overflow the features computed from it",
+    )
     as_of_grace_days: int = Field(
         default=1,
         ge=0,

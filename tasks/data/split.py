@@ -81,6 +81,23 @@ def normalizer_aggregates(features: list[str]) -> list[Column]:
     return aggs
 
 
+def non_finite_aggregates(features: list[str]) -> list[Column]:
+    """Aggregates counting each feature's NaN and infinite values over every row
+    (``nf_<feature>``; a null is no value, not counted)."""
+    aggs = []
+    for f in features:
+        x = f"CAST(`{f}` AS DOUBLE)"
+        bad = f"isnan({x}) OR abs({x}) = CAST('Infinity' AS DOUBLE)"
+        aggs.append(F.expr(f"count(CASE WHEN {bad} THEN 1 END) AS `nf_{f}`"))
+    return aggs
+
+
+def non_finite_features(values: dict[str, Any], features: list[str]) -> dict[str, int]:
+    """The features with NaN or infinite values and how many, from ``nf_<feature>`` values
+    (:func:`non_finite_aggregates`; ``split_in_process.split_values``)."""
+    return {f: int(values.get(f"nf_{f}") or 0) for f in features if values.get(f"nf_{f}")}
+
+
 def normalizer_from(values: dict[str, Any], features: list[str]) -> tuple[list[float], list[float]]:
     """Mean and std per feature from :func:`normalizer_aggregates`' values; a constant feature
     gets std 1 so that normalising never divides by zero."""

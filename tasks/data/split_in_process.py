@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from infra.duckdb_session import duckdb_connection
 from tasks.data.split import SPLITS, SplitFractions, split_sql
@@ -29,16 +30,22 @@ def assign_split(
 
 
 def split_values(table: pa.Table, features: list[str]) -> dict[str, Any]:
-    """``n_<split>`` and the normaliser's ``m_<feature>``, ``s_<feature>`` (mean and population
-    std of ``signed_log1p`` over the train split, None where it has no value), named as
-    :func:`tasks.data.split.split_count_columns` and ``normalizer_aggregates`` name them."""
+    """``n_<split>``, the normaliser's ``m_<feature>``, ``s_<feature>`` (mean and population
+    std of ``signed_log1p`` over the train split, None where it has no value) and ``nf_<feature>``
+    (NaN and infinite values, floating columns), named as
+    :func:`tasks.data.split.split_count_columns`, ``normalizer_aggregates`` and
+    ``non_finite_aggregates`` name them."""
     split = table["split"].to_numpy(zero_copy_only=False)
     values: dict[str, Any] = {f"n_{s}": int(np.count_nonzero(split == s)) for s in SPLITS}
     train = split == "train"
     for f in features:
-        x = table[f].to_numpy(zero_copy_only=False).astype(np.float64)[train]
+        column = table[f]
+        if pa.types.is_floating(column.type):
+            bad = pc.or_(pc.is_nan(column), pc.is_inf(column))
+            values[f"nf_{f}"] = int(pc.sum(pc.cast(bad, pa.int64())).as_py() or 0)
+        x = column.to_numpy(zero_copy_only=False).astype(np.float64)[train]
         x = np.sign(x) * np.log1p(np.abs(x))
-        x = x[~np.isnan(x)]
+        x = x[np.isfinite(x)]  # a non-finite value is refused (nf_<feature>), not averaged
         values[f"m_{f}"] = float(x.mean()) if x.size else None
         values[f"s_{f}"] = float(x.std()) if x.size else None
     return values

@@ -19,7 +19,7 @@ from tasks.data.input_formats import (
     warn_extra_columns,
 )
 from tasks.data.validation_sql import (
-    EventTimeBounds,
+    RowBounds,
     contract_rules,
     deduplicated_sql,
     good_sql,
@@ -107,7 +107,7 @@ class ValidatedEvents:
 
 
 def split_valid_events(
-    conformed: DataFrame, partitions: int, bounds: EventTimeBounds | None = None
+    conformed: DataFrame, partitions: int, bounds: RowBounds | None = None
 ) -> ValidatedEvents:
     """Separate rows that break the contract (with event times within ``bounds`` when given),
     then exact duplicates among the rest (kept once): :mod:`tasks.data.validation_sql` over the

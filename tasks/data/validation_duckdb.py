@@ -33,7 +33,7 @@ from tasks.data.text_values_duckdb import (
     text_time_micros,
 )
 from tasks.data.validation_sql import (
-    EventTimeBounds,
+    RowBounds,
     contract_rules,
     deduplicated_sql,
     good_sql,
@@ -141,7 +141,7 @@ class InProcessValidation:
         sources: dict[str, str],
         *,
         tables: dict[str, pa.Table] | None = None,
-        bounds: EventTimeBounds | None = None,
+        bounds: RowBounds | None = None,
         timestamp_format: str | None = None,
         detect_format: Callable[[list[str]], str | None] | None = None,
     ) -> None:
@@ -188,7 +188,7 @@ class InProcessValidation:
         files: Sequence[Path],
         schema: pa.Schema,
         sources: dict[str, str],
-        bounds: EventTimeBounds | None = None,
+        bounds: RowBounds | None = None,
         timestamp_format: str | None = None,
         detect_format: Callable[[list[str]], str | None] | None = None,
     ) -> InProcessValidation:
@@ -210,7 +210,7 @@ class InProcessValidation:
         columns: Sequence[str],
         timestamp_format: str | None = None,
         detect_format: Callable[[list[str]], str | None] | None = None,
-        bounds: EventTimeBounds | None = None,
+        bounds: RowBounds | None = None,
     ) -> InProcessValidation:
         """Over CSV ``files`` of one header whose columns get the contract names ``columns``
         (every value text, read as Spark's CSV reader reads them: ``dialect``; a short row's
@@ -228,9 +228,7 @@ class InProcessValidation:
         )
 
     @classmethod
-    def of_table(
-        cls, events: pa.Table, bounds: EventTimeBounds | None = None
-    ) -> InProcessValidation:
+    def of_table(cls, events: pa.Table, bounds: RowBounds | None = None) -> InProcessValidation:
         """Over an Arrow table with contract column names (other columns ignored)."""
         names = [c for c in CONTRACT_COLUMNS if c in events.column_names]
         table = pa.table({c: pc.cast(events[c], value_type(events[c].type)) for c in names})

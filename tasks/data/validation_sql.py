@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
+    REASON_AMOUNT_TOO_LARGE,
     REASON_DUPLICATE,
     REASON_EVENT_TIME_BEFORE_FLOOR,
     REASON_EVENT_TIME_IN_FUTURE,
@@ -71,18 +72,26 @@ RULES: tuple[Rule, ...] = (
 
 
 @dataclass(frozen=True)
-class EventTimeBounds:
-    """The event times a run accepts: from ``floor`` up to ``ceiling`` (both included, aware
-    UTC). Rows outside are quarantined (``event_time_before_floor``, ``event_time_in_future``)."""
+class RowBounds:
+    """The values a run accepts: event times from ``floor`` up to ``ceiling`` (both included,
+    aware UTC), amounts up to ``max_amount`` (None: any finite one). Rows outside are
+    quarantined (``event_time_before_floor``, ``event_time_in_future``, ``amount_too_large``)."""
 
     floor: dt.datetime
     ceiling: dt.datetime
+    max_amount: float | None = None
 
     @classmethod
-    def around(cls, now: dt.datetime, max_lead: dt.timedelta, floor: dt.date) -> EventTimeBounds:
+    def around(
+        cls,
+        now: dt.datetime,
+        max_lead: dt.timedelta,
+        floor: dt.date,
+        max_amount: float | None = None,
+    ) -> RowBounds:
         """Events up to ``max_lead`` after ``now``, from the start of the day ``floor`` on."""
         start = dt.datetime.combine(floor, dt.time.min, tzinfo=dt.UTC)
-        return cls(floor=start, ceiling=now.astimezone(dt.UTC) + max_lead)
+        return cls(floor=start, ceiling=now.astimezone(dt.UTC) + max_lead, max_amount=max_amount)
 
     def floor_micros(self) -> int:
         return _micros(self.floor)
@@ -95,17 +104,25 @@ def _micros(value: dt.datetime) -> int:
     return (value.astimezone(dt.UTC) - _EPOCH) // dt.timedelta(microseconds=1)
 
 
-def contract_rules(bounds: EventTimeBounds | None = None) -> tuple[Rule, ...]:
+def contract_rules(bounds: RowBounds | None = None) -> tuple[Rule, ...]:
     """:data:`RULES` with, when ``bounds`` are given, the event-time bounds as literals right
-    after the rule about unparsable times (so a row out of bounds is quarantined by its time)."""
+    after the rule about unparsable times (so a row out of bounds is quarantined by its time),
+    and the largest amount right after the rule about invalid amounts."""
     if bounds is None:
         return RULES
-    bounded = (
+    rules = list(RULES)
+    times = (
         Rule(REASON_EVENT_TIME_IN_FUTURE, f"event_time > {bounds.ceiling_micros()}"),
         Rule(REASON_EVENT_TIME_BEFORE_FLOOR, f"event_time < {bounds.floor_micros()}"),
     )
-    at = next(i for i, r in enumerate(RULES) if r.reason == REASON_INVALID_EVENT_TIME) + 1
-    return (*RULES[:at], *bounded, *RULES[at:])
+    at = next(i for i, r in enumerate(rules) if r.reason == REASON_INVALID_EVENT_TIME) + 1
+    rules[at:at] = times
+    if bounds.max_amount is not None:
+        # repr: the shortest text that reads back as the same double, in both engines' SQL
+        limit = f"CAST('{float(bounds.max_amount)!r}' AS DOUBLE)"
+        at = next(i for i, r in enumerate(rules) if r.reason == REASON_INVALID_AMOUNT) + 1
+        rules.insert(at, Rule(REASON_AMOUNT_TOO_LARGE, f"amount > {limit}"))
+    return tuple(rules)
 
 
 def reason_sql(present: Sequence[str], rules: Sequence[Rule] = RULES) -> str:

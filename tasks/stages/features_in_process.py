@@ -5,11 +5,13 @@ recorded (so a Spark stage reads it without a job). No Spark job, no JVM needed.
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from infra.arrow_datasets import local_files, read_batches, write_table
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.duckdb_session import memory_bounded
+from infra.errors import HybridflowInputError
 from infra.store import ObjectStore
 from tasks.data.features_duckdb import EVENT_COLUMNS, InProcessFeatures
 from tasks.stages.feature_frame import FeatureOutput, distinct_cutoffs
@@ -61,6 +63,7 @@ class InProcessFeatureFrame:
         unlabelled)."""
         with memory_bounded("the features stage"):
             rows = self._table().output_table(output.cutoffs)
+        check_finite(rows, output.prefix)
         manifest = write_table(
             rows,
             self._store,
@@ -74,3 +77,25 @@ class InProcessFeatureFrame:
     def events_after(self) -> int:
         """Events after the latest cutoff."""
         return self._table().events_after()
+
+
+def check_finite(rows: pa.Table, prefix: str) -> None:
+    """HybridflowInputError naming the first feature with NaN or infinite values (how many, and
+    a customer's), before anything of ``rows`` is written to ``prefix``."""
+    for name, column in zip(rows.column_names, rows.columns, strict=True):
+        if not pa.types.is_floating(column.type):
+            continue
+        bad = pc.fill_null(pc.or_(pc.is_nan(column), pc.is_inf(column)), False)
+        count = int(pc.sum(pc.cast(bad, pa.int64())).as_py() or 0)
+        if count:
+            who = (
+                rows["customer_id"].filter(bad)[0].as_py()
+                if "customer_id" in rows.column_names
+                else "?"
+            )
+            raise HybridflowInputError(
+                f"feature {name} has {count} non-finite value(s) (NaN or infinite; customer "
+                f"{who} first) for {prefix}: an event amount too large for the features' "
+                "arithmetic? (lower HYBRIDFLOW_MAX_AMOUNT to quarantine such rows); it was not "
+                "published"
+            )

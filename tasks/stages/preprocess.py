@@ -23,6 +23,8 @@ from tasks.data.split import (
     SPLITS,
     SplitFractions,
     assign_split,
+    non_finite_aggregates,
+    non_finite_features,
     normalizer_aggregates,
     normalizer_from,
     split_count_columns,
@@ -179,6 +181,14 @@ def publish_snapshot(
     may then be None)."""
 
     def metadata(values: dict[str, Any]) -> dict[str, Any]:
+        bad = non_finite_features(values, features)
+        if bad:
+            named = ", ".join(f"{f} ({n} value(s))" for f, n in bad.items())
+            raise HybridflowInputError(
+                f"non-finite feature values (NaN or infinite) in {store.key_uri(examples_prefix)}: "
+                f"{named}; an event amount too large for the features' arithmetic? (lower "
+                "HYBRIDFLOW_MAX_AMOUNT to quarantine such rows); no snapshot was published"
+            )
         mean, std = normalizer_from(values, features)
         normalizer = Normalizer(features=features, mean=mean, std=std)
         return {
@@ -199,7 +209,11 @@ def publish_snapshot(
             with_split.select("customer_id", "label", *features, *carried, "split"),
             store,
             out_prefix,
-            [*split_count_columns(), *normalizer_aggregates(features)],
+            [
+                *split_count_columns(),
+                *normalizer_aggregates(features),
+                *non_finite_aggregates(features),
+            ],
             partition_by=["split"],
             metadata=metadata,
         )

@@ -5,14 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from infra.layout import stage_manifest_key
 from infra.store import ObjectStore
 from tasks.stages.records import (
     FeaturesResult,
     InferenceResult,
     PipelineSummary,
     PreprocessResult,
+    StageReportOnly,
     TrainResult,
     ValidateResult,
+    contender_stage,
     read_stage_manifest,
 )
 
@@ -33,14 +36,22 @@ def run_summary(
     origins: dict[str, StageOrigin],
     seconds: float,
 ) -> PipelineSummary:
-    """The summary ``hybridflow run`` prints, from the five stage manifests of ``run_id``."""
+    """The summary ``hybridflow run`` prints, from the stage manifests of ``run_id`` (the five
+    stages, and the contender units between preprocess and train)."""
     validated = read_stage_manifest(store, run_id, "validate", ValidateResult)
     features = read_stage_manifest(store, run_id, "features", FeaturesResult)
     prepared = read_stage_manifest(store, run_id, "preprocess", PreprocessResult)
     trained = read_stage_manifest(store, run_id, "train", TrainResult)
     scored = read_stage_manifest(store, run_id, "batch_inference", InferenceResult)
     stages = []
-    for result in (validated, features, prepared, trained, scored):
+    for result in (
+        validated,
+        features,
+        prepared,
+        *contender_results(store, run_id, trained),
+        trained,
+        scored,
+    ):
         report = result.report
         origin = origins.get(report.name, StageOrigin())
         stages.append(
@@ -83,6 +94,19 @@ def run_summary(
         stages=stages,
         seconds=seconds,
     )
+
+
+def contender_results(
+    store: ObjectStore, run_id: str, trained: TrainResult
+) -> list[StageReportOnly]:
+    """The reports of the contender units of the run (families that the train stage fitted
+    itself have none)."""
+    found = []
+    for row in trained.leaderboard:
+        key = stage_manifest_key(run_id, contender_stage(row.family))
+        if store.exists(key):
+            found.append(StageReportOnly.model_validate_json(store.get_bytes(key)))
+    return found
 
 
 def backtest_summary(trained: TrainResult) -> dict[str, Any]:

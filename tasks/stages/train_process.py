@@ -4,7 +4,8 @@
 
 Reads the run's ``features`` and ``preprocess`` stage manifests from the store, trains (resuming
 the newest valid checkpoint of the same training id) and, on rank 0, registers, applies the gate
-and writes the result as JSON to ``--result-file``. Exit codes: 0 done, 3 stopped on purpose by
+and writes the result as JSON to ``--result-file`` (with ``--contender FAMILY``: fits that
+family only and keeps it in the store for the run's train stage). Exit codes: 0 done, 3 stopped on purpose by
 ``--stop-after-steps`` (resume by running again), 1 failed.
 """
 
@@ -16,11 +17,18 @@ import os
 import sys
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from infra.errors import HybridflowInputError, StoreError
 from infra.settings import get_settings
 from infra.store import open_store
 from tasks.ml.ddp import shutdown_distributed
-from tasks.stages.train import TrainingInterrupted, TrainingOptions, train_for_run
+from tasks.stages.contenders import (
+    TrainingInterrupted,
+    TrainingOptions,
+    contender_for_run,
+)
+from tasks.stages.train import train_for_run
 
 EXIT_INTERRUPTED = 3
 
@@ -37,6 +45,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scratch", action="store_true", help="never warm-start from production")
     p.add_argument(
         "--families", default=None, help="comma-separated model families to fit (default: setting)"
+    )
+    p.add_argument(
+        "--contender",
+        default=None,
+        help="fit only this family as the run's contender unit and keep it in the store",
     )
     p.add_argument(
         "--stop-after-steps",
@@ -60,19 +73,26 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = get_settings()
     store = open_store(args.store or settings.store)
+    options = TrainingOptions(
+        fresh=args.fresh,
+        scratch=args.scratch,
+        stop_after_steps=args.stop_after_steps,
+        families=args.families.split(",") if args.families else None,
+    )
     try:
-        output = train_for_run(
-            store,
-            args.run_id,
-            settings,
-            device_preference=args.device,
-            options=TrainingOptions(
-                fresh=args.fresh,
-                scratch=args.scratch,
-                stop_after_steps=args.stop_after_steps,
-                families=args.families.split(",") if args.families else None,
-            ),
-        )
+        if args.contender:
+            output: BaseModel | None = contender_for_run(
+                store,
+                args.run_id,
+                settings,
+                args.contender,
+                device_preference=args.device,
+                options=options,
+            )
+        else:
+            output = train_for_run(
+                store, args.run_id, settings, device_preference=args.device, options=options
+            )
     except TrainingInterrupted as exc:
         print(f"hybridflow train: {exc}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -32,7 +32,7 @@ from tasks.data.input_formats import (
 )
 from tasks.data.validation import ValidatedEvents, conform_events, split_valid_events
 from tasks.data.validation_duckdb import in_process_type_problem
-from tasks.data.validation_sql import EventTimeBounds
+from tasks.data.validation_sql import RowBounds
 from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     QUARANTINE_REASONS,
@@ -81,15 +81,15 @@ def validate_stage(
     use_cache: bool = True,
     on_quarantine: Callable[[ValidateResult], None] | None = None,
     in_process_rows: int | None = None,
-    bounds: EventTimeBounds | None = None,
+    bounds: RowBounds | None = None,
 ) -> ValidateResult:
     """Read, validate and publish the run's good events and its quarantine.
 
     Input of up to ``in_process_rows`` rows (default: the setting), CSV or Parquet of one
     schema, is validated in this process (:mod:`tasks.stages.validate_in_process`) unless a
     column needs a parser only Spark has (:func:`validates_in_process`); anything else by
-    Spark, started only then (also for a CSV file DuckDB's reader refuses). Event times outside ``bounds`` (default:
-    :func:`event_time_bounds` of now) are quarantined. Unchanged input files, options, floor,
+    Spark, started only then (also for a CSV file DuckDB's reader refuses). Rows outside
+    ``bounds`` (default: :func:`event_time_bounds` of now) are quarantined. Unchanged input files, options, floor,
     lead and code reuse an earlier run's output (``report.cached``) when it holds for the
     bounds of now too (:func:`cached_within`). The quarantine is published even when the bad
     fraction is over ``max_bad_fraction``, so the user can look at it (``on_quarantine`` gets
@@ -105,6 +105,7 @@ def validate_stage(
         files=files_fingerprint(path, files),
         options=options.model_dump(mode="json"),
         floor=bounds.floor.isoformat(),
+        max_amount=bounds.max_amount,
         code=code_version(*VALIDATE_CODE),
     )
     result = load_cached(store, "validate", fingerprint, ValidateResult) if use_cache else None
@@ -139,18 +140,20 @@ def validate_stage(
     return result
 
 
-def event_time_bounds(now: dt.datetime | None = None) -> EventTimeBounds:
-    """The event times a run validated ``now`` (default: this machine's clock) accepts: from
-    the ``event_time_floor`` setting to ``event_time_max_lead_hours`` after ``now``."""
+def event_time_bounds(now: dt.datetime | None = None) -> RowBounds:
+    """The values a run validated ``now`` (default: this machine's clock) accepts: event times
+    from the ``event_time_floor`` setting to ``event_time_max_lead_hours`` after ``now``,
+    amounts up to ``max_amount``."""
     settings = get_settings()
-    return EventTimeBounds.around(
+    return RowBounds.around(
         now or dt.datetime.now(dt.UTC),
         dt.timedelta(hours=settings.event_time_max_lead_hours),
         settings.event_time_floor,
+        settings.max_amount,
     )
 
 
-def cached_within(result: ValidateResult, bounds: EventTimeBounds) -> bool:
+def cached_within(result: ValidateResult, bounds: RowBounds) -> bool:
     """Whether a cached result (same floor) is what ``bounds`` give: it kept nothing after
     their ceiling, and when it quarantined rows as in the future, its ceiling was no earlier
     (else some of them may be due now)."""
@@ -185,7 +188,7 @@ def validate_in_process(
     store: ObjectStore,
     run_id: str,
     found: EventsInput,
-    bounds: EventTimeBounds | None = None,
+    bounds: RowBounds | None = None,
     timestamp_format: str | None = None,
 ) -> ValidateResult:
     """:func:`validate_events` in this process, for an input :func:`validates_in_process`."""
@@ -212,7 +215,7 @@ def validate_events(
     path: Path,
     options: InputOptions,
     found: EventsInput | None = None,
-    bounds: EventTimeBounds | None = None,
+    bounds: RowBounds | None = None,
 ) -> ValidateResult:
     """Read ``path`` (already inspected: ``found``), split good rows from bad (event times
     within ``bounds`` when given), publish both; figures for the summary.

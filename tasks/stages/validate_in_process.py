@@ -22,7 +22,7 @@ from tasks.data.validation_duckdb import (
     InProcessValidation,
     ValidationFigures,
 )
-from tasks.data.validation_sql import EventTimeBounds
+from tasks.data.validation_sql import RowBounds
 from tasks.stages.spark_io import spark_schema_metadata
 
 
@@ -35,7 +35,7 @@ def publish_validated_in_process(
     store: ObjectStore,
     run_id: str,
     found: EventsInput,
-    bounds: EventTimeBounds | None = None,
+    bounds: RowBounds | None = None,
     timestamp_format: str | None = None,
 ) -> tuple[DatasetManifest, DatasetManifest, ValidationFigures]:
     """Validate the input ``found`` describes (Parquet files of one schema or CSV files of one
@@ -77,7 +77,7 @@ def publish_validated_in_process(
 
 def _checked(
     found: EventsInput,
-    bounds: EventTimeBounds | None,
+    bounds: RowBounds | None,
     timestamp_format: str | None,
     detect: Callable[[list[str]], str | None] | None,
 ) -> InProcessValidation:

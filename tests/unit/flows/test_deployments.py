@@ -11,6 +11,7 @@ import yaml
 
 from flows.artifacts import progress_artifact_key
 from flows.dag import (
+    CONTENDER_UNIT,
     PIPELINE_UNITS,
     POOLS,
     STAGES,
@@ -40,7 +41,7 @@ def deployments() -> dict[str, dict]:
 def _expected_deployments() -> dict[str, tuple[str, str]]:
     """name -> (entrypoint, pool), from the graph alone."""
     expected = {s.flow_name: (s.entrypoint, s.pool) for s in STAGES}
-    for unit in PIPELINE_UNITS:
+    for unit in (*PIPELINE_UNITS, CONTENDER_UNIT):
         for pool in POOLS:
             expected[unit.deployment_name(pool)] = (unit.entrypoint, pool)
     for pool in POOLS:
@@ -150,3 +151,34 @@ def test_mode_auto_is_embedded_outside_a_deployment_run():
 def test_progress_artifact_keys_are_what_prefect_accepts():
     assert progress_artifact_key("batch_inference") == "progress-batch-inference"
     assert progress_artifact_key("Train model") == "progress-train-model"
+
+
+def test_each_family_gets_its_own_contender_unit_on_the_pool_the_plan_chose():
+    from flows.params import StageParams
+    from flows.pipeline import contender_units
+
+    def decision(stage: str, pool: str) -> RoutingDecision:
+        return RoutingDecision(
+            stage=stage,
+            kind=WorkloadKind.TRAINING,
+            pool=pool,
+            alternative=None,
+            reason="test",
+            basis="pinned",
+            estimates=[],
+        )
+
+    plan = RoutingPlan(
+        decisions=[
+            decision("contender-logistic", "cpu-pool"),
+            decision("contender-mlp", "gpu-pool"),
+        ]
+    )
+    units = contender_units(StageParams(run_id="run-k"), plan, ["logistic", "mlp"])
+    pool, params = units["logistic"]
+    assert pool == "cpu-pool" and params.families == ["logistic"] and params.device == "cpu"
+    pool, params = units["mlp"]
+    assert pool == "gpu-pool" and params.families == ["mlp"] and params.device == "auto"
+    assert params.run_id == "run-k"
+    assert CONTENDER_UNIT.deployment_on("gpu-pool") == "contender/contender-on-gpu-pool"
+    assert CONTENDER_UNIT.deployment_on("cpu-pool") == "contender/contender"

@@ -20,7 +20,7 @@ from tasks.data.validation_duckdb import (
     InProcessValidation,
     in_process_type_problem,
 )
-from tasks.data.validation_sql import EventTimeBounds
+from tasks.data.validation_sql import RowBounds
 from tasks.definitions.contract import CONTRACT_COLUMNS
 
 pytestmark = pytest.mark.integration
@@ -155,7 +155,7 @@ def test_duckdb_and_spark_validate_alike(spark, tmp_path, variant, reader):
     assert len(reasons) >= 2  # the edge rows reach several rules in every variant
 
 
-BOUNDS = EventTimeBounds.around(T, dt.timedelta(hours=24), dt.date(2000, 1, 1))
+BOUNDS = RowBounds.around(T, dt.timedelta(hours=24), dt.date(2000, 1, 1))
 BOUNDED_ROWS = [
     ("a", T, 10.0),
     ("a", T + dt.timedelta(hours=24), 10.0),  # at the ceiling: kept

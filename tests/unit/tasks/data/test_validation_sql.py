@@ -9,11 +9,11 @@ import datetime as dt
 import duckdb
 import pytest
 
-from tasks.data.validation_sql import RULES, EventTimeBounds, Rule, contract_rules, reason_sql
+from tasks.data.validation_sql import RULES, RowBounds, Rule, contract_rules, reason_sql
 from tasks.definitions.contract import QUARANTINE_REASONS, REASON_DUPLICATE
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-BOUNDS = EventTimeBounds.around(NOW, dt.timedelta(hours=24), dt.date(1970, 1, 1))
+BOUNDS = RowBounds.around(NOW, dt.timedelta(hours=24), dt.date(1970, 1, 1), 1e12)
 
 # conformed rows: customer_id, event_time (micros), amount, quantity, src_quantity
 ROWS = [
@@ -107,3 +107,20 @@ def test_event_times_out_of_bounds_are_quarantined_by_their_own_reason():
         "missing_customer_id",
     ]
     assert contract_rules(None) == RULES  # without bounds (the endpoint's own check): as before
+
+
+def test_an_amount_over_the_largest_is_quarantined_after_the_invalid_ones():
+    con = duckdb.connect()
+    try:
+        con.execute(
+            "CREATE TABLE conformed (customer_id VARCHAR, event_time BIGINT, amount DOUBLE)"
+        )
+        rows = [("a", 1, 1e12), ("a", 1, 1.0000000000001e12), ("a", 1, 1e308), ("a", 1, -1e308)]
+        con.executemany("INSERT INTO conformed VALUES (?, ?, ?)", rows)
+        reasons = reason_sql(["customer_id", "event_time", "amount"], contract_rules(BOUNDS))
+        got = [
+            r[0] for r in con.execute(f"SELECT {reasons} FROM conformed ORDER BY rowid").fetchall()
+        ]
+    finally:
+        con.close()
+    assert got == [None, "amount_too_large", "amount_too_large", "invalid_amount"]

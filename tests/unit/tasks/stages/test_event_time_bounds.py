@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from infra.errors import HybridflowInputError
-from tasks.data.validation_sql import EventTimeBounds
+from tasks.data.validation_sql import RowBounds
 from tasks.stages.features import label_window_note, resolve_as_of
 from tasks.stages.validate import validate_stage
 
@@ -21,8 +21,8 @@ LAST = dt.datetime(2025, 6, 30, 12, tzinfo=dt.UTC)
 NOW = dt.datetime(2025, 7, 1, tzinfo=dt.UTC)
 
 
-def _bounds(now: dt.datetime) -> EventTimeBounds:
-    return EventTimeBounds.around(now, dt.timedelta(hours=24), dt.date(1970, 1, 1))
+def _bounds(now: dt.datetime) -> RowBounds:
+    return RowBounds.around(now, dt.timedelta(hours=24), dt.date(1970, 1, 1))
 
 
 def _events(path, extra: list[dt.datetime]) -> str:
