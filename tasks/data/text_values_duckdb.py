@@ -28,13 +28,15 @@ _ZONE = r"([+-])(\d{1,2}):?(\d{2})?:?(\d{2})?$"
 MAX_ZONE_SECONDS = 18 * 3600
 
 MACROS: dict[str, str] = {
+    # Spark trims what Java's String.trim does: every character up to the space
+    "java_trim(x)": r"""regexp_replace(x, '^[\x00-\x20]+|[\x00-\x20]+$', '', 'g')""",
     "spark_double(x)": f"""CASE
-        WHEN regexp_full_match(trim(x), '{_NUMBER}')
-            THEN TRY_CAST(rtrim(trim(x), 'fFdD') AS DOUBLE)
-        WHEN lower(trim(x)) IN {_SPECIAL} THEN TRY_CAST(trim(x) AS DOUBLE)
+        WHEN regexp_full_match(java_trim(x), '{_NUMBER}')
+            THEN TRY_CAST(rtrim(java_trim(x), 'fFdD') AS DOUBLE)
+        WHEN lower(java_trim(x)) IN {_SPECIAL} THEN TRY_CAST(java_trim(x) AS DOUBLE)
         END""",
-    "spark_bigint(x)": r"""CASE WHEN regexp_full_match(trim(x), '[+-]?\d+')
-        THEN TRY_CAST(trim(x) AS BIGINT) END""",
+    "spark_bigint(x)": r"""CASE WHEN regexp_full_match(java_trim(x), '[+-]?\d+')
+        THEN TRY_CAST(java_trim(x) AS BIGINT) END""",
     "iso_parts(t)": f"regexp_extract(t, '{_ISO}', ['y', 'mo', 'd', 'h', 'mi', 's', 'f', 'z'])",
     "iso_zone_seconds(z)": f"""CASE WHEN NOT regexp_matches(z, '[+-]') THEN 0 ELSE (
         CASE WHEN regexp_extract(z, '{_ZONE}', 1) = '-' THEN -1 ELSE 1 END) * (
