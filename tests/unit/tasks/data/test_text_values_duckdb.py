@@ -61,8 +61,8 @@ def _duckdb(values: list[str], expression: str) -> list:
     return [r[0] for r in con.execute(f"SELECT {expression} FROM t ORDER BY i").fetchall()]
 
 
-def _spark(spark, values: list[str], column) -> list:
-    df = spark.createDataFrame([(i, v) for i, v in enumerate(values)], ["i", "x"])
+def _spark(spark, values: list[str], column, name: str = "x") -> list:
+    df = spark.createDataFrame([(i, v) for i, v in enumerate(values)], ["i", name])
     return [r[0] for r in df.orderBy("i").select(column(df)).collect()]
 
 
@@ -85,11 +85,7 @@ def test_numbers_read_as_spark_reads_them(spark):
 def test_iso_epoch_and_pattern_times_read_as_spark_reads_them(spark):
     def spark_micros(values, fmt):
         return _spark(
-            spark,
-            values,
-            lambda df: F.unix_micros(
-                parse_event_time(df.withColumnRenamed("x", "event_time"), fmt)
-            ),
+            spark, values, lambda df: F.unix_micros(parse_event_time(df, fmt)), "event_time"
         )
 
     cases = [(ISO_TIMES, None), (EPOCHS, "epoch_seconds"), (EPOCHS, "epoch_millis")]
