@@ -14,7 +14,7 @@ from prefect.runtime import flow_run
 
 from flows.artifacts import publish_stage_table
 from flows.context import current_pool, record_stage_result, resolve_run_id
-from flows.dag import CONTENDER
+from flows.dag import CONTENDER, upstream_results
 from flows.params import StageParams, resolve
 from infra.errors import HybridflowInputError
 from tasks.stages.contenders import ContenderResult, TrainingOptions, launch_contender
@@ -39,6 +39,7 @@ def contender_flow(params: StageParams) -> ContenderResult:
         family,
         device_preference=params.device,
         options=TrainingOptions(fresh=fresh, scratch=params.scratch, pool=current_pool("")),
+        **upstream_results(run.store, run_id, CONTENDER),
     )
     result = record_stage_result(run.store, run_id, contender_stage(family), result)
     publish_stage_table(

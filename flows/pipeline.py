@@ -21,12 +21,12 @@ from flows.artifacts import publish_cost_table, publish_pipeline_artifacts, publ
 from flows.context import resolve_run_id
 from flows.dag import (
     CONTENDER,
-    CPU_POOL,
     PIPELINE_UNITS,
     ROUTED_STAGES,
     STAGE_KINDS,
     UNITS_AFTER_CONTENDERS,
     UNITS_BEFORE_CONTENDERS,
+    run_results,
 )
 from flows.executors import (
     UnitOrigin,
@@ -42,6 +42,7 @@ from flows.signals import signal_refresh
 from infra.layout import version_manifest_key
 from infra.routing.accounting import account_run
 from infra.routing.planner import RoutingPlan
+from infra.routing.pools import CPU_POOL
 from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
 from tasks.stages.planning import plan_pipeline
@@ -132,6 +133,7 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         resolve_run_id(None),
         stage_origins(units) | contender_origins(ran),
         seconds=time.perf_counter() - started,
+        **run_results(run.store, run_id),
     )
     publish_pipeline_artifacts(
         summary, run.store.key_uri(version_manifest_key(summary.model_version))

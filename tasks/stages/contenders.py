@@ -47,7 +47,6 @@ from tasks.stages.records import (
     PreprocessResult,
     StageReport,
     contender_stage,
-    read_stage_manifest,
 )
 
 log = logging.getLogger(__name__)
@@ -347,23 +346,25 @@ def published_contender(store: ObjectStore, run_id: str, family: str) -> Contend
     )
 
 
-def contender_for_run(
+def fit_contender(
     store: ObjectStore,
     run_id: str,
     settings: HybridflowSettings,
     family: str,
     *,
+    features: FeaturesResult,
+    preprocess: PreprocessResult,
     device_preference: str = "auto",
     options: TrainingOptions | None = None,
 ) -> ContenderResult | None:
     """The contender unit of ``family`` in run ``run_id``: fit and judge it on the run's
-    snapshot and keep it in the store. None on ranks other than 0."""
+    snapshot (``preprocess``; T and H from ``features``) and keep it in the store. None on
+    ranks other than 0."""
     options = options or TrainingOptions()
     started = time.perf_counter()
     finish_warm_imports()
     (spec,) = family_specs([family], settings.train.specs)
-    features = read_stage_manifest(store, run_id, "features", FeaturesResult)
-    prepared = read_stage_manifest(store, run_id, "preprocess", PreprocessResult)
+    prepared = preprocess
     ctx, device = init_distributed(device_preference)
     configure_accelerator(device)
     with opened_snapshot(store, prepared, settings) as opened:
@@ -398,18 +399,23 @@ def launch_contender(
     settings: HybridflowSettings,
     family: str,
     *,
+    features: FeaturesResult,
+    preprocess: PreprocessResult,
     device_preference: str = "auto",
     options: TrainingOptions | None = None,
 ) -> ContenderResult:
     """The contender unit in this process, or under torchrun on
-    ``HYBRIDFLOW_TRAIN__DDP_PROCESSES`` devices (rank 0 writes its result as JSON)."""
+    ``HYBRIDFLOW_TRAIN__DDP_PROCESSES`` devices, whose processes read the same results of run
+    ``run_id`` from the store (rank 0 writes its result as JSON)."""
     options = options or TrainingOptions()
     if settings.train.ddp_processes <= 1:
-        result = contender_for_run(
+        result = fit_contender(
             store,
             run_id,
             settings,
             family,
+            features=features,
+            preprocess=preprocess,
             device_preference=device_preference,
             options=options,
         )

@@ -3,7 +3,7 @@
 
 :func:`launch_training` is the one entry point: the ``train`` flow calls it, and it either trains
 here or starts ``torchrun -m tasks.stages.train_process``, whose ranks call
-:func:`train_for_run` and whose rank 0 hands back the same typed :class:`TrainStageOutput`.
+:func:`train_stage` and whose rank 0 hands back the same typed :class:`TrainStageOutput`.
 Which families contend: ``TrainingOptions.families``, else ``HYBRIDFLOW_TRAIN__FAMILIES``; each
 is fitted, calibrated and backtested the same way (:mod:`tasks.stages.contenders`), registered
 as its own version, and only the champion (:mod:`tasks.ml.champion`) goes to the gate. A
@@ -53,7 +53,6 @@ from tasks.stages.records import (
     PreprocessResult,
     StageReport,
     TrainResult,
-    read_stage_manifest,
 )
 
 __all__ = [
@@ -64,7 +63,6 @@ __all__ = [
     "TrainingOptions",
     "check_trainable",
     "launch_training",
-    "train_for_run",
     "train_stage",
 ]
 
@@ -84,15 +82,25 @@ def launch_training(
     run_id: str,
     settings: HybridflowSettings,
     *,
+    features: FeaturesResult,
+    preprocess: PreprocessResult,
     device_preference: str = "auto",
     options: TrainingOptions | None = None,
 ) -> TrainStageOutput:
-    """Train on the run's snapshot in this process, or under torchrun on
-    ``HYBRIDFLOW_TRAIN__DDP_PROCESSES`` devices (rank 0 writes its output as JSON)."""
+    """Train on the run's snapshot (``preprocess``; T and H from ``features``) in this process,
+    or under torchrun on ``HYBRIDFLOW_TRAIN__DDP_PROCESSES`` devices, whose processes read the
+    same results of run ``run_id`` from the store (rank 0 writes its output as JSON)."""
     options = options or TrainingOptions()
     if settings.train.ddp_processes <= 1:
-        output = train_for_run(
-            store, run_id, settings, device_preference=device_preference, options=options
+        output = train_stage(
+            store,
+            preprocess,
+            settings,
+            as_of=features.as_of,
+            horizon_days=features.horizon_days,
+            device_preference=device_preference,
+            options=options,
+            run_id=run_id,
         )
         assert output is not None  # a single process is rank 0
         return output
@@ -104,29 +112,6 @@ def launch_training(
         result_file = Path(tmp) / "result.json"
         launch_ddp_training(settings.train.ddp_processes, args, result_file)
         return TrainStageOutput.model_validate_json(result_file.read_text())
-
-
-def train_for_run(
-    store: ObjectStore,
-    run_id: str,
-    settings: HybridflowSettings,
-    *,
-    device_preference: str = "auto",
-    options: TrainingOptions | None = None,
-) -> TrainStageOutput | None:
-    """The train stage of pipeline run ``run_id`` (its features and preprocess manifests)."""
-    features = read_stage_manifest(store, run_id, "features", FeaturesResult)
-    prepared = read_stage_manifest(store, run_id, "preprocess", PreprocessResult)
-    return train_stage(
-        store,
-        prepared,
-        settings,
-        as_of=features.as_of,
-        horizon_days=features.horizon_days,
-        device_preference=device_preference,
-        options=options,
-        run_id=run_id,
-    )
 
 
 def train_stage(

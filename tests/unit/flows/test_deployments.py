@@ -13,16 +13,19 @@ from flows.artifacts import progress_artifact_key
 from flows.dag import (
     CONTENDER_UNIT,
     PIPELINE_UNITS,
-    POOLS,
+    REFRESH_UNITS,
     STAGES,
     DispatchUnit,
     Stage,
+    home_pools,
     load_flow,
+    units_through,
 )
 from flows.executors import dispatch_mode, is_complete
 from flows.pipeline import routed_device, stage_origins, unit_pools
 from infra.layout import stage_manifest_key
 from infra.routing.planner import RoutingPlan
+from infra.routing.pools import POOLS
 from infra.routing.router import RoutingDecision, WorkloadKind
 
 PREFECT_YAML = Path(__file__).resolve().parents[3] / "prefect.yaml"
@@ -76,6 +79,17 @@ def test_the_graph_is_ordered_and_each_stage_dispatched_once():
     for unit in PIPELINE_UNITS:
         assert {s.pool for s in unit.stages} == {unit.pool}, unit
         assert unit.routed_by in unit.stage_names
+
+
+def test_a_refresh_is_the_graphs_prepare_to_train_slice_with_only_training_on_gpu(deployments):
+    assert [u.flow_name for u in REFRESH_UNITS] == ["prepare-data", "train"]
+    assert REFRESH_UNITS == PIPELINE_UNITS[:2]
+    assert units_through("preprocess") == PIPELINE_UNITS[:1]
+    assert home_pools(REFRESH_UNITS) == {"prepare-data": "cpu-pool", "train": "gpu-pool"}
+    # the refresh flow only orchestrates: it holds no GPU slot while its units run
+    assert deployments["model-refresh"]["work_pool"]["name"] == "cpu-pool"
+    with pytest.raises(KeyError):
+        units_through("no-such-stage")
 
 
 def test_schedules_and_the_project_pull_step(deployments):

@@ -13,9 +13,9 @@ from infra.registry import ModelRegistry
 from infra.settings import HybridflowSettings
 from infra.store import LocalFolderStore
 from tasks.ml.models import get_family
-from tasks.stages.contenders import TrainingOptions, contender_for_run
+from tasks.stages.contenders import TrainingOptions
 from tasks.stages.records import contender_stage
-from tasks.stages.train import train_for_run
+from tasks.stages.train_process import contender_for_run, train_for_run
 from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
 SETTINGS = HybridflowSettings(train={"families": ["logistic", "gbm"], "threads": 1})
