@@ -226,6 +226,16 @@ class PipelineSummary(BaseModel):
     rows_scored: int
     stages: list[StageReport]
     seconds: float
+    startup_seconds: float | None = Field(
+        default=None,
+        description="the run's fixed cost: from the process's start (the pipeline's flow body "
+        "outside the CLI) to its first stage's dispatch",
+    )
+    startup: dict[str, float] = Field(
+        default_factory=dict,
+        description="startup_seconds by step: interpreter, imports, prefect_api, "
+        "pipeline_flow_run, planning (infra.startup)",
+    )
     plan: list[dict[str, str]] = Field(default_factory=list)
     cost: dict[str, Any] = Field(default_factory=dict)
     drift: dict[str, Any] = Field(
