@@ -20,9 +20,10 @@ def batch_inference_flow(params: StageParams) -> InferenceResult:
 
     Inside a pipeline run (``run_id``) T is the one the run's features stage resolved."""
     run = resolve(params)
-    as_of = run.as_of
+    as_of, features_prefix = run.as_of, None
     if params.run_id:
-        as_of = read_stage_manifest(run.store, params.run_id, "features", FeaturesResult).as_of
+        features = read_stage_manifest(run.store, params.run_id, "features", FeaturesResult)
+        as_of, features_prefix = features.as_of, features.scoring_prefix
     if as_of is None:
         raise HybridflowInputError("batch inference needs as_of (or the run_id of a features run)")
     result = batch_inference_stage(
@@ -32,6 +33,7 @@ def batch_inference_flow(params: StageParams) -> InferenceResult:
         params.model_version,
         progress_interval_s=run.settings.progress_interval_s,
         progress_sink=ProgressArtifact("batch_inference"),
+        features_prefix=features_prefix,
     )
     result = record_stage_result(run.store, params.run_id, BATCH_INFERENCE.name, result)
     publish_predictions_link(result, as_of)

@@ -24,14 +24,14 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from infra.datasets import (
     DatasetManifest,
-    find_dataset,
     new_data_prefix,
     publish_written_dataset,
 )
 from infra.errors import HybridflowInputError
-from infra.layout import predictions_prefix, scoring_features_prefix
+from infra.layout import predictions_prefix
 from infra.registry import ModelRegistry
 from infra.settings import in_process_limit
+from infra.snapshots import scoring_features_for
 from infra.spark import SessionProvider, conf_value, local_cores, session_of
 from infra.store import ObjectStore, open_store
 from tasks.ml.scoring_worker import (
@@ -211,8 +211,10 @@ def batch_inference_stage(
     progress_interval_s: float = 5.0,
     progress_sink: ProgressSink | None = None,
     in_process_rows: int | None = None,
+    features_prefix: str | None = None,
 ) -> InferenceResult:
-    """Score the published features for ``as_of`` and publish predictions atomically; in local
+    """Score the published features for ``as_of`` (a run's at ``features_prefix``; default: the
+    most recently published of that date) and publish predictions atomically; in local
     mode up to ``in_process_rows`` rows (default: the setting) in this process, without
     starting Spark.
 
@@ -221,7 +223,7 @@ def batch_inference_stage(
     """
     started = time.perf_counter()
     model = load_scoring_model(store, model_version)
-    published = find_dataset(store, scoring_features_prefix(as_of))
+    published = scoring_features_for(store, as_of, features_prefix)
     if published is None:
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"

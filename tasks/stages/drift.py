@@ -34,11 +34,12 @@ from infra.layout import (
     drift_customers_prefix,
     drift_reference_key,
     predictions_prefix,
-    scoring_features_prefix,
     snapshot_prefix,
+    stage_manifest_key,
 )
 from infra.registry import ModelRegistry
 from infra.settings import DriftSettings, in_process_limit
+from infra.snapshots import scoring_features_for
 from infra.spark import SessionProvider
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
@@ -48,6 +49,7 @@ from tasks.ml.model_inputs import source_columns
 from tasks.ml.scoring_worker import ScoringModel
 from tasks.stages.batch_inference import load_scoring_model, resolve_model_version
 from tasks.stages.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
+from tasks.stages.records import FeaturesResult, read_stage_manifest
 from tasks.stages.scoring_frame import scores_in_process, scores_of_table
 from tasks.stages.spark_io import read_dataset, write_dataset
 
@@ -82,7 +84,7 @@ def build_reference(
     manifest = ModelRegistry(store).get(version)
     if manifest.as_of is None or manifest.horizon_days is None:
         raise StoreError(f"model {version} records no as_of/horizon: its snapshot is unknown")
-    prefix = snapshot_prefix(manifest.as_of, manifest.horizon_days)
+    prefix = manifest.snapshot or snapshot_prefix(manifest.as_of, manifest.horizon_days)
     published = find_dataset(store, prefix)
     if published is None or published.created_at > manifest.created_at:
         raise StoreError(
@@ -123,6 +125,14 @@ def build_reference(
     return reference
 
 
+def _run_features(store: ObjectStore, run_id: str, as_of: dt.date) -> str | None:
+    """The scoring features run ``run_id`` published for ``as_of``, None when it has none."""
+    if not store.exists(stage_manifest_key(run_id, "features")):
+        return None
+    features = read_stage_manifest(store, run_id, "features", FeaturesResult)
+    return features.scoring_prefix if features.as_of == as_of else None
+
+
 def measure_drift(
     spark: SessionProvider,
     store: ObjectStore,
@@ -135,8 +145,7 @@ def measure_drift(
     ``model_version`` scored them) against ``model_version`` (default: production)."""
     started = time.perf_counter()
     version = resolve_model_version(ModelRegistry(store), model_version)
-    features_prefix = scoring_features_prefix(as_of)
-    published = find_dataset(store, features_prefix)
+    published = scoring_features_for(store, as_of, _run_features(store, run_id, as_of))
     if published is None:
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"
@@ -148,7 +157,7 @@ def measure_drift(
         counts, unseen_customers = _features_in_process(store, published, known, edges)
     else:
         session = spark()
-        features = read_dataset(session, store, features_prefix)
+        features = read_dataset(session, store, published.prefix)
         counts = bin_counts(features, {f: e for f, e in edges.items() if f in features.columns})
         unseen_customers = unseen_count(features, read_dataset(session, store, known.prefix))
     rows = [

@@ -61,6 +61,7 @@ class TrainingOptions(BaseModel):
     stop_after_steps: int | None = None
     families: list[str] | None = None  # None: HYBRIDFLOW_TRAIN__FAMILIES
     pool: str = ""  # the work pool running the stage ("": this machine's, by its device)
+    scoring_features: str | None = None  # the run's scoring features, recorded in each version
 
 
 class TrainingInterrupted(RuntimeError):
@@ -126,6 +127,9 @@ def train_for_run(
     """The train stage of pipeline run ``run_id`` (its features and preprocess manifests)."""
     features = read_stage_manifest(store, run_id, "features", FeaturesResult)
     prepared = read_stage_manifest(store, run_id, "preprocess", PreprocessResult)
+    options = (options or TrainingOptions()).model_copy(
+        update={"scoring_features": features.scoring_prefix}
+    )
     return train_stage(
         store,
         prepared,
@@ -339,6 +343,8 @@ def _contend(
         code_version=CODE_VERSION,
         as_of=as_of,
         horizon_days=horizon_days,
+        scoring_features=options.scoring_features,
+        snapshot=prepared.snapshot_prefix,
         training=_training_record(
             outcome, start, production, spec, model.describe(), model.n_parameters, settings
         )
