@@ -12,6 +12,7 @@ import gzip
 import io
 import logging
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,14 @@ from tasks.data.timestamp_patterns import (
     EPOCH_SECONDS,
     check_timestamp_format,
 )
-from tasks.definitions.contract import ALLOWED_TYPES, CONTRACT_COLUMNS, REQUIRED_COLUMNS
+from tasks.definitions.contract import (
+    ALLOWED_TYPES,
+    CONTRACT_COLUMNS,
+    REQUIRED_COLUMNS,
+    UNIT_PRICE_NAMES,
+    column_map_hints,
+    letters_only,
+)
 
 if TYPE_CHECKING:
     from infra.settings import HybridflowSettings
@@ -419,8 +427,20 @@ def check_required_columns(columns: Sequence[str]) -> None:
     if missing:
         raise HybridflowInputError(
             f"events are missing required column(s) {', '.join(missing)}; "
-            f"found: {', '.join(columns) or '(none)'} (rename with --map column=yours)"
+            f"found: {', '.join(columns) or '(none)'}; {_map_advice(missing, list(columns))}"
         )
+
+
+def _map_advice(missing: list[str], columns: list[str]) -> str:
+    """``--map`` options that read the missing columns from likely input columns, or the form."""
+    hints = column_map_hints(missing, columns)
+    if not hints:
+        return "rename with --map column=yours"
+    options = " ".join(f"--map {c}={shlex.quote(source)}" for c, source in hints.items())
+    advice = f"if these are yours: {options}"
+    if letters_only(hints.get("amount", "")) in UNIT_PRICE_NAMES:
+        advice += " (amount is the event's total value: a unit price undercounts multi-item rows)"
+    return advice
 
 
 def warn_extra_columns(columns: Sequence[str]) -> None:

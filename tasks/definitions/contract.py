@@ -10,6 +10,54 @@ OPTIONAL_DEFAULTS: dict[str, object] = {
     "channel": None,
 }
 CONTRACT_COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + tuple(OPTIONAL_DEFAULTS)
+# What exports commonly call the required columns (compared lower-case, letters and digits only),
+# most likely first: a missing column's error suggests the ``--map`` that reads it from one.
+COLUMN_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "customer_id": (
+        "customerid",
+        "customer",
+        "custid",
+        "clientid",
+        "client",
+        "userid",
+        "user",
+        "memberid",
+        "accountid",
+        "customerno",
+        "customernumber",
+        "buyerid",
+        "shopperid",
+    ),
+    "event_time": (
+        "eventtime",
+        "invoicedate",
+        "orderdate",
+        "transactiondate",
+        "purchasedate",
+        "timestamp",
+        "datetime",
+        "date",
+        "time",
+        "ts",
+        "createdat",
+        "eventdate",
+        "saledate",
+    ),
+    "amount": (
+        "totalamount",
+        "total",
+        "linetotal",
+        "revenue",
+        "sales",
+        "amountspent",
+        "spend",
+        "netamount",
+        "value",
+        "price",
+        "unitprice",
+    ),
+}
+UNIT_PRICE_NAMES = ("price", "unitprice")  # a per-item price, not the event's total
 
 _INTEGRAL = {"tinyint", "smallint", "int", "bigint"}
 _NUMERIC = _INTEGRAL | {"float", "double", "decimal"}
@@ -43,3 +91,22 @@ QUARANTINE_REASONS: tuple[str, ...] = (
     REASON_INVALID_QUANTITY,
     REASON_DUPLICATE,
 )
+
+
+def letters_only(name: str) -> str:
+    """``name`` lower-case, letters and digits only (how synonyms are compared)."""
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def column_map_hints(missing: list[str], columns: list[str]) -> dict[str, str]:
+    """For each missing required column, the input column (of ``columns``) an export most likely
+    wrote it as (:data:`COLUMN_SYNONYMS`), when one is there."""
+    by_letters = {letters_only(c): c for c in reversed(columns)}
+    hints: dict[str, str] = {}
+    for column in missing:
+        for synonym in COLUMN_SYNONYMS.get(column, ()):
+            source = by_letters.get(synonym)
+            if source is not None and source not in hints.values():
+                hints[column] = source
+                break
+    return hints

@@ -18,6 +18,7 @@ from tasks.data.input_formats import (
     detect_format,
     inspect_events,
 )
+from tasks.definitions.contract import column_map_hints
 
 
 def test_delimiter_is_the_one_that_splits_the_header_most():
@@ -179,3 +180,20 @@ def test_an_events_path_in_a_symbolic_link_loop_is_an_input_error(tmp_path):
     message = _error(loop)
     assert message.startswith(f"cannot resolve events path {loop}: ")
     assert "\n" not in message
+
+
+def test_a_retail_export_missing_contract_names_is_told_the_map_that_reads_it(tmp_path):
+    csv = tmp_path / "retail.csv"
+    csv.write_text(
+        '"Customer ID","InvoiceDate","Quantity","Price"\n"C1","01/01/2024 09:00",1,2.5\n'
+    )
+    message = _error(csv, InputOptions())
+    assert message.endswith(
+        "if these are yours: --map customer_id='customer id' --map event_time=invoicedate "
+        "--map amount=price (amount is the event's total value: a unit price undercounts "
+        "multi-item rows)"
+    )
+    assert column_map_hints(["amount"], ["qty", "Total", "Price"]) == {"amount": "Total"}
+    assert column_map_hints(["customer_id"], ["when", "what"]) == {}
+    # one input column never answers two missing ones
+    assert column_map_hints(["event_time", "amount"], ["date"]) == {"event_time": "date"}
