@@ -35,6 +35,7 @@ from tasks.ml.models import FittedModel, load_model, predict_proba
 log = logging.getLogger(__name__)
 WARMUP_ROWS = 256
 STILL_REFUSED = "still refused"  # a check skipped because it was refused in this same state
+ONCE = ("manifest_damaged", "snapshot_missing")  # refusals re-found every poll: logged once
 
 
 class ReloadRefused(Exception):
@@ -127,7 +128,7 @@ class ModelHolder:
 
     def _refuse(self, kind: str, reason: str, message: str, report: ReloadReport) -> None:
         error = f"{kind} refused ({reason}): {message}"
-        if reason == "manifest_damaged" and self._errors.get(kind) == error:
+        if reason in ONCE and self._errors.get(kind) == error:
             return  # refused once, logged once: shown by /ready until it is repaired
         self.metrics.reload_failures.labels(kind, reason).inc()
         current = self.state.model.version if self.state.model else "nothing"
