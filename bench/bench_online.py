@@ -58,8 +58,9 @@ def main(results_dir: Path) -> list[dict]:
     """Run every measurement; rows for the bench table."""
     from infra.events_log import EventsLog
     from infra.store import LocalFolderStore
-    from serving.online.state import DAY_US, OnlineState, bytes_per_customer, end_of_day_micros
-    from serving.online.state import event_arrays as arrays_of
+    from serving.online.events import DAY_US, end_of_day_micros
+    from serving.online.events import event_arrays as arrays_of
+    from serving.online.state import OnlineState, bytes_per_customer
     from tasks.definitions.contract import CONTRACT_COLUMNS
     from tasks.definitions.feature_specs import feature_names
     from tests.fixtures.online_store import online_sample_store

@@ -108,9 +108,15 @@ def publish_quarantine_table(result: ValidateResult) -> None:
 
 
 def publish_training_artifacts(
-    output: TrainStageOutput, features: FeaturesResult, manifest: ModelManifest, versions_uri: str
+    output: TrainStageOutput,
+    manifest: ModelManifest,
+    versions_uri: str,
+    *,
+    features: FeaturesResult,
+    **_other_upstream: object,
 ) -> None:
-    """The per-epoch table and the model card of a trained version."""
+    """The per-epoch table and the model card of a trained version (the train stage's upstream
+    results are passed as they were to its runner; the card needs ``features``)."""
     if output.history:
         create_table_artifact(
             table=[vars(e) for e in output.history],

@@ -6,12 +6,11 @@ from prefect import flow
 
 from flows.artifacts import ProgressArtifact, publish_predictions_link, publish_stage_table
 from flows.context import record_stage_result
-from flows.dag import BATCH_INFERENCE
+from flows.dag import BATCH_INFERENCE, upstream_results
 from flows.params import StageParams, resolve
-from infra.errors import HybridflowInputError
 from infra.spark import SparkOnDemand
-from tasks.stages.batch_inference import batch_inference_stage
-from tasks.stages.records import FeaturesResult, InferenceResult, read_stage_manifest
+from tasks.stages.batch_inference import batch_inference_stage, scoring_as_of
+from tasks.stages.records import InferenceResult
 
 
 @flow(name=BATCH_INFERENCE.flow_name)
@@ -20,23 +19,18 @@ def batch_inference_flow(params: StageParams) -> InferenceResult:
 
     Inside a pipeline run (``run_id``) T is the one the run's features stage resolved."""
     run = resolve(params)
-    as_of, features_prefix = run.as_of, None
-    if params.run_id:
-        features = read_stage_manifest(run.store, params.run_id, "features", FeaturesResult)
-        as_of, features_prefix = features.as_of, features.scoring_prefix
-    if as_of is None:
-        raise HybridflowInputError("batch inference needs as_of (or the run_id of a features run)")
+    upstream = upstream_results(run.store, params.run_id, BATCH_INFERENCE) if params.run_id else {}
     result = batch_inference_stage(
         SparkOnDemand(run.settings),
         run.store,
-        as_of,
+        run.as_of,
         params.model_version,
         progress_interval_s=run.settings.progress_interval_s,
         progress_sink=ProgressArtifact("batch_inference"),
-        features_prefix=features_prefix,
+        **upstream,
     )
     result = record_stage_result(run.store, params.run_id, BATCH_INFERENCE.name, result)
-    publish_predictions_link(result, as_of)
+    publish_predictions_link(result, scoring_as_of(run.as_of, **upstream))
     publish_stage_table(
         result.report, model_version=result.model_version, model_loads=result.model_loads
     )

@@ -10,22 +10,35 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
+from pydantic import BaseModel
+
+from infra.routing.pools import CPU_POOL, GPU_POOL
 from infra.routing.router import StageWork, WorkloadKind
+from infra.store import ObjectStore
+from tasks.stages.records import (
+    FeaturesResult,
+    InferenceResult,
+    PreprocessResult,
+    TrainResult,
+    ValidateResult,
+    read_stage_manifest,
+)
 
 if TYPE_CHECKING:
     from prefect import Flow
 
-CPU_POOL = "cpu-pool"
-GPU_POOL = "gpu-pool"
-POOLS = (CPU_POOL, GPU_POOL)
+R = TypeVar("R", bound=BaseModel)
 
 
 @dataclass(frozen=True)
-class Stage:
-    """One stage: its flow (name and ``prefect.yaml`` entrypoint), the pool it belongs on, and
-    the stages whose manifests it reads (``runs/<run_id>/<stage>.json``)."""
+class Stage(Generic[R]):
+    """One stage: its flow (name and ``prefect.yaml`` entrypoint), the pool it belongs on, the
+    typed result it publishes as its manifest (``runs/<run_id>/<stage>.json``), its runner
+    (``module.py:function`` in tasks/stages) and the stages whose results it reads: the flow
+    hands them to the runner as keyword arguments named after those stages
+    (:func:`upstream_results`), and ``after`` orders it behind stages it does not read."""
 
     name: str
     flow_name: str
@@ -33,7 +46,10 @@ class Stage:
     pool: str
     kind: WorkloadKind
     scales_with: Literal["events", "customers"]
+    result: type[R] = BaseModel  # type: ignore[assignment]
+    runner: str = ""
     reads: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
 
     @property
     def work(self) -> StageWork:
@@ -76,6 +92,8 @@ VALIDATE = Stage(
     CPU_POOL,
     WorkloadKind.PREPROCESSING,
     scales_with="events",
+    result=ValidateResult,
+    runner="tasks/stages/validate.py:validate_stage",
 )
 FEATURES = Stage(
     "features",
@@ -84,6 +102,8 @@ FEATURES = Stage(
     CPU_POOL,
     WorkloadKind.FEATURE_ENGINEERING,
     scales_with="events",
+    result=FeaturesResult,
+    runner="tasks/stages/features.py:features_stage",
     reads=("validate",),
 )
 PREPROCESS = Stage(
@@ -93,6 +113,8 @@ PREPROCESS = Stage(
     CPU_POOL,
     WorkloadKind.PREPROCESSING,
     scales_with="customers",
+    result=PreprocessResult,
+    runner="tasks/stages/preprocess.py:preprocess_stage",
     reads=("features",),
 )
 TRAIN = Stage(
@@ -102,6 +124,8 @@ TRAIN = Stage(
     GPU_POOL,
     WorkloadKind.TRAINING,
     scales_with="customers",
+    result=TrainResult,
+    runner="tasks/stages/train.py:launch_training",
     reads=("features", "preprocess"),
 )
 BATCH_INFERENCE = Stage(
@@ -111,9 +135,12 @@ BATCH_INFERENCE = Stage(
     CPU_POOL,
     WorkloadKind.BATCH_INFERENCE,
     scales_with="customers",
-    reads=("features", "train"),
+    result=InferenceResult,
+    runner="tasks/stages/batch_inference.py:batch_inference_stage",
+    reads=("features",),
+    after=("train",),  # it scores with production, which the train stage's gate may move
 )
-STAGES: tuple[Stage, ...] = (VALIDATE, FEATURES, PREPROCESS, TRAIN, BATCH_INFERENCE)
+STAGES: tuple[Stage[BaseModel], ...] = (VALIDATE, FEATURES, PREPROCESS, TRAIN, BATCH_INFERENCE)
 ROUTED_STAGES: tuple[StageWork, ...] = tuple(s.work for s in STAGES)
 STAGE_KINDS: dict[str, WorkloadKind] = {s.name: s.kind for s in STAGES}
 
@@ -128,6 +155,44 @@ BATCH_INFERENCE_UNIT = DispatchUnit(
     "batch-inference", BATCH_INFERENCE.entrypoint, (BATCH_INFERENCE,), routed_by="batch_inference"
 )
 PIPELINE_UNITS: tuple[DispatchUnit, ...] = (PREPARE_UNIT, TRAIN_UNIT, BATCH_INFERENCE_UNIT)
+
+# The train stage's contenders, one flow run per model family, all at once, between prepare-data
+# and train (which reads what they published; a family without a published contender is fitted
+# by the train stage itself). Each is routed on its own as stage ``contender-<family>``, sized by
+# that family's cost hints and measured profiles; the deployment is ``contender`` on cpu-pool
+# (tabular fits) and ``contender-on-gpu-pool``.
+CONTENDER = Stage(
+    "contender",
+    "contender",
+    "flows/contender.py:contender_flow",
+    CPU_POOL,
+    WorkloadKind.TRAINING,
+    scales_with="customers",
+    runner="tasks/stages/contenders.py:launch_contender",
+    reads=("features", "preprocess"),
+)
+CONTENDER_UNIT = DispatchUnit(
+    "contender", CONTENDER.entrypoint, (CONTENDER,), routed_by="contender"
+)
+UNITS_BEFORE_CONTENDERS: tuple[DispatchUnit, ...] = (PREPARE_UNIT,)
+UNITS_AFTER_CONTENDERS: tuple[DispatchUnit, ...] = (TRAIN_UNIT, BATCH_INFERENCE_UNIT)
+
+
+def units_through(stage_name: str) -> tuple[DispatchUnit, ...]:
+    """The pipeline's units up to and including the one that runs ``stage_name``."""
+    for i, unit in enumerate(PIPELINE_UNITS):
+        if stage_name in unit.stage_names:
+            return PIPELINE_UNITS[: i + 1]
+    raise KeyError(stage_name)
+
+
+# a model refresh: the graph's prepare -> train slice (the train stage applies the gate)
+REFRESH_UNITS: tuple[DispatchUnit, ...] = units_through(TRAIN.name)
+
+
+def home_pools(units: tuple[DispatchUnit, ...]) -> dict[str, str]:
+    """Each unit on the pool its stages belong on (what a run without a routing plan uses)."""
+    return {unit.flow_name: unit.pool for unit in units}
 
 
 def load_flow(entrypoint: str) -> Flow:
@@ -149,3 +214,21 @@ def stage(name: str) -> Stage:
 def pool_of(stage_name: str) -> str:
     """The home pool of a stage."""
     return stage(stage_name).pool
+
+
+def stage_result(store: ObjectStore, run_id: str, of: Stage[R]) -> R:
+    """The published result of stage ``of`` in run ``run_id``, as the graph types it."""
+    return read_stage_manifest(store, run_id, of.name, of.result)
+
+
+def upstream_results(store: ObjectStore, run_id: str, of: Stage[BaseModel]) -> dict[str, BaseModel]:
+    """What stage ``of`` reads, by stage name: the typed results of the stages its ``reads``
+    declares, which its runner takes as keyword arguments of those names."""
+    return {name: stage_result(store, run_id, stage(name)) for name in of.reads}
+
+
+def run_results(
+    store: ObjectStore, run_id: str, stages: tuple[Stage[BaseModel], ...] = STAGES
+) -> dict[str, BaseModel]:
+    """Every result a run published for ``stages``, by stage name (what its summary reads)."""
+    return {s.name: stage_result(store, run_id, s) for s in stages}

@@ -2,7 +2,9 @@
 
 Embedded: every stage runs in this process as a subflow, in graph order.
 Deployed: every dispatch unit runs as its deployment on the pool the router chose, started with
-``run_deployment`` as a subflow (the UI shows the tree); only store URIs are handed over. A unit
+``run_deployment`` as a subflow (the UI shows the tree); only store URIs are handed over. The
+train stage's contenders (one unit per model family) are all started before any is waited for,
+so they run side by side on their pools. A unit
 whose manifests all exist under the run key is not run again (a manifest is the last thing a
 stage writes, so one that exists is complete), and a child that does not complete fails the
 pipeline with its state, its message and a link to it. A child that no worker picks up within
@@ -26,11 +28,12 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runtime import deployment
 from prefect.states import Cancelled
 
-from flows.dag import PIPELINE_UNITS, DispatchUnit, load_flow
+from flows.dag import CONTENDER, CONTENDER_UNIT, PIPELINE_UNITS, DispatchUnit, load_flow
 from flows.params import StageParams
 from infra.layout import stage_manifest_key
 from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
+from tasks.stages.records import contender_stage
 
 log = logging.getLogger(__name__)
 
@@ -114,24 +117,51 @@ def run_or_reuse(
     timing: DispatchTiming,
 ) -> UnitOrigin:
     """Skip the unit when its manifests exist, else run its deployment on ``pool`` and wait."""
-    deployment_name = unit.deployment_on(pool)
     if is_complete(store, params.run_id or "", unit):
-        log.info("%s: manifests of run %s complete, not run again", deployment_name, params.run_id)
+        log.info(
+            "%s: manifests of run %s complete, not run again",
+            unit.deployment_on(pool),
+            params.run_id,
+        )
         return UnitOrigin(pool=pool, cached=True)
+    return finish_unit(start_unit(unit, pool, params), timing)
+
+
+@dataclass(frozen=True)
+class StartedUnit:
+    """A unit's flow run, created on its pool and not waited for yet."""
+
+    deployment_name: str
+    pool: str
+    flow_run_id: UUID
+
+
+def start_unit(
+    unit: DispatchUnit, pool: str, params: StageParams, flow_run_name: str | None = None
+) -> StartedUnit:
+    """Create the unit's flow run on ``pool`` as a subflow of this run (not waited for)."""
+    deployment_name = unit.deployment_on(pool)
     log.info("%s: dispatching to %s", deployment_name, pool)
     try:
         created = run_deployment(
             deployment_name,
             parameters={"params": params.model_dump(mode="json")},
             as_subflow=True,
-            timeout=0,  # waited for below, with a deadline for a worker to pick it up
+            timeout=0,  # waited for in finish_unit, with a deadline for a worker to pick it up
+            flow_run_name=flow_run_name,
         )
     except ObjectNotFound:
         raise StageRunFailed(
             f"deployment {deployment_name!r} not found: deploy prefect.yaml first "
             "(hybridflow up, or prefect --no-prompt deploy --all)"
         ) from None
-    child = wait_for_child(created.id, deployment_name, pool, timing)
+    return StartedUnit(deployment_name, pool, created.id)
+
+
+def finish_unit(started: StartedUnit, timing: DispatchTiming) -> UnitOrigin:
+    """Wait for a started unit; StageRunFailed when it does not complete."""
+    deployment_name, pool = started.deployment_name, started.pool
+    child = wait_for_child(started.flow_run_id, deployment_name, pool, timing)
     state = child.state
     if state is None or not state.is_completed():
         name = state.name if state else "unknown"
@@ -143,6 +173,50 @@ def run_or_reuse(
     pool = child.work_pool_name or pool
     log.info("%s: completed on %s (flow run %s)", deployment_name, pool, child.name)
     return UnitOrigin(pool=pool, cached=False, flow_run_id=str(child.id))
+
+
+def run_contenders_in_process(contenders: dict[str, StageParams]) -> dict[str, UnitOrigin]:
+    """Each family's contender unit here, one subflow each (``contenders``: family -> its
+    parameters, ``families`` naming it)."""
+    for params in contenders.values():
+        load_flow(CONTENDER.entrypoint)(params)
+    return {family: UnitOrigin(pool=None) for family in contenders}
+
+
+def run_contenders_on_pools(
+    contenders: dict[str, tuple[str, StageParams]],
+    store: ObjectStore,
+    settings: HybridflowSettings,
+) -> dict[str, UnitOrigin]:
+    """Start every family's contender unit on its pool (``contenders``: family -> (pool, its
+    parameters)), then wait for them all: they run at the same time. A family whose contender
+    an earlier attempt under the run key published is not run again; every failure is named."""
+    timing = DispatchTiming(
+        poll_s=settings.dispatch_poll_seconds,
+        start_timeout_s=settings.dispatch_start_timeout_seconds,
+    )
+    origins: dict[str, UnitOrigin] = {}
+    started: dict[str, StartedUnit] = {}
+    for family, (pool, params) in contenders.items():
+        assert params.run_id, "deployed runs hand over manifests under an explicit run key"
+        if store.exists(stage_manifest_key(params.run_id, contender_stage(family))):
+            log.info(
+                "contender %s of run %s published before, not run again", family, params.run_id
+            )
+            origins[family] = UnitOrigin(pool=pool, cached=True)
+            continue
+        started[family] = start_unit(
+            CONTENDER_UNIT, pool, params, flow_run_name=f"{contender_stage(family)}-{params.run_id}"
+        )
+    failures = []
+    for family, unit in started.items():
+        try:
+            origins[family] = finish_unit(unit, timing)
+        except StageRunFailed as exc:
+            failures.append(str(exc))
+    if failures:
+        raise StageRunFailed("; ".join(failures))
+    return origins
 
 
 def wait_for_child(

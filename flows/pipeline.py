@@ -1,7 +1,9 @@
 """Flow ``pipeline``: the stage graph of :mod:`flows.dag`, run embedded or deployed.
 
 Orchestration only. Each stage is its own flow and reads what the previous one published in the
-store, never in-memory objects. Both modes make the same routing decisions from one plan:
+store, never in-memory objects. Between data preparation and training, one contender unit per
+model family fits and judges that family (deployed: all at once, each on the pool the router
+chose for it); the train stage then crowns the champion from what they published. Both modes make the same routing decisions from one plan:
 embedded runs every stage here (training on the CPU when the router sends it to cpu-pool);
 deployed dispatches each unit to the pool the plan chose, under a run key derived from the
 parameters and the events' fingerprint, so a re-run resumes where a failed run stopped.
@@ -17,10 +19,20 @@ from pydantic import Field
 
 from flows.artifacts import publish_cost_table, publish_pipeline_artifacts, publish_plan_table
 from flows.context import resolve_run_id
-from flows.dag import CPU_POOL, PIPELINE_UNITS, ROUTED_STAGES, STAGE_KINDS
+from flows.dag import (
+    CONTENDER,
+    PIPELINE_UNITS,
+    ROUTED_STAGES,
+    STAGE_KINDS,
+    UNITS_AFTER_CONTENDERS,
+    UNITS_BEFORE_CONTENDERS,
+    run_results,
+)
 from flows.executors import (
     UnitOrigin,
     dispatch_mode,
+    run_contenders_in_process,
+    run_contenders_on_pools,
     run_in_process,
     run_on_pools,
     schedule_profiling_runs,
@@ -30,10 +42,11 @@ from flows.signals import signal_refresh
 from infra.layout import version_manifest_key
 from infra.routing.accounting import account_run
 from infra.routing.planner import RoutingPlan
+from infra.routing.pools import CPU_POOL
 from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
 from tasks.stages.planning import plan_pipeline
-from tasks.stages.records import PipelineSummary
+from tasks.stages.records import PipelineSummary, contender_stage
 from tasks.stages.run_key import events_fingerprint, pipeline_run_key
 from tasks.stages.summary import StageOrigin, run_summary
 
@@ -84,6 +97,7 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     """The whole DAG: in this process (embedded) or unit by unit on the pools (deployed)."""
     started = time.perf_counter()
     run = resolve(params)
+    families = contending_families(params.families, run.settings)
     plan = plan_pipeline(
         params.events,
         run.settings,
@@ -92,22 +106,34 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         pinned=params.pinned_pools,
         tight_budget=params.tight_budget,
         stages=ROUTED_STAGES,
+        families=families,
     )
     publish_plan_table(plan)
     deployed = dispatch_mode(params.mode) == "deployed"
     run_id = deployed_run_key(params, run.store.uri) if deployed else resolve_run_id(None)
     stage_params = params.stage_params(run_id, run.store.uri, routed_device(params.device, plan))
+    contenders = contender_units(stage_params, plan, families)
     if deployed:
         _profile_missing_pools(params, plan, run.store.uri)
-        units = run_on_pools(stage_params, unit_pools(plan), run.store, run.settings)
+        pools = unit_pools(plan)
+        units = run_on_pools(
+            stage_params, pools, run.store, run.settings, units=UNITS_BEFORE_CONTENDERS
+        )
+        ran = run_contenders_on_pools(contenders, run.store, run.settings)
+        units |= run_on_pools(
+            stage_params, pools, run.store, run.settings, units=UNITS_AFTER_CONTENDERS
+        )
     else:
-        units = run_in_process(stage_params)
+        units = run_in_process(stage_params, UNITS_BEFORE_CONTENDERS)
+        ran = run_contenders_in_process({f: p for f, (_, p) in contenders.items()})
+        units |= run_in_process(stage_params, UNITS_AFTER_CONTENDERS)
     summary = run_summary(
         run.store,
         run_id,
         resolve_run_id(None),
-        stage_origins(units),
+        stage_origins(units) | contender_origins(ran),
         seconds=time.perf_counter() - started,
+        **run_results(run.store, run_id),
     )
     publish_pipeline_artifacts(
         summary, run.store.key_uri(version_manifest_key(summary.model_version))
@@ -122,6 +148,33 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
 def routed_device(device: Device, plan: RoutingPlan) -> Device:
     """The train stage's device: as asked, but the CPU when the router sent training there."""
     return "cpu" if device == "auto" and plan.pool_for("train") == CPU_POOL else device
+
+
+def contending_families(families: list[str] | None, settings: HybridflowSettings) -> list[str]:
+    """The run's model families: the parameter, else ``HYBRIDFLOW_TRAIN__FAMILIES``
+    (duplicates dropped, order kept)."""
+    return list(dict.fromkeys(families or settings.train.families))
+
+
+def contender_units(
+    params: StageParams, plan: RoutingPlan, families: list[str]
+) -> dict[str, tuple[str, StageParams]]:
+    """Per family: the pool the plan chose for its contender unit and the unit's parameters
+    (that one family; the CPU when the router sent it to cpu-pool and the device is auto)."""
+    units = {}
+    for family in families:
+        pool = plan.pool_for(contender_stage(family))
+        device = "cpu" if params.device == "auto" and pool == CPU_POOL else params.device
+        units[family] = (pool, params.model_copy(update={"families": [family], "device": device}))
+    return units
+
+
+def contender_origins(ran: dict[str, UnitOrigin]) -> dict[str, StageOrigin]:
+    """Per contender stage: the pool its unit ran on and whether an earlier attempt made it."""
+    return {
+        contender_stage(family): StageOrigin(pool=o.pool, reused=o.cached)
+        for family, o in ran.items()
+    }
 
 
 def unit_pools(plan: RoutingPlan) -> dict[str, str]:
@@ -168,7 +221,10 @@ def _account(
 ) -> PipelineSummary:
     """Record the fresh stages' profiles, price the run, put plan and cost in the summary."""
     fresh = [r.profile(summary.run_id) for r in summary.stages if not r.cached]
-    cost = account_run(store, settings, summary.run_id, fresh, STAGE_KINDS, refresh=refresh)
+    kinds = STAGE_KINDS | {
+        r.name: CONTENDER.kind for r in summary.stages if r.name not in STAGE_KINDS
+    }
+    cost = account_run(store, settings, summary.run_id, fresh, kinds, refresh=refresh)
     publish_cost_table(cost)
     return summary.model_copy(
         update={

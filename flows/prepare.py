@@ -7,10 +7,9 @@ from prefect import flow
 from pydantic import BaseModel
 
 from flows.context import resolve_run_id
-from flows.dag import PREPARE_UNIT
+from flows.dag import PREPARE_UNIT, PREPROCESS, stage_result
 from flows.executors import run_in_process
 from flows.params import StageParams, resolve
-from tasks.stages.records import PreprocessResult, read_stage_manifest
 
 
 class PrepareResult(BaseModel):
@@ -25,5 +24,5 @@ def prepare_flow(params: StageParams) -> PrepareResult:
     """Everything the train stage needs, published in the store under ``runs/<run_id>/``."""
     run_id = resolve_run_id(params.run_id)
     run_in_process(params.model_copy(update={"run_id": run_id}), units=(PREPARE_UNIT,))
-    prepared = read_stage_manifest(resolve(params).store, run_id, "preprocess", PreprocessResult)
+    prepared = stage_result(resolve(params).store, run_id, PREPROCESS)
     return PrepareResult(run_id=run_id, snapshot_prefix=prepared.snapshot_prefix)

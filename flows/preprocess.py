@@ -6,11 +6,11 @@ from prefect import flow
 
 from flows.artifacts import publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
-from flows.dag import PREPROCESS
+from flows.dag import PREPROCESS, upstream_results
 from flows.params import StageParams, resolve
 from infra.spark import SparkOnDemand
 from tasks.stages.preprocess import preprocess_stage
-from tasks.stages.records import FeaturesResult, PreprocessResult, read_stage_manifest
+from tasks.stages.records import PreprocessResult
 
 
 @flow(name=PREPROCESS.flow_name)
@@ -18,14 +18,13 @@ def preprocess_flow(params: StageParams) -> PreprocessResult:
     """Publish the feature snapshot the GPU stage trains on."""
     run = resolve(params)
     run_id = resolve_run_id(params.run_id)
-    features = read_stage_manifest(run.store, run_id, "features", FeaturesResult)
     result = preprocess_stage(
         SparkOnDemand(run.settings),
         run.store,
-        features,
-        run.settings.train.seed,
+        seed=run.settings.train.seed,
         use_cache=run.use_cache,
         run_id=run_id,
+        **upstream_results(run.store, run_id, PREPROCESS),
     )
     result = record_stage_result(run.store, run_id, PREPROCESS.name, result)
     publish_stage_table(result.report, **result.split_counts)

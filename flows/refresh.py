@@ -1,4 +1,4 @@
-"""Flow ``model-refresh`` (gpu-pool): train on the newest window, gate, promote.
+"""Flow ``model-refresh`` (cpu-pool): train on the newest window, gate, promote.
 
 Started by the deployment triggers of prefect.yaml (drift detected; new data while production is
 older than the configured age), by the slow safety-net schedule, or by hand; ``trigger`` and
@@ -6,40 +6,39 @@ older than the configured age), by the slow safety-net schedule, or by hand; ``t
 refresh: the flow refuses at once (one clear error, nothing written) instead of training a first
 model behind the pipeline's back.
 
-Reuses the stage flows: prepare-data (validate -> features -> preprocess at ``as_of``, i.e.
-labels from the most recent horizon window) and train (production's family, fine-tuned from
-production when its features match — or the ``families`` asked for, a family other than
-production's fitted fresh and the reason saying so — production evaluated on the same test
-split, promotion gate). ``promote=always``
-lets an operator push the candidate through. A promotion records the new version's drift
-reference and emits ``hybridflow.model.promoted``; serving endpoints pick the new production up
-within one poll interval.
+A refresh is the stage graph's prepare -> train slice (:data:`flows.dag.REFRESH_UNITS`) run by
+the pipeline's executors: embedded, every stage in this process; deployed (inside a deployment
+run), the prepare-data unit (validate -> features -> preprocess at ``as_of``, i.e. labels from
+the most recent horizon window) on cpu-pool and only the train unit on gpu-pool (production's
+family, fine-tuned from production when its features match — or the ``families`` asked for, a
+family other than production's fitted fresh and the reason saying so — production evaluated on
+the same test split, promotion gate). ``promote=always`` lets an operator push the candidate
+through. A promotion records the new version's drift reference and emits
+``hybridflow.model.promoted``; serving endpoints pick the new production up within one poll
+interval.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Literal
 
 from prefect import flow
 from pydantic import Field
 
 from flows.artifacts import publish_cost_table, publish_refresh_table
 from flows.context import current_pool, resolve_run_id
+from flows.dag import FEATURES, REFRESH_UNITS, STAGE_KINDS, TRAIN, home_pools, stage_result
 from flows.events import emit, model_promoted
+from flows.executors import dispatch_mode, run_in_process, run_on_pools
 from flows.params import ResolvedRun, RunInputs, StageParams, resolve
-from flows.prepare import prepare_flow
-from flows.train import train_flow
 from infra.registry import ModelRegistry
-from infra.routing.accounting import account_refresh, embedded_pool
+from infra.routing.accounting import account_refresh, account_run, embedded_pool
+from infra.routing.costs import CostReport
 from infra.spark import SparkOnDemand
 from tasks.stages.drift import ensure_reference
-from tasks.stages.records import (
-    FeaturesResult,
-    PreprocessResult,
-    ValidateResult,
-    read_stage_manifest,
-)
+from tasks.stages.records import StageReport
 from tasks.stages.refresh import (
     PromoteMode,
     RefreshResult,
@@ -69,6 +68,11 @@ class RefreshParams(RunInputs):
         default=None,
         description="model families to fit (default: production's family, fine-tuned from it)",
     )
+    mode: Literal["auto", "embedded", "deployed"] = Field(
+        default="auto",
+        description="deployed: prepare-data on cpu-pool, train on gpu-pool; "
+        "auto: deployed in a deployment run",
+    )
 
     @property
     def run_label(self) -> str:
@@ -94,11 +98,17 @@ def refresh_flow(params: RefreshParams) -> RefreshResult:
             "families": params.families or [production.kind],
         }
     )
-    prepare_flow(stage_params)
-    trained = train_flow(stage_params)
+    deployed = dispatch_mode(params.mode) == "deployed"
+    if deployed:
+        run_on_pools(
+            stage_params, home_pools(REFRESH_UNITS), run.store, run.settings, REFRESH_UNITS
+        )
+    else:
+        run_in_process(stage_params, REFRESH_UNITS)
+    trained = stage_result(run.store, run_id, TRAIN)
+    features = stage_result(run.store, run_id, FEATURES)
     promoted, forced, reason = apply_promotion_mode(registry, trained, params.promote)
     after = registry.alias()
-    features = read_stage_manifest(run.store, run_id, "features", FeaturesResult)
     result = RefreshResult(
         run_id=run_id,
         as_of=features.as_of,
@@ -113,12 +123,7 @@ def refresh_flow(params: RefreshParams) -> RefreshResult:
         forced=forced,
         reason=reason,
         metrics=trained.metrics,
-        stages=[
-            read_stage_manifest(run.store, run_id, "validate", ValidateResult).report,
-            features.report,
-            read_stage_manifest(run.store, run_id, "preprocess", PreprocessResult).report,
-            trained.report,
-        ],
+        stages=_stage_reports(run, run_id),
         seconds=time.perf_counter() - started,
         trigger=params.trigger,
         trigger_reason=params.reason,
@@ -126,17 +131,39 @@ def refresh_flow(params: RefreshParams) -> RefreshResult:
     if promoted:
         _after_promotion(run, result, params)
     publish_refresh_table(result)
-    cost = account_refresh(
-        run.store,
-        run.settings,
-        run_id,
-        [r.profile(run_id) for r in result.stages if not r.cached],
-        current_pool(embedded_pool(trained.report.device)),
-        time.perf_counter() - started,
-        params.trigger,
-    )
+    cost = _account(run, result, deployed, time.perf_counter() - started)
     publish_cost_table(cost)
     return result
+
+
+def _stage_reports(run: ResolvedRun, run_id: str) -> list[StageReport]:
+    """The report of every stage of the refresh's slice, in graph order."""
+    return [
+        stage_result(run.store, run_id, stage).report  # type: ignore[attr-defined]
+        for unit in REFRESH_UNITS
+        for stage in unit.stages
+    ]
+
+
+def _account(run: ResolvedRun, result: RefreshResult, deployed: bool, seconds: float) -> CostReport:
+    """Record the fresh stages' profiles and price the refresh: deployed, each stage on the pool
+    it ran on (as a pipeline run is); embedded, its whole wall time on the node it held."""
+    fresh = [r.profile(result.run_id) for r in result.stages if not r.cached]
+    if deployed:
+        return account_run(
+            run.store,
+            run.settings,
+            result.run_id,
+            fresh,
+            STAGE_KINDS,
+            kind="refresh",
+            refresh=result.trigger,
+        )
+    train_device = result.stages[-1].device
+    pool = current_pool(embedded_pool(train_device))
+    return account_refresh(
+        run.store, run.settings, result.run_id, fresh, pool, seconds, result.trigger
+    )
 
 
 def _after_promotion(run: ResolvedRun, result: RefreshResult, params: RefreshParams) -> None:

@@ -12,11 +12,11 @@ from prefect.runtime import flow_run
 
 from flows.artifacts import publish_stage_table, publish_training_artifacts
 from flows.context import current_pool, record_stage_result, resolve_run_id
-from flows.dag import TRAIN
+from flows.dag import TRAIN, upstream_results
 from flows.params import StageParams, resolve
 from infra.layout import VERSIONS
 from infra.registry import ModelRegistry
-from tasks.stages.records import FeaturesResult, TrainResult, read_stage_manifest
+from tasks.stages.records import TrainResult
 from tasks.stages.train import TrainingOptions, launch_training
 
 
@@ -27,6 +27,7 @@ def train_flow(params: StageParams) -> TrainResult:
     run_id = resolve_run_id(params.run_id)
     # a retry resumes what the first attempt checkpointed, so fresh applies to attempt 1 only
     fresh = params.fresh and (flow_run.run_count or 1) <= 1
+    upstream = upstream_results(run.store, run_id, TRAIN)
     output = launch_training(
         run.store,
         run_id,
@@ -35,13 +36,14 @@ def train_flow(params: StageParams) -> TrainResult:
         options=TrainingOptions(
             fresh=fresh, scratch=params.scratch, families=params.families, pool=current_pool("")
         ),
+        **upstream,
     )
     result = record_stage_result(run.store, run_id, TRAIN.name, output.result)
     publish_training_artifacts(
         output,
-        read_stage_manifest(run.store, run_id, "features", FeaturesResult),
         ModelRegistry(run.store).get(result.model_version),
         run.store.key_uri(VERSIONS),
+        **upstream,
     )
     publish_stage_table(result.report, model_version=result.model_version, promoted=result.promoted)
     return result

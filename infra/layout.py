@@ -5,6 +5,7 @@
     runs/<run_id>/<stage>.json                      a stage's manifest (written last), drift.json
     runs/<run_id>/{events,quarantine,training_examples}/   the run's datasets
     runs/<run_id>/backtest_examples/                features at T-2H, labels in (T-2H, T-H]
+    runs/<run_id>/contenders/<family>/<file>        a contender's bundle until the run registers it
     features/as_of=YYYY-MM-DD/run=<run_id>/         a run's scoring features at T (scored; served
                                                     with the model that run trained)
     snapshots/as_of=YYYY-MM-DD_h<H>/run=<run_id>/   a run's training snapshot (split=train|val|test)
@@ -50,6 +51,7 @@ EVENTS_LOG_SEGMENTS = f"{EVENTS_LOG}/segments"
 STAGING = ".staging"
 BACKTEST = "backtest"
 BACKTEST_EXAMPLES = "backtest_examples"
+CONTENDERS = "contenders"
 DATASET_MANIFEST = "_manifest.json"
 MODEL_MANIFEST = "manifest.json"
 CHECKPOINT_STATE = "state.pt"
@@ -95,6 +97,12 @@ def run_dataset_prefix(run_id: str, name: str) -> str:
 def backtest_examples_prefix(run_id: str) -> str:
     """The run's backtest training examples: features at T-2H, labels in (T-2H, T-H]."""
     return run_dataset_prefix(run_id, BACKTEST_EXAMPLES)
+
+
+def contender_bundle_key(run_id: str, family: str, name: str) -> str:
+    """A file of the bundle a contender unit fitted, kept for the run's train stage, which
+    registers it (with the run's leaderboard) once every contender is judged."""
+    return f"{RUNS}/{run_id}/{CONTENDERS}/{family}/{name}"
 
 
 def _run_folder(run_id: str | None) -> str:

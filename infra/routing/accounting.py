@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from infra.routing.costs import CostReport, cost_report, save_cost_report
+from infra.routing.pools import CPU_POOL, GPU_POOL
 from infra.routing.profiles import StageProfile, read_profiles, record_profile, throughput_models
 from infra.routing.router import WorkloadKind
 from infra.settings import HybridflowSettings
@@ -20,7 +21,7 @@ def peak_memory_mb() -> float:
 
 def embedded_pool(device: str) -> str:
     """The pool an in-process stage effectively ran on: this machine is a GPU or a CPU node."""
-    return "gpu-pool" if device == "cuda" else "cpu-pool"
+    return GPU_POOL if device == "cuda" else CPU_POOL
 
 
 def record_stage_profiles(store: ObjectStore, profiles: list[StageProfile]) -> list[StageProfile]:

@@ -64,6 +64,16 @@ class ModelCost(BaseModel):
     score_flops_per_row: float = Field(ge=0, description="scoring one row")
 
 
+class ContenderCost(BaseModel):
+    """One contender unit's fit as the router sees it: its stage (``contender-<family>``) and
+    its family's cost hints."""
+
+    stage: str
+    parameters: int = Field(ge=0)
+    train_flops_per_row: float = Field(ge=0, description="every training origin included")
+    network: bool = Field(description="dense tensor work that a GPU speeds up")
+
+
 def pipeline_workloads(
     event_rows: int,
     model: ModelCost,
@@ -72,10 +82,12 @@ def pipeline_workloads(
     customers: int | None = None,
     pinned: dict[str, str] | None = None,
     tight_budget: bool = False,
+    contenders: Sequence[ContenderCost] = (),
 ) -> list[Workload]:
-    """The stages as workloads sized from the input (customers estimated when unknown)."""
+    """The stages, and each contender unit, as workloads sized from the input (customers
+    estimated when unknown)."""
     pinned = pinned or {}
-    unknown = set(pinned) - {s.stage for s in stages}
+    unknown = set(pinned) - {s.stage for s in stages} - {c.stage for c in contenders}
     if unknown:
         raise ValueError(f"cannot pin unknown stage(s): {', '.join(sorted(unknown))}")
     customers = customers or max(1, int(event_rows / DEFAULT_EVENTS_PER_CUSTOMER))
@@ -83,7 +95,20 @@ def pipeline_workloads(
         WorkloadKind.TRAINING: model.train_flops_per_row * customers,
         WorkloadKind.BATCH_INFERENCE: model.score_flops_per_row * customers,
     }
-    return [
+    per_family = [
+        Workload(
+            stage=c.stage,
+            kind=WorkloadKind.TRAINING,
+            rows=customers,
+            model_params=c.parameters,
+            flops=c.train_flops_per_row * customers,
+            pinned_pool=pinned.get(c.stage),
+            tight_budget=tight_budget,
+            network=c.network,
+        )
+        for c in contenders
+    ]
+    staged = [
         Workload(
             stage=s.stage,
             kind=s.kind,
@@ -95,6 +120,9 @@ def pipeline_workloads(
         )
         for s in stages
     ]
+    # the contenders run before the training stage, which crowns them
+    at = next((i for i, w in enumerate(staged) if w.kind == WorkloadKind.TRAINING), len(staged))
+    return staged[:at] + per_family + staged[at:]
 
 
 def plan_run(

@@ -8,6 +8,12 @@ from pydantic import BaseModel, Field
 
 PoolKind = Literal["cpu", "gpu"]
 
+# the work pools' names: written here and nowhere else (the graph, the router, the stack and the
+# cost report import them; prefect.yaml is checked against the graph by a test)
+CPU_POOL = "cpu-pool"
+GPU_POOL = "gpu-pool"
+POOLS: tuple[str, ...] = (CPU_POOL, GPU_POOL)
+
 
 class PoolSpec(BaseModel):
     """One work pool: what a node has and what it costs per hour."""
@@ -26,9 +32,9 @@ class PoolSpec(BaseModel):
 def default_pools() -> list[PoolSpec]:
     """A 64-vCPU CPU node ($1.50-2.00/h) and one H200 GPU node ($3.50-5.00/h), at midpoints."""
     return [
-        PoolSpec(name="cpu-pool", kind="cpu", price_per_hour=1.75, price_range=(1.50, 2.00)),
+        PoolSpec(name=CPU_POOL, kind="cpu", price_per_hour=1.75, price_range=(1.50, 2.00)),
         PoolSpec(
-            name="gpu-pool",
+            name=GPU_POOL,
             kind="gpu",
             price_per_hour=4.25,
             price_range=(3.50, 5.00),

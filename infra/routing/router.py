@@ -54,6 +54,9 @@ class Workload(BaseModel):
     latency_target_ms: float | None = Field(default=None, gt=0)
     tight_budget: bool = False
     pinned_pool: str | None = None
+    network: bool = Field(
+        default=True, description="training: dense tensor work a GPU speeds up (a network)"
+    )
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,12 @@ RULES: tuple[Rule, ...] = (
         lambda w: w.tight_budget,
         ("cpu", "gpu"),
         "tight budget: CPU first",
+    ),
+    Rule(
+        "tabular-training",
+        lambda w: w.kind == WorkloadKind.TRAINING and not w.network,
+        ("cpu", "gpu"),
+        "a tabular fit (a linear model, trees) gains little from a GPU: CPU",
     ),
     Rule(
         "dense-training",

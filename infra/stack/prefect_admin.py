@@ -10,7 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from infra.stack.services import POOLS, bin_path
+from infra.routing.pools import CPU_POOL, GPU_POOL, POOLS
+from infra.stack.services import bin_path
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ def ensure_work_pools(api_url: str, gpu_slots: int) -> list[str]:
     from prefect.exceptions import ObjectNotFound
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    limits = {"cpu-pool": None, "gpu-pool": gpu_slots}
+    limits = {CPU_POOL: None, GPU_POOL: gpu_slots}
     done = []
     with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
         for pool in POOLS:

@@ -11,7 +11,6 @@ import httpx
 
 from infra.errors import HybridflowInputError
 
-POOLS: tuple[str, ...] = ("cpu-pool", "gpu-pool")
 EVENTS_WATCH_INTERVAL_S = 5.0
 
 

@@ -19,6 +19,7 @@ import httpx
 from pydantic import BaseModel
 
 from infra.errors import HybridflowInputError
+from infra.routing.pools import CPU_POOL
 from infra.settings import HybridflowSettings
 from infra.spark import CONF_DIR, QUICK_JIT_OPTIONS
 from infra.stack.processes import Launcher, ProcessRecord, Ready, is_alive, stop
@@ -26,7 +27,7 @@ from infra.stack.services import free_port, wait_http_ok
 
 MASTER, CONNECT = "spark-master", "spark-connect"
 APP_NAME = "hybridflow-connect"
-SPARK_POOL = "cpu-pool"  # the work pool whose flow runs use the cluster
+SPARK_POOL = CPU_POOL  # the work pool whose flow runs use the cluster
 SESSION_TIMEOUT = "7d"
 DAEMON_MEMORY = "256m"  # master and worker JVMs only schedule; executors get the worker memory
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"

@@ -375,12 +375,11 @@ def _quantity(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
 
 def _extra_copies(valid: pa.Table) -> np.ndarray:
     """Positions in ``valid`` of each row that repeats an earlier one exactly. Copies share
-    their customer and time: only rows that share both with another are compared whole."""
-    ids = pc.dictionary_encode(valid.column("customer_id").combine_chunks()).indices
-    codes = ids.to_numpy(zero_copy_only=False)
+    their time: only rows that share it with another are compared whole."""
     t = valid.column("event_time").combine_chunks().cast(pa.int64()).to_numpy()
-    order = np.lexsort((t, codes))
-    same = (codes[order][1:] == codes[order][:-1]) & (t[order][1:] == t[order][:-1])
+    in_order = bool((t[1:] >= t[:-1]).all())  # batches are sent in time order, often
+    order = np.arange(t.size) if in_order else np.argsort(t, kind="stable")
+    same = t[order][1:] == t[order][:-1]
     if not same.any():
         return np.zeros(0, dtype=np.intp)
     shared = np.zeros(len(order), dtype=bool)

@@ -32,6 +32,8 @@ from infra.events_log import SEGMENT_SCHEMA, EventsLog, SegmentInfo, encode_segm
 from infra.settings import IngestSettings
 from infra.store import ObjectStore, PreconditionFailed
 from serving.metrics import ServingMetrics
+from serving.online.delta import Delta, delta_of
+from serving.online.events import DAY_US, EventArrays, event_arrays
 from serving.online.ingest import (
     REASON_BEFORE_SNAPSHOT,
     REASON_IN_THE_FUTURE,
@@ -41,12 +43,11 @@ from serving.online.ingest import (
     parse_events,
     refused,
 )
-from serving.online.state import DAY_US, EventArrays, OnlineState, event_arrays
+from serving.online.state import OnlineState
 from serving.snapshot import FeatureSnapshot
 from tasks.definitions.feature_specs import FEATURE_SPECS
 
 log = logging.getLogger(__name__)
-APPLY_CHUNK = 4_096  # events applied under one hold of the state's lock (about 1 ms)
 RATE_WINDOW_S = 60.0
 APPEND_ATTEMPTS = 100
 ONLINE_FEATURES = frozenset(spec.name for spec in FEATURE_SPECS)
@@ -186,16 +187,19 @@ class OnlineFeatures:
         follower: Follower,
         info: SegmentInfo,
         events: EventArrays,
-        known: np.ndarray | None = None,
+        delta: Delta | None = None,
+        code_rows: np.ndarray | None = None,
     ) -> None:
-        """Apply a segment's events in chunks (time-ordered, so chunks keep each customer's
-        order); ``known``: their customers' rows looked up a moment ago."""
+        """Apply a segment's events (its per-customer sums ``delta`` when computed already);
+        ``code_rows``: the rows of its customers' codes looked up a moment ago."""
         state = follower.state
-        rows = state.rows_for(events.customer, known)
-        applied = 0
-        for start in range(0, events.size, APPLY_CHUNK):
-            chunk = slice(start, start + APPLY_CHUNK)
-            applied += state.apply(events.take(chunk), rows[chunk])
+        after = events.t > state.seed_cutoff
+        if not after.all():  # the snapshot's own events (a segment older than it)
+            events, delta = events.take(after), None
+        if delta is None:
+            delta = delta_of(events)
+        state.apply_delta(delta, state.group_rows(delta, code_rows))
+        applied = delta.events
         follower.seq = info.seq
         follower.segments[info.segment_id] = (info.seq, info.content_sha256, info.rows)
         self._note(self._applied, applied)
@@ -219,13 +223,14 @@ class OnlineFeatures:
         sha = hashlib.sha256(body).hexdigest()
         segment_id = idempotency_key or f"sha256:{sha}"
         arrays = event_arrays(checked.events)
-        if (np.diff(arrays.t) >= 0).all():  # a segment is in time order; sent so, often
-            order = np.arange(arrays.size)
-            ordered, ordered_arrays = checked.events, arrays
-        else:
+        ordered, ordered_arrays = checked.events, arrays
+        if not (np.diff(arrays.t) >= 0).all():  # a segment is in time order; sent so, often
             order = np.argsort(arrays.t, kind="stable")
-            ordered, ordered_arrays = checked.events.take(pa.array(order)), arrays.take(order)
-        # encoded before the lock: another batch may be checked and applied meanwhile
+            ordered = checked.events.take(pa.array(order))
+            ordered_arrays = arrays.take(order, permutation=True)
+        # summed per customer and encoded before the lock: another batch may be checked and
+        # applied meanwhile
+        delta = delta_of(ordered_arrays)
         segment = encode_segment(ordered, segment_id, sha)
         with self._write:
             follower = self.follower
@@ -235,7 +240,8 @@ class OnlineFeatures:
                 self._catch_up(follower)
                 if segment_id in follower.segments:
                     return self._repeated(follower, segment_id, sha)
-                known = follower.state.known_rows(arrays.customer)
+                code_rows = follower.state.code_rows(arrays.customer)
+                known = code_rows[arrays.customer.codes]
                 online = self._online_checks(follower, checked, arrays, known)
                 if (problem := online.problem()) is not None:
                     self._metrics.events_ingested.labels("refused").inc(online.rows)
@@ -244,7 +250,7 @@ class OnlineFeatures:
                     info = self.log.put(follower.seq + 1, segment)
                 except PreconditionFailed:
                     continue  # another replica took that number: read it, check again
-                self._apply(follower, info, ordered_arrays, known[order])
+                self._apply(follower, info, ordered_arrays, delta, code_rows)
                 self._note(self._accepted, info.rows)
                 self._metrics.events_ingested.labels("accepted").inc(info.rows)
                 return self._answer(follower, info.seq, segment_id, info.rows, duplicate=False)

@@ -21,21 +21,30 @@ finds purchases before the customer's last one (the ingest refuses them); the re
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
+from serving.online.delta import Delta, MixCells, delta_of
+from serving.online.events import (
+    DAY_US,
+    NO_TIME,
+    Coded,
+    EventArrays,
+    day_of,
+    end_of_day_micros,
+)
 from tasks.definitions.feature_specs import DAY_MICROS, EVENT_TYPE_MIX, MIX_COLUMNS, WINDOWS_DAYS
 
+__all__ = ["DAY_US", "NO_TIME", "OnlineState", "Reading", "day_of", "end_of_day_micros"]
+
 RING_DAYS = max(WINDOWS_DAYS)
-DAY_US = int(DAY_MICROS)
-NO_TIME = np.iinfo(np.int64).min
 FIRST_NONE = np.iinfo(np.int64).max
 COUNT_MAX = int(np.iinfo(np.uint16).max)
 OPTIMISTIC_READS = 3  # tries before a read waits for the lock
+APPLY_GROUPS = 4_096  # customers changed under one hold of the lock
 _LIFETIME: dict[str, np.dtype] = {
     "first_t": np.dtype(np.int64),
     "last_t": np.dtype(np.int64),
@@ -58,106 +67,12 @@ _RING: dict[str, np.dtype] = {
 }
 
 
-def day_of(micros: int) -> int:
-    """The UTC day (days since the epoch) of a time in microseconds."""
-    return micros // DAY_US
-
-
-def end_of_day_micros(day: int) -> int:
-    """The cutoff of day ``day``: its last microsecond (as :func:`tasks.data.cutoffs.end_of_day`)."""
-    return (day + 1) * DAY_US - 1
-
-
 def bytes_per_customer(mix_values: int = 0) -> int:
     """Bytes of state per customer: the arrays, plus 4 per value seen in the mix columns (the
     id index, a Python dict, comes on top: about 100-150 bytes for a short id)."""
     lifetime = sum(t.itemsize for t in _LIFETIME.values())
     ring = RING_DAYS * sum(t.itemsize for t in _RING.values())
     return lifetime + ring + 4 * mix_values
-
-
-@dataclass(frozen=True)
-class Coded:
-    """A text column as codes into its distinct values (-1 for null)."""
-
-    codes: np.ndarray  # int32 per event
-    values: list[str]
-    every_value_used: bool = False  # each value has an event (no need to find which)
-
-    @classmethod
-    def of(cls, column: pa.Array) -> Coded:
-        encoded = pc.dictionary_encode(column)
-        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
-        return cls(codes.astype(np.int32, copy=False), encoded.dictionary.to_pylist(), True)
-
-    def take(self, index: np.ndarray | slice) -> Coded:
-        return Coded(self.codes[index], self.values)
-
-    def used(self) -> np.ndarray:
-        """The codes with at least one event."""
-        if self.every_value_used:
-            return np.arange(len(self.values))
-        return np.unique(self.codes[self.codes >= 0])
-
-
-@dataclass(frozen=True)
-class EventArrays:
-    """Valid events as the state applies them: customer ids and mix values as codes, times in
-    microseconds, a purchase flag, the quantity as a double, the event type's index in the mix
-    (-1 for other types)."""
-
-    customer: Coded
-    t: np.ndarray
-    purchase: np.ndarray
-    amount: np.ndarray
-    quantity: np.ndarray
-    kind: np.ndarray
-    mix: dict[str, Coded]
-
-    @property
-    def size(self) -> int:
-        return len(self.t)
-
-    def take(self, index: np.ndarray | slice) -> EventArrays:
-        """The events at ``index`` (positions, a mask or a slice)."""
-        return EventArrays(
-            customer=self.customer.take(index),
-            t=self.t[index],
-            purchase=self.purchase[index],
-            amount=self.amount[index],
-            quantity=self.quantity[index],
-            kind=self.kind[index],
-            mix={c: v.take(index) for c, v in self.mix.items()},
-        )
-
-
-def event_arrays(events: pa.Table) -> EventArrays:
-    """Valid events with the contract's columns (``event_time`` a timestamp, ``event_type`` and
-    ``quantity`` filled in), as :class:`EventArrays`; a missing mix column is all null."""
-    n = events.num_rows
-
-    def column(name: str) -> pa.Array:
-        return events.column(name).combine_chunks()
-
-    t = pc.cast(column("event_time"), pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    event_type = column("event_type")
-    kind = pc.fill_null(pc.index_in(event_type, value_set=pa.array(EVENT_TYPE_MIX)), -1)
-    return EventArrays(
-        customer=Coded.of(pc.cast(column("customer_id"), pa.string())),
-        t=t.to_numpy(zero_copy_only=False).astype(np.int64, copy=False),
-        purchase=pc.equal(event_type, "purchase").to_numpy(zero_copy_only=False),
-        amount=pc.cast(column("amount"), pa.float64()).to_numpy(zero_copy_only=False),
-        quantity=pc.cast(column("quantity"), pa.float64()).to_numpy(zero_copy_only=False),
-        kind=kind.to_numpy(zero_copy_only=False).astype(np.int8),
-        mix={
-            c: Coded.of(
-                pc.cast(column(c), pa.string())
-                if c in events.column_names
-                else pa.nulls(n, pa.string())
-            )
-            for c in MIX_COLUMNS
-        },
-    )
 
 
 class OnlineState:
@@ -175,8 +90,11 @@ class OnlineState:
         # (``_changing``: sorted rows, or None for every row)
         self._version = 0
         self._changing: np.ndarray | None = None
-        self.row_of: dict[str, int] = {}
+        self.row_of: dict[str, int] = {}  # customers whose events are applied
         self.ids: list[str] = []
+        # customers given a row whose first events are not applied yet (not in row_of, so no
+        # read finds them before they have events)
+        self._pending: dict[str, int] = {}
         self._capacity = 0
         self._life: dict[str, np.ndarray] = {}
         self._ring: dict[str, np.ndarray] = {}
@@ -213,20 +131,47 @@ class OnlineState:
 
     def apply(self, events: EventArrays, rows: np.ndarray | None = None) -> int:
         """Apply events after the seed cutoff (earlier ones are the snapshot's and are skipped);
-        how many were applied. ``rows``: the events' customer rows (:meth:`rows_for`), when
-        known already."""
+        how many were applied. ``rows``: the events' customer rows, when known already."""
         return self._apply_where(events, events.t > self.seed_cutoff, rows)
+
+    def code_rows(self, customer: Coded) -> np.ndarray:
+        """Each customer code's row, -1 for a customer the state has not seen."""
+        with self.lock:
+            return self._code_rows(customer)
 
     def known_rows(self, customer: Coded) -> np.ndarray:
         """Each event's customer row, -1 for a customer the state has not seen."""
-        with self.lock:
-            return self._known_rows(customer)
+        return self.code_rows(customer)[customer.codes]
 
-    def rows_for(self, customer: Coded, known: np.ndarray | None = None) -> np.ndarray:
-        """Each event's customer row, new customers given new rows; ``known``: the rows
-        :meth:`known_rows` gave a moment ago (only its -1s are looked up again)."""
+    def group_rows(self, delta: Delta, code_rows: np.ndarray | None = None) -> np.ndarray:
+        """The row of each of ``delta``'s customers, new customers given new rows;
+        ``code_rows``: what :meth:`code_rows` gave a moment ago (only its -1s are looked up
+        again)."""
         with self.lock:
-            return self._rows(customer, known)
+            if code_rows is None:
+                by_code = self._code_rows(Coded(delta.group_code, delta.customers))
+            else:
+                by_code = code_rows
+            rows = by_code[delta.group_code]
+            new = rows < 0
+            if new.any() and code_rows is not None:  # added by another apply since then
+                again = self._code_rows(Coded(delta.group_code[new], delta.customers))
+                rows[new] = again[delta.group_code[new]]
+                new = rows < 0
+            if new.any():
+                first = len(self.ids)
+                added = np.arange(first, first + int(new.sum()))
+                self._changing_rows(None)  # longer arrays
+                try:
+                    self._grow(first + added.size)
+                finally:
+                    self._changed()
+                for code, row in zip(delta.group_code[new].tolist(), added.tolist(), strict=True):
+                    customer_id = delta.customers[code]
+                    self._pending[customer_id] = row
+                    self.ids.append(customer_id)
+                rows[new] = added
+            return rows
 
     def purchase_order_breaks(
         self, events: EventArrays, rows: np.ndarray | None = None
@@ -248,25 +193,52 @@ class OnlineState:
             rows = None if rows is None else rows[mask]
         if events.size == 0:
             return 0
+        delta = delta_of(events)
+        self.apply_delta(delta, self.group_rows(delta) if rows is None else rows[delta.first_event])
+        return events.size
+
+    def apply_delta(self, delta: Delta, rows: np.ndarray, customers: int = APPLY_GROUPS) -> None:
+        """Add a batch's per-customer sums (``rows``: each customer's row, :meth:`group_rows`)
+        into the state, ``customers`` at a time under one hold of the lock. A customer's sums go
+        in at once (a read sees all of the batch's events of a customer or none); ``newest``
+        moves with each part (the newest event applied so far)."""
+        if delta.groups == 0:
+            return
+        bounds = [*range(0, delta.groups, customers), delta.groups]
+        cells = np.searchsorted(delta.cell_group, bounds)
+        mix_cells = {col: np.searchsorted(m.group, bounds) for col, m in delta.mix.items()}
         with self.lock:
-            self._changing_rows(None)  # new rows, maybe longer arrays
-            rows = self._rows(events.customer) if rows is None else rows
-            order = np.lexsort((events.t, rows))
-            rows, t = rows[order], events.t[order]
-            purchase = events.purchase[order]
-            starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-            group_rows = rows[starts]
-            self._changing_rows(group_rows)
+            self._changing_rows(None)  # the ring moves on, the mix columns widen
             try:
-                self._apply_lifetime(rows, t, purchase, events, order, starts, group_rows)
-                self._apply_gaps(rows, t, purchase)
-                self._apply_ring(rows, t, purchase, events.amount[order])
-                for col, values in events.mix.items():
-                    self._apply_mix(col, rows, values.take(order))
-                self.newest = max(self.newest, int(t.max()))
+                self._advance(day_of(delta.newest))
+                value_ids = {col: self._value_ids(col, m) for col, m in delta.mix.items()}
             finally:
                 self._changed()
-        return events.size
+        for i in range(len(bounds) - 1):
+            part = slice(bounds[i], bounds[i + 1])
+            part_rows = rows[part]
+            with self.lock:
+                self._changing_rows(np.sort(part_rows))
+                try:
+                    self._add_gaps(delta, part, part_rows)
+                    self._add_lifetime(delta, part, part_rows)
+                    self._add_ring(delta, slice(cells[i], cells[i + 1]), rows)
+                    for col, m in delta.mix.items():
+                        part_cells = slice(mix_cells[col][i], mix_cells[col][i + 1])
+                        self._add_mix(col, m, part_cells, rows, value_ids[col])
+                    self.newest = max(self.newest, int(delta.last_t[part].max()))
+                    if self._pending:
+                        self._publish(part_rows)
+                finally:
+                    self._changed()
+
+    def _publish(self, rows: np.ndarray) -> None:
+        """Make the new customers among ``rows`` (their events just applied) readable."""
+        first_new = min(self._pending.values())
+        for row in rows[rows >= first_new].tolist():
+            customer_id = self.ids[row]
+            if self._pending.pop(customer_id, None) is not None:
+                self.row_of[customer_id] = row
 
     def _changing_rows(self, rows: np.ndarray | None) -> None:
         """Rows ``rows`` (sorted; None: every row) are about to change (the lock is held)."""
@@ -277,127 +249,94 @@ class OnlineState:
         self._changing = None
         self._version += 1
 
-    def _known_rows(self, customer: Coded) -> np.ndarray:
-        """Each event's customer row, -1 for a customer the state has not seen."""
+    def _code_rows(self, customer: Coded) -> np.ndarray:
+        """Each customer code's row, -1 for a customer the state has not seen."""
         present = customer.used()
         values = customer.values
-        row_of = self.row_of
-        rows = np.asarray([row_of.get(values[c], -1) for c in present.tolist()], dtype=np.int64)
-        by_code = np.full(len(values), -1, dtype=np.int64)
-        by_code[present] = rows
-        return by_code[customer.codes]
-
-    def _rows(self, customer: Coded, known: np.ndarray | None = None) -> np.ndarray:
-        """Each event's customer row; new customers get new rows."""
-        rows = self._known_rows(customer) if known is None else known.copy()
-        new = rows < 0
-        if new.any() and known is not None:  # added by another apply since ``known``
-            rows[new] = self._known_rows(customer.take(new))
-            new = rows < 0
-        if new.any():
-            codes = np.unique(customer.codes[new])
-            first = len(self.ids)
-            self._grow(first + codes.size)
-            assigned = np.full(len(customer.values), -1, dtype=np.int64)
-            for code, row in zip(codes.tolist(), range(first, first + codes.size), strict=True):
-                customer_id = customer.values[code]
-                self.row_of[customer_id] = row
-                self.ids.append(customer_id)
-                assigned[code] = row
-            rows[new] = assigned[customer.codes[new]]
-        return rows
-
-    def _apply_lifetime(
-        self,
-        rows: np.ndarray,
-        t: np.ndarray,
-        purchase: np.ndarray,
-        events: EventArrays,
-        order: np.ndarray,
-        starts: np.ndarray,
-        group_rows: np.ndarray,
-    ) -> None:
-        life = self._life
-        ends = np.r_[starts[1:], rows.size] - 1
-        life["first_t"][group_rows] = np.minimum(life["first_t"][group_rows], t[starts])
-        life["last_t"][group_rows] = np.maximum(life["last_t"][group_rows], t[ends])
-        life["n"][group_rows] += np.diff(np.r_[starts, rows.size]).astype(np.int32)
-        life["n_p"][group_rows] += np.add.reduceat(purchase.astype(np.int32), starts)
-        amount = np.where(purchase, events.amount[order], 0.0)
-        quantity = events.quantity[order]
-        life["amount"][group_rows] += np.add.reduceat(amount, starts)
-        life["q_sum"][group_rows] += np.add.reduceat(np.where(purchase, quantity, 0.0), starts)
-        q_max = np.maximum.reduceat(np.where(purchase, quantity, -np.inf), starts)
-        life["q_max"][group_rows] = np.maximum(life["q_max"][group_rows], q_max)
-        kind = events.kind[order]
-        for i, name in enumerate(EVENT_TYPE_MIX):
-            life[f"n_{name}"][group_rows] += np.add.reduceat((kind == i).astype(np.int32), starts)
-
-    def _apply_gaps(self, rows: np.ndarray, t: np.ndarray, purchase: np.ndarray) -> None:
-        """Each purchase's gap to the customer's previous one (in this batch, else the state's
-        last purchase), merged into the running count/mean/M2/max."""
-        life = self._life
-        p_rows, p_t = rows[purchase], t[purchase]
-        if p_rows.size == 0:
-            return
-        first = np.r_[True, p_rows[1:] != p_rows[:-1]]
-        previous = np.r_[NO_TIME, p_t[:-1]]
-        previous[first] = life["last_p_t"][p_rows[first]]
-        has_gap = previous != NO_TIME
-        gap_rows = p_rows[has_gap]
-        gaps = (p_t[has_gap] - previous[has_gap]) / DAY_MICROS
-        group_starts = np.flatnonzero(first)
-        group_rows = p_rows[group_starts]
-        added = np.diff(np.r_[group_starts, p_rows.size])  # purchases of each group's customer
-        last = p_t[np.r_[group_starts[1:], p_t.size] - 1]
-        life["last_p_t"][group_rows] = np.maximum(life["last_p_t"][group_rows], last)
-        if gaps.size == 0:
-            return
-        starts = np.flatnonzero(np.r_[True, gap_rows[1:] != gap_rows[:-1]])
-        g_rows = gap_rows[starts]
-        k_b = np.diff(np.r_[starts, gaps.size]).astype(np.float64)
-        mean_b = np.add.reduceat(gaps, starts) / k_b
-        m2_b = np.add.reduceat((gaps - np.repeat(mean_b, k_b.astype(np.int64))) ** 2, starts)
-        max_b = np.maximum.reduceat(gaps, starts)
-        before = life["n_p"][g_rows] - added[np.searchsorted(group_rows, g_rows)]
-        k_a = np.maximum(before - 1, 0).astype(np.float64)
-        mean_a = np.where(k_a > 0, life["gap_mean"][g_rows], 0.0)
-        m2_a = np.where(k_a > 0, life["gap_m2"][g_rows], 0.0)
-        k = k_a + k_b
-        delta = mean_b - mean_a
-        life["gap_mean"][g_rows] = np.where(k_a > 0, mean_a + delta * k_b / k, mean_b)
-        life["gap_m2"][g_rows] = m2_a + m2_b + np.where(k_a > 0, delta**2 * k_a * k_b / k, 0.0)
-        life["gap_max"][g_rows] = np.where(
-            k_a > 0, np.maximum(life["gap_max"][g_rows], max_b), max_b
+        if not customer.every_value_used:
+            values = [values[c] for c in present.tolist()]
+        rows = np.fromiter(
+            map(self.row_of.get, values, itertools.repeat(-1)), np.int64, len(values)
         )
+        if self._pending:  # given rows by a batch not applied yet
+            for i in np.flatnonzero(rows < 0).tolist():
+                rows[i] = self._pending.get(values[i], -1)
+        by_code = np.full(len(customer.values), -1, dtype=np.int64)
+        by_code[present] = rows
+        return by_code
 
-    def _apply_ring(
-        self, rows: np.ndarray, t: np.ndarray, purchase: np.ndarray, amount: np.ndarray
-    ) -> None:
-        day = t // DAY_US
-        self._advance(int(day.max()))
+    def _add_gaps(self, delta: Delta, part: slice, rows: np.ndarray) -> None:
+        """Merge each customer's gaps between purchases: the state's (count = purchases - 1),
+        the one from the state's last purchase to the batch's first, the batch's own (Chan's
+        parallel update of count/mean/M2, and the maximum). Before the purchases are counted."""
+        bought = np.flatnonzero(delta.n_p[part] > 0)
+        if bought.size == 0:
+            return
+        life = self._life
+        g = bought + part.start
+        r = rows[bought]
+        previous = life["last_p_t"][r]
+        had = previous != NO_TIME
+        k_a = np.maximum(life["n_p"][r].astype(np.float64) - 1, 0.0)
+        state = (
+            k_a,
+            np.where(k_a > 0, life["gap_mean"][r], 0.0),
+            np.where(k_a > 0, life["gap_m2"][r], 0.0),
+            np.where(k_a > 0, life["gap_max"][r], -np.inf),
+        )
+        first = delta.first_p_t[g]
+        edge_gap = (first - np.where(had, previous, first)) / DAY_MICROS
+        edge = (
+            had.astype(np.float64),
+            edge_gap,
+            np.zeros(g.size),
+            np.where(had, edge_gap, -np.inf),
+        )
+        own = (
+            delta.gap_k[g].astype(np.float64),
+            delta.gap_mean[g],
+            delta.gap_m2[g],
+            delta.gap_max[g],
+        )
+        k, mean, m2, longest = _merged(_merged(state, edge), own)
+        some = k > 0
+        life["gap_mean"][r] = np.where(some, mean, 0.0)
+        life["gap_m2"][r] = np.where(some, m2, 0.0)
+        life["gap_max"][r] = np.where(some, longest, 0.0)
+        life["last_p_t"][r] = np.maximum(previous, delta.last_p_t[g])
+
+    def _add_lifetime(self, delta: Delta, part: slice, rows: np.ndarray) -> None:
+        life = self._life
+        life["first_t"][rows] = np.minimum(life["first_t"][rows], delta.first_t[part])
+        life["last_t"][rows] = np.maximum(life["last_t"][rows], delta.last_t[part])
+        life["n"][rows] += delta.n[part].astype(np.int32)
+        life["n_p"][rows] += delta.n_p[part].astype(np.int32)
+        life["amount"][rows] += delta.amount[part]
+        life["q_sum"][rows] += delta.q_sum[part]
+        life["q_max"][rows] = np.maximum(life["q_max"][rows], delta.q_max[part])
+        for i, name in enumerate(EVENT_TYPE_MIX):
+            life[f"n_{name}"][rows] += delta.n_kind[part, i].astype(np.int32)
+
+    def _add_ring(self, delta: Delta, cells: slice, rows: np.ndarray) -> None:
+        """Add the batch's (customer, day) cells to the ring (days older than it dropped)."""
+        day = delta.cell_day[cells]
         keep = day > self.ring_day - RING_DAYS
         if not keep.any():
             return
-        rows, day, purchase, amount = rows[keep], day[keep], purchase[keep], amount[keep]
-        cell, first, inverse = np.unique(
-            rows * RING_DAYS + day % RING_DAYS, return_index=True, return_inverse=True
-        )
-        cell_day = day[first]
+        day = day[keep]
+        cell = rows[delta.cell_group[cells][keep]] * RING_DAYS + day % RING_DAYS  # unique
         ring = self._ring
-        spent = np.bincount(inverse, weights=np.where(purchase, amount, 0.0))
-        ring["day_amount"].reshape(-1)[cell] += spent  # cells are unique
-        for name, counted in (("day_n", None), ("day_n_p", purchase)):
-            added = np.bincount(inverse, weights=counted).astype(np.int64)
+        ring["day_amount"].reshape(-1)[cell] += delta.cell_amount[cells][keep]
+        for name, added in (("day_n", delta.cell_n), ("day_n_p", delta.cell_n_p)):
             flat = ring[name].reshape(-1)
-            total = flat[cell].astype(np.int64) + added
+            total = flat[cell].astype(np.int64) + added[cells][keep]
             over = total > COUNT_MAX
             flat[cell] = np.minimum(total, COUNT_MAX).astype(np.uint16)
             if over.any():
                 index = 0 if name == "day_n" else 1
                 for c, d, extra in zip(
                     cell[over].tolist(),
-                    cell_day[over].tolist(),
+                    day[over].tolist(),
                     (total[over] - COUNT_MAX).tolist(),
                     strict=True,
                 ):
@@ -408,7 +347,6 @@ class OnlineState:
         """Move the ring day on to ``day``, clearing the days that leave it for every customer."""
         if day <= self.ring_day:
             return
-        self._changing_rows(None)
         leaving = range(self.ring_day + 1, min(day, self.ring_day + RING_DAYS) + 1)
         slots = np.asarray([d % RING_DAYS for d in leaving], dtype=np.intp)
         for array in self._ring.values():
@@ -422,21 +360,26 @@ class OnlineState:
             else:
                 del self._overflow[row]
 
-    def _apply_mix(self, col: str, rows: np.ndarray, values: Coded) -> None:
-        valid = values.codes >= 0
-        if not valid.any():
-            return
-        present = values.used()
+    def _value_ids(self, col: str, cells: MixCells) -> np.ndarray:
+        """Each of the column's values' id in the state (-1 for a value without an event)."""
+        ids = np.full(len(cells.values), -1, dtype=np.int64)
+        if cells.count.size == 0:
+            return ids
+        used = np.unique(cells.value)
         vocab = self._vocab[col]
-        ids = np.full(len(values.values), -1, dtype=np.int64)
-        ids[present] = [vocab.setdefault(values.values[c], len(vocab)) for c in present.tolist()]
+        ids[used] = [vocab.setdefault(cells.values[v], len(vocab)) for v in used.tolist()]
         if len(vocab) > self._mix[col].shape[1]:
             self._widen_mix(col, len(vocab))
+        return ids
+
+    def _add_mix(
+        self, col: str, cells: MixCells, part: slice, rows: np.ndarray, ids: np.ndarray
+    ) -> None:
+        if part.stop <= part.start:
+            return
         counts = self._mix[col]
-        cells, added = np.unique(
-            rows[valid] * counts.shape[1] + ids[values.codes[valid]], return_counts=True
-        )
-        counts.reshape(-1)[cells] += added.astype(np.uint32)  # cells are unique
+        flat = rows[cells.group[part]] * counts.shape[1] + ids[cells.value[part]]
+        counts.reshape(-1)[flat] += cells.count[part].astype(np.uint32)  # cells are unique
 
     # growth
 
@@ -461,7 +404,6 @@ class OnlineState:
         self._capacity = capacity
 
     def _widen_mix(self, col: str, values: int) -> None:
-        self._changing_rows(None)
         counts = self._mix[col]
         width = max(values, counts.shape[1] * 2, 4)
         grown = np.zeros((counts.shape[0], width), dtype=np.uint32)
@@ -515,6 +457,18 @@ class OnlineState:
         if reading.day != cutoff_day:
             raise ValueError(f"cutoff day {cutoff_day} is before the newest event's {reading.day}")
         return reading.aggregates
+
+
+def _merged(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Two runs of gaps (count, mean, M2, max) as one (Chan et al.'s parallel update)."""
+    k_a, mean_a, m2_a, max_a = a
+    k_b, mean_b, m2_b, max_b = b
+    k = k_a + k_b
+    share = k_b / np.where(k > 0, k, 1.0)
+    delta = mean_b - mean_a
+    mean = np.where(k_a > 0, mean_a + delta * share, mean_b)
+    m2 = m2_a + m2_b + np.where((k_a > 0) & (k_b > 0), delta * delta * k_a * share, 0.0)
+    return k, np.where(k_b > 0, mean, mean_a), m2, np.maximum(max_a, max_b)
 
 
 def _has(sorted_rows: np.ndarray, row: int) -> bool:

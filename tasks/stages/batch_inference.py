@@ -44,7 +44,7 @@ from tasks.ml.scoring_worker import (
     torch_threads_per_task,
 )
 from tasks.stages.progress import ProgressReporter, ProgressSink, SparkRowProgress, spark_counter
-from tasks.stages.records import InferenceResult, StageReport
+from tasks.stages.records import FeaturesResult, InferenceResult, StageReport
 from tasks.stages.spark_io import SparkJobs, check_cluster_sees
 
 log = logging.getLogger(__name__)
@@ -202,28 +202,39 @@ def _log_scored(rows: int, version: str, seconds: float, loads: int | None, thre
     )
 
 
+def scoring_as_of(as_of: dt.date | None, features: FeaturesResult | None = None) -> dt.date:
+    """The T batch inference scores at: inside a run, the one its features stage resolved;
+    else ``as_of``, which is then required."""
+    if features is not None:
+        return features.as_of
+    if as_of is None:
+        raise HybridflowInputError("batch inference needs as_of (or the run_id of a features run)")
+    return as_of
+
+
 def batch_inference_stage(
     spark: SparkSession | SessionProvider,
     store: ObjectStore,
-    as_of: dt.date,
+    as_of: dt.date | None,
     model_version: str | None = None,
     *,
+    features: FeaturesResult | None = None,
     progress_interval_s: float = 5.0,
     progress_sink: ProgressSink | None = None,
     in_process_rows: int | None = None,
-    features_prefix: str | None = None,
 ) -> InferenceResult:
-    """Score the published features for ``as_of`` (a run's at ``features_prefix``; default: the
-    most recently published of that date) and publish predictions atomically; in local
-    mode up to ``in_process_rows`` rows (default: the setting) in this process, without
-    starting Spark.
+    """Score the published features for ``as_of`` (inside a run: T and the scoring features of
+    its ``features`` stage; else the most recently published of that date) and publish
+    predictions atomically; in local mode up to ``in_process_rows`` rows (default: the setting)
+    in this process, without starting Spark.
 
     Rows scored are reported while the scoring runs: log lines, and ``progress_sink`` (the
     flow's Prefect progress artifact ``progress-batch-inference``).
     """
     started = time.perf_counter()
+    as_of = scoring_as_of(as_of, features)
     model = load_scoring_model(store, model_version)
-    published = scoring_features_for(store, as_of, features_prefix)
+    published = scoring_features_for(store, as_of, features.scoring_prefix if features else None)
     if published is None:
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"

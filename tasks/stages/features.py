@@ -106,7 +106,7 @@ def features_stage(
     spark: SparkSession | SessionProvider,
     store: ObjectStore,
     run_id: str,
-    validated: ValidateResult,
+    validate: ValidateResult,
     as_of: dt.date | None,
     horizon_days: int,
     use_cache: bool = True,
@@ -122,8 +122,8 @@ def features_stage(
     generation, as-of, horizon, origins, sequence length and code reuse an earlier run's
     output. An ``as_of`` after the last event's day needs ``as_of_after_events`` (the result's
     ``label_window_note`` then says what the label window holds)."""
-    as_of = resolve_as_of(validated, as_of, horizon_days, as_of_after_events)
-    note = label_window_note(validated, as_of, horizon_days)
+    as_of = resolve_as_of(validate, as_of, horizon_days, as_of_after_events)
+    note = label_window_note(validate, as_of, horizon_days)
     if note is not None:
         log.warning("%s", note)
     origins = origins or settings_origins()
@@ -131,8 +131,8 @@ def features_stage(
         sequence_length = get_settings().sequence_length
     fingerprint = stage_fingerprint(
         "features",
-        events=read_dataset_manifest(store, validated.events_prefix).data_prefix,
-        columns=sorted(validated.available_columns),
+        events=read_dataset_manifest(store, validate.events_prefix).data_prefix,
+        columns=sorted(validate.available_columns),
         as_of=as_of.isoformat(),
         horizon_days=horizon_days,
         origins=origins.count,
@@ -146,7 +146,7 @@ def features_stage(
             spark,
             store,
             run_id,
-            validated,
+            validate,
             as_of,
             horizon_days,
             in_process_rows=in_process_rows,

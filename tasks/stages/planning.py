@@ -7,6 +7,7 @@ from pathlib import Path
 
 from infra.errors import HybridflowInputError
 from infra.routing.planner import (
+    ContenderCost,
     ModelCost,
     RoutingPlan,
     count_event_rows,
@@ -21,6 +22,7 @@ from tasks.data.input_formats import list_event_files
 from tasks.definitions.contract import OPTIONAL_DEFAULTS
 from tasks.definitions.feature_specs import feature_names
 from tasks.ml.models import family_specs, get_family
+from tasks.stages.records import contender_stage
 
 
 def plan_pipeline(
@@ -35,17 +37,19 @@ def plan_pipeline(
     families: list[str] | None = None,
 ) -> RoutingPlan:
     """The routing plan for running the pipeline on ``events``: the input's size (rows from the
-    files' metadata), the contending families' cost hints, the measured profiles and the
-    prices."""
+    files' metadata), the contending families' cost hints (together for the train stage, one
+    by one for each family's contender unit), the measured profiles and the prices."""
     files = list_event_files(Path(events).expanduser())
     try:
         n_features = len(feature_names(set(OPTIONAL_DEFAULTS)))
+        kinds = families or settings.train.families
         workloads = pipeline_workloads(
             count_event_rows(files),
-            model_cost(families or settings.train.families, n_features, settings),
+            model_cost(kinds, n_features, settings),
             stages,
             pinned=pinned,
             tight_budget=tight_budget,
+            contenders=contender_costs(kinds, n_features, settings),
         )
         return plan_run(
             workloads,
@@ -55,6 +59,25 @@ def plan_pipeline(
         )
     except ValueError as exc:
         raise HybridflowInputError(str(exc)) from None
+
+
+def contender_costs(
+    families: list[str], n_features: int, settings: HybridflowSettings
+) -> list[ContenderCost]:
+    """Each contending family's fit, from its cost hints (on up to one example per customer
+    and training origin), as the workload of its contender unit ``contender-<family>``."""
+    costs = []
+    for spec in family_specs(families, settings.train.specs):
+        hints = get_family(spec.kind).cost_hints(spec, n_features, settings.train)
+        costs.append(
+            ContenderCost(
+                stage=contender_stage(spec.kind),
+                parameters=hints.parameters,
+                train_flops_per_row=hints.train_flops_per_row * settings.training_origins,
+                network=hints.network,
+            )
+        )
+    return costs
 
 
 def model_cost(families: list[str], n_features: int, settings: HybridflowSettings) -> ModelCost:

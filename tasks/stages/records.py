@@ -20,6 +20,13 @@ from tasks.ml.evaluation import ModelEvaluation
 
 M = TypeVar("M", bound=BaseModel)
 
+CONTENDER_STAGE_PREFIX = "contender-"
+
+
+def contender_stage(family: str) -> str:
+    """The stage name of one family's contender unit (its manifest, report and profiles)."""
+    return f"{CONTENDER_STAGE_PREFIX}{family}"
+
 
 class StageReport(BaseModel):
     """Per-stage figures shown in the summary, the UI and the cost report."""
@@ -144,6 +151,13 @@ class TrainResult(BaseModel):
     )
     champion_reason: str = ""
     start_reason: str = Field(default="", description="warm start from production, or why not")
+
+
+class StageReportOnly(BaseModel):
+    """The report of any stage's manifest (what the summary and the cost report read of a
+    contender unit's, without the torch-side records)."""
+
+    report: StageReport
 
 
 class InferenceResult(BaseModel):

@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
+from infra.layout import stage_manifest_key
 from infra.store import ObjectStore
 from tasks.stages.records import (
     FeaturesResult,
     InferenceResult,
     PipelineSummary,
     PreprocessResult,
+    StageReportOnly,
     TrainResult,
     ValidateResult,
-    read_stage_manifest,
+    contender_stage,
 )
 
 
@@ -32,15 +36,27 @@ def run_summary(
     flow_run_id: str,
     origins: dict[str, StageOrigin],
     seconds: float,
+    *,
+    validate: ValidateResult,
+    features: FeaturesResult,
+    preprocess: PreprocessResult,
+    train: TrainResult,
+    batch_inference: InferenceResult,
+    **other_stages: BaseModel,
 ) -> PipelineSummary:
-    """The summary ``hybridflow run`` prints, from the five stage manifests of ``run_id``."""
-    validated = read_stage_manifest(store, run_id, "validate", ValidateResult)
-    features = read_stage_manifest(store, run_id, "features", FeaturesResult)
-    prepared = read_stage_manifest(store, run_id, "preprocess", PreprocessResult)
-    trained = read_stage_manifest(store, run_id, "train", TrainResult)
-    scored = read_stage_manifest(store, run_id, "batch_inference", InferenceResult)
+    """The summary ``hybridflow run`` prints, from the stage results of ``run_id`` (the
+    manifests it published, handed over by the graph), with the contender units between
+    preprocess and train; a stage the summary has no field for still has its stage line."""
     stages = []
-    for result in (validated, features, prepared, trained, scored):
+    for result in (
+        validate,
+        features,
+        preprocess,
+        *contender_results(store, run_id, train),
+        train,
+        batch_inference,
+        *other_stages.values(),
+    ):
         report = result.report
         origin = origins.get(report.name, StageOrigin())
         stages.append(
@@ -57,32 +73,45 @@ def run_summary(
         run_id=run_id,
         as_of=features.as_of,
         horizon_days=features.horizon_days,
-        model_version=trained.model_version,
-        promoted=trained.promoted,
-        promotion_reason=trained.decision_reason,
-        scored_with=scored.model_version,
+        model_version=train.model_version,
+        promoted=train.promoted,
+        promotion_reason=train.decision_reason,
+        scored_with=batch_inference.model_version,
         metrics={
-            "test_auc": trained.metrics["auc"],
-            "test_pr_auc": trained.metrics["pr_auc"],
-            "test_logloss": trained.metrics["logloss"],
-            "test_ece": trained.metrics.get("ece"),
-            "n_train": trained.n_train,
-            "n_test": trained.n_test,
+            "test_auc": train.metrics["auc"],
+            "test_pr_auc": train.metrics["pr_auc"],
+            "test_logloss": train.metrics["logloss"],
+            "test_ece": train.metrics.get("ece"),
+            "n_train": train.n_train,
+            "n_test": train.n_test,
             "training_origins": [o.isoformat() for o in features.training_origins],
-            "backtest": backtest_summary(trained),
-            "family": trained.family,
-            "champion": trained.champion_reason,
-            "leaderboard": [r.model_dump(mode="json") for r in trained.leaderboard],
+            "backtest": backtest_summary(train),
+            "family": train.family,
+            "champion": train.champion_reason,
+            "leaderboard": [r.model_dump(mode="json") for r in train.leaderboard],
         },
-        predictions_uri=scored.predictions_uri,
-        quarantine_uri=validated.quarantine_uri,
-        rows_read=validated.rows_read,
-        rows_quarantined=validated.rows_quarantined,
-        quarantine_reasons=validated.quarantine_reasons,
-        rows_scored=scored.rows_scored,
+        predictions_uri=batch_inference.predictions_uri,
+        quarantine_uri=validate.quarantine_uri,
+        rows_read=validate.rows_read,
+        rows_quarantined=validate.rows_quarantined,
+        quarantine_reasons=validate.quarantine_reasons,
+        rows_scored=batch_inference.rows_scored,
         stages=stages,
         seconds=seconds,
     )
+
+
+def contender_results(
+    store: ObjectStore, run_id: str, trained: TrainResult
+) -> list[StageReportOnly]:
+    """The reports of the contender units of the run (families that the train stage fitted
+    itself have none)."""
+    found = []
+    for row in trained.leaderboard:
+        key = stage_manifest_key(run_id, contender_stage(row.family))
+        if store.exists(key):
+            found.append(StageReportOnly.model_validate_json(store.get_bytes(key)))
+    return found
 
 
 def backtest_summary(trained: TrainResult) -> dict[str, Any]:

@@ -29,6 +29,19 @@ def cli(args: list[str], env: dict[str, str], timeout: float = 400) -> str:
     return output
 
 
+def child_runs(client, parent_id) -> dict[str, Any]:
+    """The dispatched children of flow run ``parent_id``, by deployment name."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    runs = client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id])
+        )
+    )
+    names = {d.id: d.name for d in client.read_deployments()}
+    return {names.get(r.deployment_id, "in-process"): r for r in runs if r.deployment_id}
+
+
 def wait_for(what: str, probe: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
     """Poll ``probe`` until it returns something truthy."""
     started = time.monotonic()

@@ -1,7 +1,9 @@
 """The deployed mode end to end on the production-shaped stack: `hybridflow up --s3` (Prefect on
 PostgreSQL, a two-worker Spark cluster with a Spark Connect server, an S3 server, both workers),
-a pipeline run dispatched over both pools, a GPU worker killed mid-training, the resumed re-run
-whose CPU stages ran on the cluster's executors, the UI in a real browser, `hybridflow down`.
+a pipeline run dispatched over both pools — its contenders as separate flow runs side by side,
+the tabular family on cpu-pool and the network on gpu-pool — a GPU worker killed mid-training,
+the resumed re-run whose CPU stages ran on the cluster's executors, the UI in a real browser,
+`hybridflow down`.
 
 One test on purpose: the stack costs a minute or two to start, and every check below needs it.
 """
@@ -23,7 +25,8 @@ TRAINING = {  # long enough (200 small-batch epochs) to be killed after its firs
     "HYBRIDFLOW_TRAIN__MAX_EPOCHS": "200",
     "HYBRIDFLOW_TRAIN__PATIENCE": "200",
     "HYBRIDFLOW_CHECKPOINT__EVERY_STEPS": "200",
-    "HYBRIDFLOW_TRAIN__FAMILIES": "mlp",  # the network's checkpoints are what gets killed
+    # a tabular contender (cpu-pool) beside the network (gpu-pool), whose checkpoints get killed
+    "HYBRIDFLOW_TRAIN__FAMILIES": "logistic,mlp",
 }
 
 
@@ -79,7 +82,7 @@ def test_deployed_pipeline_over_pools_survives_a_killed_gpu_worker(stack_env, tm
             state["processes"]
         )
         assert "AWS_SECRET_ACCESS_KEY" not in out and "hybridflow-local" not in out
-        run_id, run_name = _drive_pipeline(stack_env, stack_dir, up, tmp_path)
+        run_id, run_name = _drive_pipeline(stack_env, stack_dir, up, output_dir)
         _ran_on_the_clusters_executors(state["spark"])
         _check_ui(stack_env, run_id, run_name, tmp_path, output_dir)
         status = cli(["status"], stack_env)
@@ -126,7 +129,7 @@ def _password_stays_secret(stack_dir: Path, outputs: list[str]) -> None:
     assert not any(secret in part for command in commands for part in command)
 
 
-def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
+def _drive_pipeline(stack_env, stack_dir, up, output_dir) -> tuple[str, str]:
     """Both pipeline runs and every API check; returns the completed run's id and name."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -142,15 +145,21 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
         # deployed paused: nothing in this test may depend on the time of day
         assert not any(s.active for s in [*pipeline.schedules, *refresh.schedules])
         assert client.read_deployment_by_name("train/train").work_pool_name == "gpu-pool"
+        gpu_contender = "contender-on-gpu-pool"
+        assert client.read_deployment_by_name("contender/contender").work_pool_name == "cpu-pool"
+        assert (
+            client.read_deployment_by_name(f"contender/{gpu_contender}").work_pool_name
+            == "gpu-pool"
+        )
         assert client.read_work_pool("gpu-pool").concurrency_limit == 1
         _wrong_parameters_are_refused(client, pipeline)
 
         # run 1: the GPU worker (and its training process) dies in the middle of training
         first = client.create_flow_run_from_deployment(pipeline.id)
         train_run = wait_for(
-            "the train stage to run",
+            "the network's contender to run",
             lambda: (
-                (r := _children(client, first.id).get("train"))
+                (r := _children(client, first.id).get(gpu_contender))
                 and r.state_type.value == "RUNNING"
                 and r
             ),
@@ -184,15 +193,19 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
         assert crashed.state_type.value == "CRASHED", crashed.state
         failed = _final(client, first.id, timeout=120)
         assert failed.state_type.value == "FAILED", failed.state
-        assert "train/train" in failed.state.message and "Crashed" in failed.state.message
+        assert f"contender/{gpu_contender}" in failed.state.message
+        assert "Crashed" in failed.state.message
         assert f"/runs/flow-run/{train_run.id}" in failed.state.message
+        _contenders_ran_side_by_side(client, first.id, output_dir)
 
         # run 2: same parameters -> same run key: data preparation is not run again
         second = client.create_flow_run_from_deployment(pipeline.id)
         done = _final(client, second.id, timeout=420)
         assert done.state_type.value == "COMPLETED", done.state
         children = _children(client, second.id)
-        assert set(children) == {"train", "batch-inference"}, children
+        # the tabular contender finished in run 1 and is not run again; the network resumes
+        assert set(children) == {gpu_contender, "train", "batch-inference"}, children
+        assert children[gpu_contender].work_pool_name == "gpu-pool"
         assert children["train"].work_pool_name == "gpu-pool"
         assert children["batch-inference"].work_pool_name == "cpu-pool"
         assert _children(client, first.id)["prepare-data"].work_pool_name == "cpu-pool"
@@ -206,9 +219,9 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
             "stage-features",
             "stage-preprocess",
             "stage-train",
+            "stage-contender-mlp",
             "stage-batch-inference",
             "model-card",
-            "train-epochs",
             "predictions",
             "pipeline-predictions",
             "pipeline-model-version",
@@ -217,14 +230,51 @@ def _drive_pipeline(stack_env, stack_dir, up, tmp_path) -> tuple[str, str]:
         stages = {row["stage"]: row for row in json.loads(arts["pipeline-stages"].data)}
         assert stages["validate"]["cached"] and stages["preprocess"]["cached"]
         assert not stages["train"]["cached"] and stages["train"]["pool"] == "gpu-pool"
+        assert stages["contender-logistic"]["cached"]
+        assert stages["contender-logistic"]["pool"] == "cpu-pool"
+        assert not stages["contender-mlp"]["cached"]
+        assert stages["contender-mlp"]["pool"] == "gpu-pool"
         assert stages["batch_inference"]["pool"] == "cpu-pool"
         train_table = {r["metric"]: r["value"] for r in json.loads(arts["stage-train"].data)}
         assert train_table["pool"] == "gpu-pool"
         _outputs_are_in_s3(s3, arts["predictions"].data)
         (train_manifest,) = [k for k in _keys(s3, "store/runs/") if k.endswith("/train.json")]
-        resumed = json.loads(s3.get_object(Bucket="hybridflow", Key=train_manifest)["Body"].read())
-        assert resumed["resumed_from_step"], "the re-run did not resume training from a checkpoint"
+        trained = json.loads(s3.get_object(Bucket="hybridflow", Key=train_manifest)["Body"].read())
+        board = {row["family"]: row for row in trained["leaderboard"]}
+        assert board["logistic"]["pool"] == "cpu-pool" and board["mlp"]["pool"] == "gpu-pool"
+        if trained["family"] == "mlp":
+            assert "train-epochs" in arts, sorted(arts)
+        (mlp_key,) = [k for k in _keys(s3, "store/runs/") if k.endswith("/contender-mlp.json")]
+        mlp = json.loads(s3.get_object(Bucket="hybridflow", Key=mlp_key)["Body"].read())
+        resumed = mlp["manifest"]["training"].get("resumed_from_step")
+        assert resumed, "the re-run did not resume the network's fit from a checkpoint"
         return str(done.id), done.name
+
+
+def _contenders_ran_side_by_side(client, pipeline_id, output_dir: Path) -> None:
+    """Run 1's contenders: one flow run per family under the pipeline run, the tabular one on
+    cpu-pool and the network on gpu-pool, both dispatched before either ended (their times go
+    to contenders.json in the test's output folder)."""
+    children = _children(client, pipeline_id)
+    cpu, gpu = children["contender"], children["contender-on-gpu-pool"]
+    assert cpu.work_pool_name == "cpu-pool" and gpu.work_pool_name == "gpu-pool"
+    assert cpu.parameters["params"]["families"] == ["logistic"]
+    assert gpu.parameters["params"]["families"] == ["mlp"]
+    assert cpu.name.startswith("contender-logistic") and gpu.name.startswith("contender-mlp")
+    assert cpu.state_type.value == "COMPLETED", cpu.state
+    assert max(cpu.created, gpu.created) < min(cpu.end_time, gpu.end_time), "not side by side"
+    times = {
+        run.name: {
+            "pool": run.work_pool_name,
+            "state": run.state_type.value,
+            "created": run.created.isoformat(),
+            "start": run.start_time.isoformat() if run.start_time else None,
+            "end": run.end_time.isoformat(),
+            "seconds": run.total_run_time.total_seconds(),
+        }
+        for run in (cpu, gpu)
+    }
+    (output_dir / "contenders.json").write_text(json.dumps(times, indent=2))
 
 
 def _heartbeats(api: str, flow_run_id) -> int:

@@ -1,7 +1,8 @@
 """Refresh when it matters, on the deployed stack: `hybridflow up` installs model-refresh's
 triggers; a pipeline run on unshifted data starts no refresh; a pipeline run on shifted data
-emits hybridflow.drift.detected and the trigger starts model-refresh on gpu-pool without anyone
-calling it; the refresh goes through the gate and the endpoint serves whatever production is
+emits hybridflow.drift.detected and the trigger starts model-refresh without anyone calling it;
+the refresh dispatches its prepare-data unit to cpu-pool and only its training to gpu-pool, goes
+through the gate and the endpoint serves whatever production is
 then. (Both pipeline runs are `hybridflow run` against the stack's server: the same flow and the
 same events as a run of the pipeline deployment, in one process instead of one per dispatched
 stage, which keeps this test to a few minutes; tests/e2e/test_deployed_stack.py covers dispatch.)
@@ -19,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.stack_driver import FINAL, cli, stack_state, wait_for
+from tests.e2e.stack_driver import FINAL, child_runs, cli, stack_state, wait_for
 from tests.integration.serving_process import running_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
@@ -110,7 +111,14 @@ def _drive(stack_env, base: Path, shifted: Path, tmp_path: Path) -> dict[str, fl
                 every=2.0,
             )
             assert refreshed.state_type.value == "COMPLETED", refreshed.state
-            assert refreshed.work_pool_name == "gpu-pool"
+            # the refresh only orchestrates (cpu-pool): its CPU stages ran on cpu-pool and
+            # only its training on gpu-pool
+            assert refreshed.work_pool_name == "cpu-pool"
+            children = child_runs(client, refreshed.id)
+            assert set(children) == {"prepare-data", "train"}, children
+            assert children["prepare-data"].work_pool_name == "cpu-pool"
+            assert children["train"].work_pool_name == "gpu-pool"
+            assert all(c.state_type.value == "COMPLETED" for c in children.values())
             # the UI's "created by" of the run names the automation the trigger installed
             assert refreshed.created_by and refreshed.created_by.type == "AUTOMATION"
             assert refreshed.created_by.display_value == "hybridflow: refresh production on drift"

@@ -87,7 +87,9 @@ def test_run_is_planned_priced_and_profiled(first_run):
 
     store_dir, _, summary = first_run
     store = LocalFolderStore(store_dir)
-    assert [p["stage"] for p in summary.plan] == [s.name for s in summary.stages]
+    # every stage planned ran, and each contender unit was routed on its own
+    assert sorted(p["stage"] for p in summary.plan) == sorted(s.name for s in summary.stages)
+    assert any(s.name.startswith("contender-") for s in summary.stages)
     assert dict((p["stage"], p["pool"]) for p in summary.plan)["train"] == "gpu-pool"
     cost = summary.cost
     assert cost["total_usd"] == pytest.approx(sum(s["cost_usd"] for s in cost["stages"]))

@@ -25,11 +25,13 @@ def test_profiling_run_records_profiles_and_leaves_no_model(
     result = profile_flow(
         ProfileParams(events=str(demo_events), sample_fraction=0.4, store=local_store.uri)
     )
-    assert result.pool == "cpu-pool" and result.profiles == 5
+    families = HybridflowSettings().train.families  # one contender unit each, profiled too
+    assert result.pool == "cpu-pool" and result.profiles == 5 + len(families)
     assert 0 < result.sample_rows
     profiles = read_profiles(local_store)
     assert sorted(p.stage for p in profiles) == sorted(
         ["validate", "features", "preprocess", "train", "batch_inference"]
+        + [f"contender-{family}" for family in families]
     )
     assert {p.pool for p in profiles} == {"cpu-pool"} and all(p.seconds > 0 for p in profiles)
     assert ModelRegistry(local_store).list_versions() == []  # the sample run used a scratch store

@@ -11,17 +11,21 @@ import yaml
 
 from flows.artifacts import progress_artifact_key
 from flows.dag import (
+    CONTENDER_UNIT,
     PIPELINE_UNITS,
-    POOLS,
+    REFRESH_UNITS,
     STAGES,
     DispatchUnit,
     Stage,
+    home_pools,
     load_flow,
+    units_through,
 )
 from flows.executors import dispatch_mode, is_complete
 from flows.pipeline import routed_device, stage_origins, unit_pools
 from infra.layout import stage_manifest_key
 from infra.routing.planner import RoutingPlan
+from infra.routing.pools import POOLS
 from infra.routing.router import RoutingDecision, WorkloadKind
 
 PREFECT_YAML = Path(__file__).resolve().parents[3] / "prefect.yaml"
@@ -40,7 +44,7 @@ def deployments() -> dict[str, dict]:
 def _expected_deployments() -> dict[str, tuple[str, str]]:
     """name -> (entrypoint, pool), from the graph alone."""
     expected = {s.flow_name: (s.entrypoint, s.pool) for s in STAGES}
-    for unit in PIPELINE_UNITS:
+    for unit in (*PIPELINE_UNITS, CONTENDER_UNIT):
         for pool in POOLS:
             expected[unit.deployment_name(pool)] = (unit.entrypoint, pool)
     for pool in POOLS:
@@ -75,6 +79,17 @@ def test_the_graph_is_ordered_and_each_stage_dispatched_once():
     for unit in PIPELINE_UNITS:
         assert {s.pool for s in unit.stages} == {unit.pool}, unit
         assert unit.routed_by in unit.stage_names
+
+
+def test_a_refresh_is_the_graphs_prepare_to_train_slice_with_only_training_on_gpu(deployments):
+    assert [u.flow_name for u in REFRESH_UNITS] == ["prepare-data", "train"]
+    assert REFRESH_UNITS == PIPELINE_UNITS[:2]
+    assert units_through("preprocess") == PIPELINE_UNITS[:1]
+    assert home_pools(REFRESH_UNITS) == {"prepare-data": "cpu-pool", "train": "gpu-pool"}
+    # the refresh flow only orchestrates: it holds no GPU slot while its units run
+    assert deployments["model-refresh"]["work_pool"]["name"] == "cpu-pool"
+    with pytest.raises(KeyError):
+        units_through("no-such-stage")
 
 
 def test_schedules_and_the_project_pull_step(deployments):
@@ -150,3 +165,34 @@ def test_mode_auto_is_embedded_outside_a_deployment_run():
 def test_progress_artifact_keys_are_what_prefect_accepts():
     assert progress_artifact_key("batch_inference") == "progress-batch-inference"
     assert progress_artifact_key("Train model") == "progress-train-model"
+
+
+def test_each_family_gets_its_own_contender_unit_on_the_pool_the_plan_chose():
+    from flows.params import StageParams
+    from flows.pipeline import contender_units
+
+    def decision(stage: str, pool: str) -> RoutingDecision:
+        return RoutingDecision(
+            stage=stage,
+            kind=WorkloadKind.TRAINING,
+            pool=pool,
+            alternative=None,
+            reason="test",
+            basis="pinned",
+            estimates=[],
+        )
+
+    plan = RoutingPlan(
+        decisions=[
+            decision("contender-logistic", "cpu-pool"),
+            decision("contender-mlp", "gpu-pool"),
+        ]
+    )
+    units = contender_units(StageParams(run_id="run-k"), plan, ["logistic", "mlp"])
+    pool, params = units["logistic"]
+    assert pool == "cpu-pool" and params.families == ["logistic"] and params.device == "cpu"
+    pool, params = units["mlp"]
+    assert pool == "gpu-pool" and params.families == ["mlp"] and params.device == "auto"
+    assert params.run_id == "run-k"
+    assert CONTENDER_UNIT.deployment_on("gpu-pool") == "contender/contender-on-gpu-pool"
+    assert CONTENDER_UNIT.deployment_on("cpu-pool") == "contender/contender"

@@ -15,15 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from serving.online.events import DAY_US, end_of_day_micros, event_arrays
 from serving.online.features import fresh_features, online_features
-from serving.online.state import (
-    DAY_US,
-    RING_DAYS,
-    OnlineState,
-    bytes_per_customer,
-    end_of_day_micros,
-    event_arrays,
-)
+from serving.online.state import RING_DAYS, OnlineState, bytes_per_customer
 from tasks.data.cutoffs import Cutoff, end_of_day, micros
 from tasks.data.features_duckdb import InProcessFeatures
 from tasks.data.validation_duckdb import GOOD_EVENTS_SCHEMA

@@ -207,3 +207,54 @@ def test_parsing_helpers():
         parse_pins(["train"])
     with pytest.raises(ValueError, match="unknown stage"):
         pipeline_workloads(10, _cost(10), ROUTED_STAGES, pinned={"nope": "cpu-pool"})
+
+
+def test_each_contender_is_routed_on_its_own_family_cost_and_profiles():
+    from infra.routing.planner import ContenderCost
+
+    contenders = [
+        ContenderCost(
+            stage="contender-logistic", parameters=30, train_flops_per_row=1e3, network=False
+        ),
+        ContenderCost(
+            stage="contender-gbm", parameters=9000, train_flops_per_row=1e5, network=False
+        ),
+        ContenderCost(
+            stage="contender-mlp", parameters=5000, train_flops_per_row=1e6, network=True
+        ),
+    ]
+    workloads = pipeline_workloads(
+        1_000_000, _cost(5000), ROUTED_STAGES, customers=50_000, contenders=contenders
+    )
+    plan = plan_run(workloads, default_pools(), [])
+    assert plan.pool_for("contender-logistic") == "cpu-pool"
+    assert plan.pool_for("contender-gbm") == "cpu-pool"
+    assert plan.pool_for("contender-mlp") == "gpu-pool"
+    logistic = next(d for d in plan.decisions if d.stage == "contender-logistic")
+    assert logistic.basis == "rule:tabular-training" and "CPU" in logistic.reason
+    mlp = next(w for w in workloads if w.stage == "contender-mlp")
+    assert mlp.flops == 1e6 * 50_000 and mlp.model_params == 5000
+
+    # measured profiles of one family move that family only
+    profiles = [
+        StageProfile(
+            stage="contender-mlp", pool=pool, device="cpu", rows=rows, seconds=s, run_id=f"r{i}"
+        )
+        for i, (pool, rows, s) in enumerate(
+            [
+                ("cpu-pool", 10_000, 2.0),
+                ("cpu-pool", 50_000, 8.0),
+                ("gpu-pool", 10_000, 9.0),
+                ("gpu-pool", 50_000, 30.0),
+            ]
+        )
+    ]
+    measured = plan_run(workloads, default_pools(), profiles)
+    assert measured.pool_for("contender-mlp") == "cpu-pool"
+    assert next(d for d in measured.decisions if d.stage == "contender-mlp").basis == "profile"
+    assert measured.pool_for("contender-gbm") == "cpu-pool"
+
+    pinned = pipeline_workloads(
+        10, _cost(10), ROUTED_STAGES, contenders=contenders, pinned={"contender-gbm": "gpu-pool"}
+    )
+    assert plan_run(pinned, default_pools(), []).pool_for("contender-gbm") == "gpu-pool"
