@@ -35,7 +35,6 @@ from infra.layout import (
     drift_reference_key,
     predictions_prefix,
     snapshot_prefix,
-    stage_manifest_key,
 )
 from infra.registry import ModelRegistry
 from infra.settings import DriftSettings, in_process_limit
@@ -49,7 +48,6 @@ from tasks.ml.model_inputs import source_columns
 from tasks.ml.scoring_worker import ScoringModel
 from tasks.stages.batch_inference import load_scoring_model, resolve_model_version
 from tasks.stages.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
-from tasks.stages.records import FeaturesResult, read_stage_manifest
 from tasks.stages.scoring_frame import scores_in_process, scores_of_table
 from tasks.stages.spark_io import read_dataset, write_dataset
 
@@ -125,14 +123,6 @@ def build_reference(
     return reference
 
 
-def _run_features(store: ObjectStore, run_id: str, as_of: dt.date) -> str | None:
-    """The scoring features run ``run_id`` published for ``as_of``, None when it has none."""
-    if not store.exists(stage_manifest_key(run_id, "features")):
-        return None
-    features = read_stage_manifest(store, run_id, "features", FeaturesResult)
-    return features.scoring_prefix if features.as_of == as_of else None
-
-
 def measure_drift(
     spark: SessionProvider,
     store: ObjectStore,
@@ -140,12 +130,14 @@ def measure_drift(
     as_of: dt.date,
     settings: DriftSettings,
     model_version: str | None = None,
+    features_prefix: str | None = None,
 ) -> DriftReport:
-    """The drift table of the scoring features at ``as_of`` (and of their predictions, when
+    """The drift table of the scoring features at ``as_of`` (a run's at ``features_prefix``;
+    default: the most recently published of that date) (and of their predictions, when
     ``model_version`` scored them) against ``model_version`` (default: production)."""
     started = time.perf_counter()
     version = resolve_model_version(ModelRegistry(store), model_version)
-    published = scoring_features_for(store, as_of, _run_features(store, run_id, as_of))
+    published = scoring_features_for(store, as_of, features_prefix)
     if published is None:
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"
