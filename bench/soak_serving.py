@@ -4,7 +4,11 @@ Every few seconds one fault, in a cycle: a good version promoted, a version dama
 promotion, a rollback, the alias file truncated, the alias repaired by a promotion, a version
 that scores NaN. Valid requests (known customers) must never fail; each refusal must show in
 ``/metrics`` (reload failures by reason) and in ``/ready`` (``last_reload_error``) and go away
-from ``/ready`` once the alias is good again; the endpoint's memory must stay flat.
+from ``/ready`` once the alias is good again; the endpoint's memory must stay flat. All the while,
+hostile clients (:mod:`bench.hostile_clients`) hold 300 idle kept-alive connections and 300
+slowloris senders (600 together, over the endpoint's 512) and send a 4 MiB header twice a
+second: the valid requests must still all be answered, the refusals logged as a few lines of
+counts.
 
 Not part of ``make bench`` (it takes minutes): ``python -m bench.soak_serving --minutes 3``.
 Prints one JSON summary line; the figures are in docs/durability.md.
@@ -25,6 +29,7 @@ from pathlib import Path
 import httpx
 
 from bench.bench_serving import CUSTOMERS, Server, _finish_load, _server, _start_load
+from bench.hostile_clients import HostileClients
 
 CONCURRENCY = 8
 FAULT_EVERY_S = 4.0
@@ -36,6 +41,21 @@ def _rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _connection_metrics(url: str) -> dict[str, float]:
+    """What the endpoint dropped (by reason) and the idle connections it closed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "hybridflow_serving_dropped_requests_total":
+                out[sample.labels["reason"]] = sample.value
+            elif sample.name == "hybridflow_serving_idle_connections_closed_total":
+                out["idle_closed"] = sample.value
+    return out
 
 
 def _reload_failures(url: str) -> dict[str, float]:
@@ -170,13 +190,15 @@ def soak(minutes: float) -> dict:
         register_sample_model(store, table, seed=1)
         env = {"HYBRIDFLOW_STORE": str(root / "store"), "HYBRIDFLOW_SERVE__POLL_INTERVAL_S": "0.25"}
         with _server([sys.executable, "-m", "serving", "--port", "0"], root / "ep", env) as ep:
-            return _drive(ep, store, table, seconds)
+            return _drive(ep, store, table, seconds, root / "ep" / "log")
 
 
-def _drive(endpoint: Server, store, table, seconds: float) -> dict:
+def _drive(endpoint: Server, store, table, seconds: float, log: Path) -> dict:
     faults = Faults(store, table, endpoint.url)
     rss_start = _rss_mib(endpoint.pid)
     loadgen = _start_load(endpoint, CONCURRENCY, seconds)
+    hostile = HostileClients(endpoint.url)
+    hostile.start()
     started = time.monotonic()
     actions = 0
     rss_samples = [rss_start]
@@ -188,7 +210,11 @@ def _drive(endpoint: Server, store, table, seconds: float) -> dict:
         time.sleep(FAULT_EVERY_S)
     faults.promote_good()  # end on a good alias
     load = _finish_load(loadgen)
+    attacks = hostile.stop()
     metrics = _reload_failures(endpoint.url)
+    refusal_lines = [
+        line for line in log.read_text(errors="replace").splitlines() if "serving.refusals" in line
+    ]
     return {
         "seconds": round(seconds),
         "concurrency": CONCURRENCY,
@@ -208,6 +234,10 @@ def _drive(endpoint: Server, store, table, seconds: float) -> dict:
         "rss_mib_end": round(_rss_mib(endpoint.pid), 1),
         "rss_mib_max": round(max(rss_samples), 1),
         "predict_statuses": {k: v for k, v in metrics.items() if k.startswith("/predict ")},
+        "hostile_clients": attacks,
+        "endpoint_dropped": _connection_metrics(endpoint.url),
+        "refusal_log_lines": len(refusal_lines),
+        "last_refusal_line": refusal_lines[-1][-300:] if refusal_lines else None,
     }
 
 
@@ -222,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         or summary["refusals_in_metrics"] != summary["refusals_expected"]
         or summary["refusals_seen_in_ready"] != summary["refusals_expected"]
         or summary["ready_error_at_end"] is not None
+        or summary["refusal_log_lines"] > summary["seconds"] / 10 + 2  # one per 10 s interval
     )
     return 1 if broken else 0
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from infra.child_processes import die_with_parent
 from infra.prefect_db import configured_sqlite_file, seed_database, template_path
 
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
@@ -34,7 +35,8 @@ _lock = threading.Lock()
 
 
 class TemporaryApi:
-    """One uvicorn subprocess serving Prefect's API on a free loopback port."""
+    """One uvicorn subprocess serving Prefect's API on a free loopback port; it gets SIGTERM
+    when this process dies, however it dies (:func:`infra.child_processes.die_with_parent`)."""
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
         self._ready = False
@@ -43,7 +45,9 @@ class TemporaryApi:
 
     def _launch(self) -> None:
         self.port = free_loopback_port()
-        self.process = subprocess.Popen(uvicorn_command(self.port), env=self._env)
+        self.process = subprocess.Popen(
+            uvicorn_command(self.port), env=self._env, preexec_fn=die_with_parent()
+        )
 
     @property
     def url(self) -> str:

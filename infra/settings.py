@@ -138,7 +138,32 @@ class ServingSettings(BaseSettings):
         default=30.0, gt=0, description="a request's body must arrive within this (else 408)"
     )
     max_connections: int = Field(
-        default=512, ge=2, description="open connections before new requests get 503"
+        default=512,
+        ge=2,
+        description="open connections; a new one over it closes the longest-idle one, else the "
+        "slowest header sender (408); only when all are busy with requests does it get 503",
+    )
+    max_connections_per_client: int = Field(
+        default=64,
+        ge=1,
+        description="open connections from one client address (the same rule, within them)",
+    )
+    max_header_bytes: int = Field(
+        default=16_384,
+        ge=1024,
+        le=1_048_576,
+        description="largest request line + headers (else 431 and the connection is closed)",
+    )
+    keep_alive_s: float = Field(
+        default=5.0, gt=0, description="an idle kept-alive connection is closed after this"
+    )
+    refusal_log_interval_s: float = Field(
+        default=10.0, gt=0, description="refusals are logged as one line of counts this often"
+    )
+    api_docs: bool = Field(
+        default=False,
+        description="serve /docs, /redoc and /openapi.json (the two pages load their scripts "
+        "from the jsDelivr CDN)",
     )
     torch_threads: int = Field(default=1, ge=1, description="torch intra-op threads")
     ingest: IngestSettings = Field(default_factory=IngestSettings)

@@ -193,7 +193,14 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    app = FastAPI(title="hybridflow real-time scoring", lifespan=lifespan)
+    docs = settings.api_docs  # off unless HYBRIDFLOW_SERVE__API_DOCS: an API map for anyone
+    app = FastAPI(
+        title="hybridflow real-time scoring",
+        lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
+    )
     token = settings.admin_token.get_secret_value() if settings.admin_token else None
     ingest_token = settings.ingest.token.get_secret_value() if settings.ingest.token else None
 

@@ -75,9 +75,21 @@ class ServingMetrics:
         )
         self.dropped = Counter(
             "hybridflow_serving_dropped_requests",
-            "requests not served: header_timeout, body_timeout (408), client_gone (closed "
-            "mid-body, 499), connection_limit (503)",
+            "requests not served: header_timeout, slow_headers (closed for a new connection), "
+            "body_timeout (408), header_too_large (431), client_gone (closed mid-body, 499), "
+            "client_limit, connection_limit (503), bad_request (400)",
             ["reason"],
+            registry=r,
+        )
+        self.open_connections = Gauge(
+            "hybridflow_serving_open_connections",
+            "open connections by phase: waiting (for headers), active (a request), idle",
+            ["phase"],
+            registry=r,
+        )
+        self.idle_closed = Counter(
+            "hybridflow_serving_idle_connections_closed",
+            "kept-alive connections closed between requests to let a new connection in",
             registry=r,
         )
         self.model_loaded_at = Gauge(

@@ -14,10 +14,11 @@ import uvicorn
 from infra.settings import HybridflowSettings
 from infra.store import open_store
 from serving.app import create_app
-from serving.connections import guarded_protocol
+from serving.connections import DropInvalidRequestLines, guarded_protocol
 from serving.holder import ModelHolder
 from serving.metrics import ServingMetrics
 from serving.online.service import OnlineFeatures
+from serving.refusals import RefusalLog
 
 log = logging.getLogger(__name__)
 SWITCH_INTERVAL_S = 0.0005
@@ -67,10 +68,19 @@ def serve(
         tmp = port_file.with_name(f".{port_file.name}.tmp")
         tmp.write_text(str(bound_port))
         os.replace(tmp, port_file)
+    logging.getLogger("uvicorn.error").addFilter(DropInvalidRequestLines())
+    protocol = guarded_protocol(
+        metrics,
+        cfg.header_timeout_s,
+        max_header_bytes=cfg.max_header_bytes,
+        max_connections=cfg.max_connections,
+        max_connections_per_client=cfg.max_connections_per_client,
+        refusals=RefusalLog(cfg.refusal_log_interval_s),
+    )
     config = uvicorn.Config(
         app,
-        http=guarded_protocol(metrics, cfg.header_timeout_s),
-        limit_concurrency=cfg.max_connections,
+        http=protocol,
+        timeout_keep_alive=cfg.keep_alive_s,
         lifespan="on",
         log_config=None,
         log_level="warning",

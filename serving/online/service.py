@@ -316,6 +316,7 @@ class OnlineFeatures:
                 "seeded_at": iso_time(state.seed_cutoff),
                 "features_as_of": iso_time(state.newest),
                 "customers": state.customers,
+                "every_day_customers": state.every_day_customers,
                 "state_bytes": state.nbytes(),
                 "log_position": follower.seq,
                 "log_lag_seconds": round(self.lag_seconds(), 3),

@@ -8,9 +8,9 @@ Per customer (one row of each array; :func:`bytes_per_customer` says how much):
   type in the mix, purchase amount, quantity sum and maximum, and the gaps between consecutive
   purchases as a running count/mean/sum of squared deviations (Chan's parallel update) and
   maximum;
-- a ring of the last :data:`RING_DAYS` days (the longest window): events, purchases (uint16,
-  counts past 65,535 in one day kept in a side table) and purchase amount per UTC day. One ring
-  day for every customer: when it moves on, the days that leave are cleared for all;
+- events, purchases and purchase amount per UTC day over the last :data:`RING_DAYS` days (the
+  longest window), in a few slots of days per customer and a ring of every day for the busiest
+  (:mod:`serving.online.days`);
 - per mix column, the events of each value (uint32, one column per value seen).
 
 Windows are whole UTC days: at the cutoff the end of day ``D`` (the batch stage's cutoffs are
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from serving.online.days import RING_BYTES, RING_DAYS, SLOT_BYTES, DayBuckets
 from serving.online.delta import Delta, MixCells, delta_of
 from serving.online.events import (
     DAY_US,
@@ -38,11 +39,17 @@ from serving.online.events import (
 )
 from tasks.definitions.feature_specs import DAY_MICROS, EVENT_TYPE_MIX, MIX_COLUMNS, WINDOWS_DAYS
 
-__all__ = ["DAY_US", "NO_TIME", "OnlineState", "Reading", "day_of", "end_of_day_micros"]
+__all__ = [
+    "DAY_US",
+    "NO_TIME",
+    "RING_DAYS",
+    "OnlineState",
+    "Reading",
+    "day_of",
+    "end_of_day_micros",
+]
 
-RING_DAYS = max(WINDOWS_DAYS)
 FIRST_NONE = np.iinfo(np.int64).max
-COUNT_MAX = int(np.iinfo(np.uint16).max)
 OPTIMISTIC_READS = 3  # tries before a read waits for the lock
 APPLY_GROUPS = 4_096  # customers changed under one hold of the lock
 _LIFETIME: dict[str, np.dtype] = {
@@ -60,19 +67,15 @@ _LIFETIME: dict[str, np.dtype] = {
     "gap_max": np.dtype(np.float64),
 }
 _INITIAL = {"first_t": FIRST_NONE, "last_t": NO_TIME, "last_p_t": NO_TIME, "q_max": -np.inf}
-_RING: dict[str, np.dtype] = {
-    "day_n": np.dtype(np.uint16),
-    "day_n_p": np.dtype(np.uint16),
-    "day_amount": np.dtype(np.float64),
-}
 
 
-def bytes_per_customer(mix_values: int = 0) -> int:
-    """Bytes of state per customer: the arrays, plus 4 per value seen in the mix columns (the
-    id index, a Python dict, comes on top: about 100-150 bytes for a short id)."""
+def bytes_per_customer(mix_values: int = 0, every_day: bool = False) -> int:
+    """Bytes of state per customer: the arrays, plus 4 per value seen in the mix columns;
+    ``every_day``: a customer with events on more than :data:`serving.online.days.SLOTS` days
+    of the ring, who has a ring of every day besides (the id index, a Python dict, comes on
+    top: about 100-150 bytes for a short id)."""
     lifetime = sum(t.itemsize for t in _LIFETIME.values())
-    ring = RING_DAYS * sum(t.itemsize for t in _RING.values())
-    return lifetime + ring + 4 * mix_values
+    return lifetime + SLOT_BYTES + (RING_BYTES if every_day else 0) + 4 * mix_values
 
 
 class OnlineState:
@@ -82,7 +85,7 @@ class OnlineState:
 
     def __init__(self, seed_cutoff: int, capacity: int = 1024) -> None:
         self.seed_cutoff = seed_cutoff
-        self.ring_day = day_of(seed_cutoff)
+        self._days = DayBuckets(day_of(seed_cutoff), 0)
         self.newest = seed_cutoff  # the newest event time applied, at least the seed's cutoff
         self.lock = threading.RLock()
         # optimistic reads of one customer (:meth:`read_one`) while a chunk is applied: the
@@ -97,13 +100,22 @@ class OnlineState:
         self._pending: dict[str, int] = {}
         self._capacity = 0
         self._life: dict[str, np.ndarray] = {}
-        self._ring: dict[str, np.ndarray] = {}
         self._vocab: dict[str, dict[str, int]] = {c: {} for c in MIX_COLUMNS}
         self._mix: dict[str, np.ndarray] = {
             c: np.zeros((0, 0), dtype=np.uint32) for c in MIX_COLUMNS
         }
-        self._overflow: dict[int, dict[int, list[int]]] = {}  # row -> day -> [n, n_p] > 65,535
         self._grow(capacity)
+
+    @property
+    def ring_day(self) -> int:
+        """The newest day of the daily buckets (the newest event's, or the seed's)."""
+        return self._days.ring_day
+
+    @property
+    def every_day_customers(self) -> int:
+        """Customers with events on more than :data:`serving.online.days.SLOTS` days of the
+        ring (each holds a ring of every day)."""
+        return self._days.rings
 
     @property
     def customers(self) -> int:
@@ -116,8 +128,8 @@ class OnlineState:
 
     def nbytes(self) -> int:
         """Bytes held by the arrays (allocated capacity included; the id index not)."""
-        arrays = [*self._life.values(), *self._ring.values(), *self._mix.values()]
-        return int(sum(a.nbytes for a in arrays))
+        arrays = [*self._life.values(), *self._mix.values()]
+        return int(sum(a.nbytes for a in arrays)) + self._days.nbytes()
 
     def cutoff_day(self) -> int:
         """The earliest day the features can be read at: the newest event's (or the seed's)."""
@@ -210,7 +222,7 @@ class OnlineState:
         with self.lock:
             self._changing_rows(None)  # the ring moves on, the mix columns widen
             try:
-                self._advance(day_of(delta.newest))
+                self._days.advance(day_of(delta.newest))
                 value_ids = {col: self._value_ids(col, m) for col, m in delta.mix.items()}
             finally:
                 self._changed()
@@ -222,7 +234,14 @@ class OnlineState:
                 try:
                     self._add_gaps(delta, part, part_rows)
                     self._add_lifetime(delta, part, part_rows)
-                    self._add_ring(delta, slice(cells[i], cells[i + 1]), rows)
+                    part_cells = slice(cells[i], cells[i + 1])
+                    self._days.add(
+                        rows[delta.cell_group[part_cells]],
+                        delta.cell_day[part_cells],
+                        delta.cell_n[part_cells],
+                        delta.cell_n_p[part_cells],
+                        delta.cell_amount[part_cells],
+                    )
                     for col, m in delta.mix.items():
                         part_cells = slice(mix_cells[col][i], mix_cells[col][i + 1])
                         self._add_mix(col, m, part_cells, rows, value_ids[col])
@@ -317,49 +336,6 @@ class OnlineState:
         for i, name in enumerate(EVENT_TYPE_MIX):
             life[f"n_{name}"][rows] += delta.n_kind[part, i].astype(np.int32)
 
-    def _add_ring(self, delta: Delta, cells: slice, rows: np.ndarray) -> None:
-        """Add the batch's (customer, day) cells to the ring (days older than it dropped)."""
-        day = delta.cell_day[cells]
-        keep = day > self.ring_day - RING_DAYS
-        if not keep.any():
-            return
-        day = day[keep]
-        cell = rows[delta.cell_group[cells][keep]] * RING_DAYS + day % RING_DAYS  # unique
-        ring = self._ring
-        ring["day_amount"].reshape(-1)[cell] += delta.cell_amount[cells][keep]
-        for name, added in (("day_n", delta.cell_n), ("day_n_p", delta.cell_n_p)):
-            flat = ring[name].reshape(-1)
-            total = flat[cell].astype(np.int64) + added[cells][keep]
-            over = total > COUNT_MAX
-            flat[cell] = np.minimum(total, COUNT_MAX).astype(np.uint16)
-            if over.any():
-                index = 0 if name == "day_n" else 1
-                for c, d, extra in zip(
-                    cell[over].tolist(),
-                    day[over].tolist(),
-                    (total[over] - COUNT_MAX).tolist(),
-                    strict=True,
-                ):
-                    days = self._overflow.setdefault(c // RING_DAYS, {})
-                    days.setdefault(d, [0, 0])[index] += extra
-
-    def _advance(self, day: int) -> None:
-        """Move the ring day on to ``day``, clearing the days that leave it for every customer."""
-        if day <= self.ring_day:
-            return
-        leaving = range(self.ring_day + 1, min(day, self.ring_day + RING_DAYS) + 1)
-        slots = np.asarray([d % RING_DAYS for d in leaving], dtype=np.intp)
-        for array in self._ring.values():
-            array[:, slots] = 0
-        self.ring_day = day
-        oldest = day - RING_DAYS
-        for row in list(self._overflow):
-            kept = {d: v for d, v in self._overflow[row].items() if d > oldest}
-            if kept:
-                self._overflow[row] = kept
-            else:
-                del self._overflow[row]
-
     def _value_ids(self, col: str, cells: MixCells) -> np.ndarray:
         """Each of the column's values' id in the state (-1 for a value without an event)."""
         ids = np.full(len(cells.values), -1, dtype=np.int64)
@@ -392,11 +368,7 @@ class OnlineState:
             if name in self._life:
                 grown[: self._capacity] = self._life[name]
             self._life[name] = grown
-        for name, dtype in _RING.items():
-            grown = np.zeros((capacity, RING_DAYS), dtype=dtype)
-            if name in self._ring:
-                grown[: self._capacity] = self._ring[name]
-            self._ring[name] = grown
+        self._days.grow(capacity)
         for col, counts in self._mix.items():
             grown = np.zeros((capacity, counts.shape[1]), dtype=np.uint32)
             grown[: counts.shape[0]] = counts
@@ -419,11 +391,10 @@ class OnlineState:
         with self.lock:
             day = max(at_least_day, self.cutoff_day())
             life = {name: array[rows] for name, array in self._life.items()}
-            ring = {name: array[rows] for name, array in self._ring.items()}
+            sums = self._days.sums(rows, day)
             mix = {col: counts[rows] for col, counts in self._mix.items()}
-            overflow = [self._overflow.get(int(r)) for r in rows] if self._overflow else None
-            ring_day, newest = self.ring_day, self.newest
-        return Reading(_aggregates(life, ring, mix, overflow, ring_day, day), day, newest)
+            newest = self.newest
+        return Reading(_aggregates(life, sums, mix), day, newest)
 
     def read_one(self, row: int, at_least_day: int) -> Reading:
         """:meth:`read` for one customer, its aggregates as scalars (what a single request
@@ -443,11 +414,10 @@ class OnlineState:
     def _row_copy(self, row: int, at_least_day: int) -> Reading:
         day = max(at_least_day, self.cutoff_day())
         life = {name: array[row] for name, array in self._life.items()}
-        ring = np.stack([array[row] for array in self._ring.values()])
+        sums = self._days.sums(np.asarray([row]), day)[:, 0]
         mix = {col: counts[row].copy() for col, counts in self._mix.items()}
-        overflow = self._overflow.get(row)
-        ring_day, newest = self.ring_day, self.newest
-        return Reading(_aggregates_of_one(life, ring, mix, overflow, ring_day, day), day, newest)
+        newest = self.newest
+        return Reading(_aggregates_of_one(life, sums, mix), day, newest)
 
     def aggregates(self, rows: np.ndarray, cutoff_day: int) -> dict[str, np.ndarray]:
         """Every aggregate of :data:`tasks.definitions.feature_formulas.AGGREGATES` for the
@@ -487,13 +457,11 @@ class Reading:
 
 
 def _aggregates(
-    life: dict[str, np.ndarray],
-    ring: dict[str, np.ndarray],
-    mix: dict[str, np.ndarray],
-    overflow: list[dict[int, list[int]] | None] | None,
-    ring_day: int,
-    cutoff_day: int,
+    life: dict[str, np.ndarray], sums: np.ndarray, mix: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
+    """The aggregates of customers from their lifetime values, window sums
+    (:meth:`serving.online.days.DayBuckets.sums`) and mix counts."""
+
     def times(values: np.ndarray) -> np.ndarray:
         out = values.astype(np.float64)
         out[values == NO_TIME] = np.nan
@@ -520,8 +488,6 @@ def _aggregates(
     }
     for kind in EVENT_TYPE_MIX:
         a[f"_n_{kind}"] = life[f"n_{kind}"].astype(np.float64)
-    ring_stack = np.stack([ring["day_n"], ring["day_n_p"], ring["day_amount"]])
-    sums = _window_sums(ring_stack, overflow, ring_day, cutoff_day)
     for j, w in enumerate(WINDOWS_DAYS):
         a[f"_n_{w}"] = sums[0, :, j]
         a[f"_n_p_{w}"] = sums[1, :, j]
@@ -539,40 +505,8 @@ def _aggregates(
     return a
 
 
-def _window_sums(
-    ring: np.ndarray,
-    overflow: list[dict[int, list[int]] | None] | None,
-    ring_day: int,
-    cutoff_day: int,
-) -> np.ndarray:
-    """Events, purchases and amount (``ring``'s first axis) of each window
-    (:data:`WINDOWS_DAYS`, the last axis) ending at the end of ``cutoff_day``, per customer
-    (the middle axis). A window ending on or after the ring's newest day
-    is a suffix of the ring's days in order, summed newest first (amounts are non-negative: no
-    sum loses precision to cancellation)."""
-    oldest = ring_day - RING_DAYS + 1
-    shift = oldest % RING_DAYS
-    days = ring.astype(np.float64)
-    in_order = np.concatenate([days[..., shift:], days[..., :shift]], axis=-1)
-    suffix = np.zeros(in_order.shape[:-1] + (RING_DAYS + 1,))
-    suffix[..., :RING_DAYS] = np.cumsum(in_order[..., ::-1], axis=-1)[..., ::-1]
-    starts = [min(max(cutoff_day - w + 1 - oldest, 0), RING_DAYS) for w in WINDOWS_DAYS]
-    sums = suffix[..., starts]
-    for i, extra in enumerate(overflow or []):
-        for d, (more_n, more_p) in (extra or {}).items():
-            late = [j for j, start in enumerate(starts) if d >= oldest + start]
-            sums[0, i, late] += more_n
-            sums[1, i, late] += more_p
-    return sums
-
-
 def _aggregates_of_one(
-    life: dict[str, np.generic],
-    ring: np.ndarray,
-    mix: dict[str, np.ndarray],
-    overflow: dict[int, list[int]] | None,
-    ring_day: int,
-    cutoff_day: int,
+    life: dict[str, np.generic], sums: np.ndarray, mix: dict[str, np.ndarray]
 ) -> dict[str, np.float64]:
     """:func:`_aggregates` of one customer, as float64 scalars (NaN for SQL's null)."""
     f, nan = np.float64, np.float64(np.nan)
@@ -593,8 +527,6 @@ def _aggregates_of_one(
     }
     for kind in EVENT_TYPE_MIX:
         a[f"_n_{kind}"] = f(life[f"n_{kind}"])
-    one = ring[:, None, :]
-    sums = _window_sums(one, None if overflow is None else [overflow], ring_day, cutoff_day)[:, 0]
     for j, w in enumerate(WINDOWS_DAYS):
         n_w, n_p_w, amount_w = sums[0, j], sums[1, j], sums[2, j]
         a[f"_n_{w}"], a[f"_n_p_{w}"] = n_w, n_p_w

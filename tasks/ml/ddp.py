@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from infra.child_processes import die_with_parent
 from infra.devices import select_device
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ def launch_ddp_training(processes: int, args: list[str], result_file: Path) -> N
     """Run DDP training under torchrun and wait; RuntimeError when it fails."""
     cmd = ddp_command(processes, [*args, "--result-file", str(result_file)])
     log.info("launching DDP training on %d processes: %s", processes, " ".join(cmd))
-    proc = subprocess.run(cmd, check=False)
+    # torchrun gets SIGTERM if this process dies (it passes it on to its workers)
+    proc = subprocess.run(cmd, check=False, preexec_fn=die_with_parent())
     if proc.returncode != 0 or not result_file.exists():
         raise RuntimeError(f"DDP training failed (torchrun exit code {proc.returncode})")

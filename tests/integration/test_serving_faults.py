@@ -1,6 +1,6 @@
 """``hybridflow serve`` against hostile and broken HTTP clients, over raw sockets on loopback:
 headers that never finish, bodies that never finish, clients that vanish mid-body, more
-connections than the limit — each is cut off with an answer that says why (or counted as the
+connections than the limit, all busy — each is cut off with an answer that says why (or counted as the
 client's doing), and valid requests keep getting 200 meanwhile."""
 
 from __future__ import annotations
@@ -51,7 +51,11 @@ def guarded(tmp_path_factory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory) -> Iterator[str]:
-    env = {"HYBRIDFLOW_SERVE__HEADER_TIMEOUT_S": "300", "HYBRIDFLOW_SERVE__MAX_CONNECTIONS": "20"}
+    env = {
+        "HYBRIDFLOW_SERVE__HEADER_TIMEOUT_S": "300",
+        "HYBRIDFLOW_SERVE__BODY_TIMEOUT_S": "300",
+        "HYBRIDFLOW_SERVE__MAX_CONNECTIONS": "20",
+    }
     with _start(tmp_path_factory, "limited", env) as server:
         wait_for(lambda: httpx.get(f"{server.url}/ready").status_code == 200, 60, "/ready")
         yield server.url
@@ -140,13 +144,22 @@ def test_a_slow_but_steady_body_within_the_deadline_is_served(guarded):
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
 
 
-def test_connections_over_the_limit_get_503_and_the_limit_frees_up(limited):
+def test_connections_over_the_limit_get_503_when_all_are_busy_and_the_limit_frees_up(limited):
     before = _metric(limited, DROPPED, reason="connection_limit")
+    busy = "hybridflow_serving_open_connections"
     with contextlib.ExitStack() as stack:
-        for _ in range(25):  # half-open: headers never finished (header deadline 300 s)
-            stack.enter_context(_raw(limited, b"GET /health HTTP/1.1\r\nHost: t"))
+        for _ in range(20):  # busy: their bodies never end (body deadline 300 s)
+            stack.enter_context(_raw(limited, _partial_body_request()))
+
+        def full() -> bool:  # /metrics itself needs a connection: a 503 there says it too
+            answer = httpx.get(f"{limited}/metrics", timeout=30)
+            return (
+                answer.status_code == 503 or metric_value(answer.text, busy, phase="active") >= 20
+            )
+
+        wait_for(full, 60, "every connection to be busy with a request")
         refused = httpx.post(f"{limited}/predict", json={"customer_id": "c000001"}, timeout=30)
-        assert refused.status_code == 503 and refused.text == "Service Unavailable"
+        assert refused.status_code == 503 and refused.text.strip() == "too many connections"
     assert _metric(limited, DROPPED, reason="connection_limit") >= before + 1
     wait_for(
         lambda: httpx.get(f"{limited}/health", timeout=30).status_code == 200,

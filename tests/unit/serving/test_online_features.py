@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from serving.online.days import SLOTS
 from serving.online.events import DAY_US, end_of_day_micros, event_arrays
 from serving.online.features import fresh_features, online_features
 from serving.online.state import RING_DAYS, OnlineState, bytes_per_customer
@@ -171,10 +172,27 @@ def test_a_purchase_before_the_customers_last_one_is_found():
     assert state.purchase_order_breaks(event_arrays(events_table(late))).tolist() == [True, False]
 
 
-def test_bytes_per_customer_is_fixed():
-    assert bytes_per_customer() == 3 * 8 + 5 * 4 + 6 * 8 + 365 * (2 + 2 + 8)  # 4,472
+def test_bytes_per_customer_are_bounded():
+    lifetime = 3 * 8 + 5 * 4 + 6 * 8
+    slots = SLOTS * (2 + 2 + 2 + 8) + 4
+    assert bytes_per_customer() == lifetime + slots  # 544
+    assert bytes_per_customer(every_day=True) == lifetime + slots + 365 * (2 + 2 + 8)
     state = OnlineState(end_of_day_micros(BASE_DAY), capacity=1000)
     assert state.nbytes() == 1024 * bytes_per_customer()
+
+
+def test_a_customer_active_on_more_days_than_slots_moves_to_a_ring_of_every_day():
+    rng = np.random.default_rng(4)
+    cutoff = end_of_day_micros(BASE_DAY)
+    busy = [random_event("busy", cutoff - d * DAY_US, rng, True) for d in range(SLOTS + 5)]
+    quiet = [random_event("quiet", cutoff - d * DAY_US, rng, True) for d in (1, 50, 300)]
+    rows = busy + quiet
+    state = OnlineState(cutoff)
+    state.seed(event_arrays(events_table(rows[: SLOTS - 2] + quiet)))
+    assert state.every_day_customers == 0
+    state2 = seeded_state(rows, end_of_day_micros(BASE_DAY - SLOTS - 3), 3)
+    assert state2.every_day_customers == 1
+    assert_same_features(state2, rows, BASE_DAY + 40, set(CONTRACT_COLUMNS))
 
 
 def test_the_state_reads_every_declared_aggregate_and_no_other():

@@ -1,0 +1,240 @@
+"""Events, purchases and purchase amount per customer and UTC day over the last
+:data:`RING_DAYS` days (the longest feature window), from which each window's sums are read at
+any cutoff day on or after the newest day.
+
+Most customers are active on few days in a year, so each customer has :data:`SLOTS` slots of
+(day, events, purchases, amount) in place of a ring of every day: a day takes a free slot (one
+never used, or one whose day has left the longest window), and nothing needs clearing when the
+days move on. A customer with events on more than :data:`SLOTS` days of the ring gets a ring of
+every day from a pool, for good (its slots are moved into it): at most :data:`RING_BYTES` more.
+Counts are uint16; a day's count past 65,535 keeps the rest in a side table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tasks.definitions.feature_specs import WINDOWS_DAYS
+
+RING_DAYS = max(WINDOWS_DAYS)
+SLOTS = 32
+EMPTY = 0  # the day of a slot never used (days are kept as days after the first ring's oldest)
+COUNT_MAX = int(np.iinfo(np.uint16).max)
+SLOT_BYTES = SLOTS * (2 + 2 + 2 + 8) + 4  # the slots and the customer's pool ring number
+RING_BYTES = RING_DAYS * (2 + 2 + 8)  # a pool ring
+_WINDOWS = np.asarray(WINDOWS_DAYS, dtype=np.int64)
+
+
+class DayBuckets:
+    """The daily buckets of every customer row (not thread-safe: the online state's lock)."""
+
+    def __init__(self, ring_day: int, capacity: int) -> None:
+        self.ring_day = ring_day  # the newest day: the ring holds days ring_day - RING_DAYS + 1 on
+        self._base = ring_day - RING_DAYS  # a slot's day is kept as day - _base (uint16)
+        self._day = np.zeros((0, SLOTS), dtype=np.uint16)
+        self._n = np.zeros((0, SLOTS), dtype=np.uint16)
+        self._n_p = np.zeros((0, SLOTS), dtype=np.uint16)
+        self._amount = np.zeros((0, SLOTS), dtype=np.float64)
+        self._ring_of = np.zeros(0, dtype=np.int32)  # each row's pool ring, -1 for none
+        self._rings = 0
+        self._ring_n = np.zeros((0, RING_DAYS), dtype=np.uint16)
+        self._ring_n_p = np.zeros((0, RING_DAYS), dtype=np.uint16)
+        self._ring_amount = np.zeros((0, RING_DAYS), dtype=np.float64)
+        self._overflow: dict[int, dict[int, list[int]]] = {}  # row -> day -> [n, n_p] > 65,535
+        self.grow(capacity)
+
+    @property
+    def rings(self) -> int:
+        """Customers with a ring of every day (events on more than :data:`SLOTS` days)."""
+        return self._rings
+
+    def nbytes(self) -> int:
+        arrays = (self._day, self._n, self._n_p, self._amount, self._ring_of)
+        rings = (self._ring_n, self._ring_n_p, self._ring_amount)
+        return int(sum(a.nbytes for a in arrays) + sum(a.nbytes for a in rings))
+
+    def grow(self, capacity: int) -> None:
+        """Room for ``capacity`` rows."""
+        old = len(self._ring_of)
+        if capacity <= old:
+            return
+
+        def grown(array: np.ndarray, fill: int) -> np.ndarray:
+            out = np.full((capacity, *array.shape[1:]), fill, dtype=array.dtype)
+            out[:old] = array
+            return out
+
+        self._day = grown(self._day, EMPTY)
+        self._n, self._n_p = grown(self._n, 0), grown(self._n_p, 0)
+        self._amount = grown(self._amount, 0)
+        self._ring_of = grown(self._ring_of, -1)
+
+    # changes
+
+    def advance(self, day: int) -> None:
+        """Move the newest day on to ``day``: the days that leave the rings are cleared (slots
+        of days that left are free without clearing)."""
+        if day <= self.ring_day:
+            return
+        leaving = range(self.ring_day + 1, min(day, self.ring_day + RING_DAYS) + 1)
+        slots = np.asarray([d % RING_DAYS for d in leaving], dtype=np.intp)
+        for ring in (self._ring_n, self._ring_n_p, self._ring_amount):
+            ring[: self._rings, slots] = 0
+        self.ring_day = day
+        oldest = day - RING_DAYS
+        for row in list(self._overflow):
+            kept = {d: v for d, v in self._overflow[row].items() if d > oldest}
+            if kept:
+                self._overflow[row] = kept
+            else:
+                del self._overflow[row]
+
+    def add(
+        self,
+        rows: np.ndarray,
+        day: np.ndarray,
+        n: np.ndarray,
+        n_p: np.ndarray,
+        amount: np.ndarray,
+    ) -> None:
+        """Add cells of (row, day): unique pairs, the cells of a row consecutive. Days that
+        have left the ring (older than :attr:`ring_day` - RING_DAYS + 1) are dropped."""
+        keep = day > self.ring_day - RING_DAYS
+        if not keep.all():
+            rows, day, n, n_p, amount = rows[keep], day[keep], n[keep], n_p[keep], amount[keep]
+        if rows.size == 0:
+            return
+        if int(day.max()) - self._base > np.iinfo(np.uint16).max:
+            raise ValueError(f"day {int(day.max())}: more than 179 years after the snapshot")
+        in_slots = self._ring_of[rows] < 0
+        slot, new = self._slots(rows[in_slots], day[in_slots] - self._base)
+        if (slot < 0).any():  # no room: those customers' days move to a ring of every day
+            self._to_ring(np.unique(rows[in_slots][slot < 0]))
+            still = self._ring_of[rows[in_slots]] < 0
+            slot, new = slot[still], new[still]
+            in_slots[np.flatnonzero(in_slots)[~still]] = False
+        self._add_to_slots(rows[in_slots], day[in_slots], slot, new, n, n_p, amount, in_slots)
+        in_ring = ~in_slots
+        if in_ring.any():
+            cell = self._ring_of[rows[in_ring]].astype(np.int64) * RING_DAYS
+            cell += day[in_ring] % RING_DAYS
+            self._ring_amount.reshape(-1)[cell] += amount[in_ring]
+            parts = ((self._ring_n, n[in_ring]), (self._ring_n_p, n_p[in_ring]))
+            for index, (ring, added) in enumerate(parts):
+                flat = ring.reshape(-1)
+                total = flat[cell].astype(np.int64) + added
+                flat[cell] = self._capped(total, rows[in_ring], day[in_ring], index)
+
+    def _slots(self, rows: np.ndarray, day: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each cell's slot (-1: its customer has no free one left) and whether it is new
+        (``day``: as kept, days after ``_base``)."""
+        taken = self._day[rows]
+        match = taken == day[:, None]
+        found = match.any(axis=1)
+        slot = np.where(found, match.argmax(axis=1), -1)
+        need = np.flatnonzero(~found)
+        if need.size:
+            needy = rows[need]
+            free = taken[need] <= self.ring_day - RING_DAYS - self._base  # EMPTY, or left
+            runs = np.flatnonzero(np.r_[True, needy[1:] != needy[:-1]])
+            rank = np.arange(needy.size) - np.repeat(runs, np.diff(np.r_[runs, needy.size]))
+            nth = free & (np.cumsum(free, axis=1) == rank[:, None] + 1)
+            slot[need] = np.where(nth.any(axis=1), nth.argmax(axis=1), -1)
+        return slot, ~found
+
+    def _add_to_slots(
+        self,
+        rows: np.ndarray,
+        day: np.ndarray,
+        slot: np.ndarray,
+        new: np.ndarray,
+        n: np.ndarray,
+        n_p: np.ndarray,
+        amount: np.ndarray,
+        chosen: np.ndarray,
+    ) -> None:
+        if rows.size == 0:
+            return
+        cell = rows.astype(np.int64) * SLOTS + slot
+        self._day.reshape(-1)[cell] = day - self._base
+        flat_amount = self._amount.reshape(-1)
+        flat_amount[cell] = np.where(new, 0.0, flat_amount[cell]) + amount[chosen]
+        for index, (counts, added) in enumerate(((self._n, n), (self._n_p, n_p))):
+            flat = counts.reshape(-1)
+            total = np.where(new, 0, flat[cell].astype(np.int64)) + added[chosen]
+            flat[cell] = self._capped(total, rows, day, index)
+
+    def _capped(self, total: np.ndarray, rows: np.ndarray, day: np.ndarray, index: int):
+        """``total`` as uint16, what is past 65,535 kept in the side table."""
+        over = total > COUNT_MAX
+        if over.any():
+            for row, d, extra in zip(
+                rows[over].tolist(),
+                day[over].tolist(),
+                (total[over] - COUNT_MAX).tolist(),
+                strict=True,
+            ):
+                self._overflow.setdefault(row, {}).setdefault(d, [0, 0])[index] += extra
+        return np.minimum(total, COUNT_MAX).astype(np.uint16)
+
+    def _to_ring(self, rows: np.ndarray) -> None:
+        """Give ``rows`` rings of every day from the pool, their slots' days moved in."""
+        first = self._rings
+        self._rings += rows.size
+        if self._rings > len(self._ring_n):
+            capacity = max(self._rings, 2 * len(self._ring_n), 64)
+            for name in ("_ring_n", "_ring_n_p", "_ring_amount"):
+                old = getattr(self, name)
+                out = np.zeros((capacity, RING_DAYS), dtype=old.dtype)
+                out[: len(old)] = old
+                setattr(self, name, out)
+        ring = np.arange(first, self._rings, dtype=np.int32)
+        self._ring_of[rows] = ring
+        taken = self._day[rows].astype(np.int64) + self._base
+        which, slot = np.nonzero(taken > self.ring_day - RING_DAYS)
+        cell = ring[which].astype(np.int64) * RING_DAYS + taken[which, slot] % RING_DAYS
+        self._ring_n.reshape(-1)[cell] = self._n[rows][which, slot]
+        self._ring_n_p.reshape(-1)[cell] = self._n_p[rows][which, slot]
+        self._ring_amount.reshape(-1)[cell] = self._amount[rows][which, slot]
+        self._day[rows] = EMPTY
+        self._n[rows] = self._n_p[rows] = 0
+        self._amount[rows] = 0.0
+
+    # reads
+
+    def sums(self, rows: np.ndarray, cutoff_day: int) -> np.ndarray:
+        """Events, purchases and amount (the first axis) of each window (:data:`WINDOWS_DAYS`,
+        the last axis) ending at the end of ``cutoff_day`` (no earlier than :attr:`ring_day`),
+        per row of ``rows`` (the middle axis), as doubles."""
+        days = self._day[rows].astype(np.int64) + self._base  # EMPTY: in no window
+        values = np.stack([self._n[rows], self._n_p[rows], self._amount[rows]]).astype(np.float64)
+        inside = (days[..., None] > cutoff_day - _WINDOWS) & (days[..., None] <= cutoff_day)
+        sums = np.einsum("cmk,mkw->cmw", values, inside.astype(np.float64))
+        ring_of = self._ring_of[rows]
+        ringed = np.flatnonzero(ring_of >= 0)
+        if ringed.size:
+            ring = ring_of[ringed]
+            every_day = np.stack(
+                [self._ring_n[ring], self._ring_n_p[ring], self._ring_amount[ring]]
+            )
+            sums[:, ringed] += _ring_sums(every_day, self.ring_day, cutoff_day)
+        if self._overflow:
+            for i in np.flatnonzero(np.isin(rows, list(self._overflow))).tolist():
+                for d, (more_n, more_p) in self._overflow[int(rows[i])].items():
+                    late = d > cutoff_day - _WINDOWS
+                    sums[0, i, late] += more_n
+                    sums[1, i, late] += more_p
+        return sums
+
+
+def _ring_sums(ring: np.ndarray, ring_day: int, cutoff_day: int) -> np.ndarray:
+    """:meth:`DayBuckets.sums` of rings of every day (the last axis: day % RING_DAYS). A window
+    ending on or after the ring's newest day is a suffix of the ring's days in order."""
+    oldest = ring_day - RING_DAYS + 1
+    shift = oldest % RING_DAYS
+    days = ring.astype(np.float64)
+    in_order = np.concatenate([days[..., shift:], days[..., :shift]], axis=-1)
+    suffix = np.zeros(in_order.shape[:-1] + (RING_DAYS + 1,))
+    suffix[..., :RING_DAYS] = np.cumsum(in_order[..., ::-1], axis=-1)[..., ::-1]
+    starts = [min(max(cutoff_day - w + 1 - oldest, 0), RING_DAYS) for w in WINDOWS_DAYS]
+    return suffix[..., starts]
