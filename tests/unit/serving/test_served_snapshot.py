@@ -122,11 +122,20 @@ def test_a_damaged_manifest_is_refused_once_naming_its_key_and_repaired(store, c
         publish_sample_snapshot(store, table, GOOD, run_id="run-c")
 
 
-def test_repair_names_the_newest_whole_generation(store):
+def test_repair_names_the_newest_whole_generation(store, tmp_path):
+    import pyarrow.parquet as pq
+
+    from infra.datasets import publish_dataset
+    from infra.layout import scoring_features_prefix
+
     table = sample_feature_table(50, seed=5)
-    prefix = publish_sample_snapshot(store, table, GOOD, run_id="run-a")
-    newer = publish_sample_snapshot(store, table.slice(0, 20), GOOD, run_id="run-a")
-    assert newer == prefix
+    prefix = scoring_features_prefix(GOOD, "run-a")
+    for i, rows in enumerate((50, 20)):  # two generations, a minute apart
+        folder = tmp_path / f"g{i}"
+        folder.mkdir()
+        pq.write_table(table.slice(0, rows), folder / "part-0.parquet")
+        now = dt.datetime(2026, 1, 1, 12, i, tzinfo=dt.UTC)
+        publish_dataset(store, folder, prefix, rows=rows, now=now)
     current = find_dataset(store, prefix)
     store.put_bytes(dataset_manifest_key(prefix), b"not json")
     assert repair(store, prefix).data_prefix == current.data_prefix
