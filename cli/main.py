@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from cli.args import EXIT_BAD_INPUT, EXIT_FAILURE
 from cli.commands import COMMAND_MODULES
+from infra import startup
 from infra.child_processes import exit_on_sigterm
 from infra.errors import HybridflowInputError
 from infra.prefect_env import configure_prefect_defaults, heartbeats_only_for_a_server
@@ -75,6 +76,7 @@ def _install_traceback_filter() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand; exit 2 with one line on bad input, 1 on any other failure."""
+    startup.begin()
     args = build_parser().parse_args(argv)
     exit_on_sigterm()  # SIGTERM unwinds through the exit handlers (the temporary API stops)
     configure_prefect_defaults()

@@ -17,8 +17,8 @@ from flows.params import RunInputs, resolve
 from infra.errors import HybridflowInputError
 from infra.layout import stage_manifest_key
 from infra.spark import SparkOnDemand
+from tasks.data.drift_records import DriftReport
 from tasks.stages.drift import measure_drift
-from tasks.stages.drift_records import DriftReport
 from tasks.stages.records import write_stage_manifest
 
 DRIFT_STAGE = "drift"

@@ -30,6 +30,7 @@ from prefect.states import Cancelled
 
 from flows.dag import CONTENDER, CONTENDER_UNIT, PIPELINE_UNITS, DispatchUnit, load_flow
 from flows.params import StageParams
+from infra import startup
 from infra.layout import stage_manifest_key
 from infra.settings import HybridflowSettings
 from infra.store import ObjectStore
@@ -63,6 +64,7 @@ def run_in_process(
     params: StageParams, units: tuple[DispatchUnit, ...] = PIPELINE_UNITS
 ) -> dict[str, UnitOrigin]:
     """Run every stage of ``units`` here, one subflow each, in graph order."""
+    startup.mark("first_stage")
     for unit in units:
         for stage in unit.stages:
             load_flow(stage.entrypoint)(params)
@@ -78,6 +80,7 @@ def run_on_pools(
 ) -> dict[str, UnitOrigin]:
     """Run each unit as its deployment on ``pools[unit.flow_name]`` and wait for it."""
     assert params.run_id, "deployed runs hand over manifests under an explicit run key"
+    startup.mark("first_stage")
     timing = DispatchTiming(
         poll_s=settings.dispatch_poll_seconds,
         start_timeout_s=settings.dispatch_start_timeout_seconds,

@@ -39,6 +39,7 @@ from flows.executors import (
 )
 from flows.params import Device, StageParams, resolve
 from flows.signals import signal_refresh
+from infra import startup
 from infra.layout import version_manifest_key
 from infra.routing.accounting import account_run
 from infra.routing.planner import RoutingPlan
@@ -96,6 +97,7 @@ class PipelineParams(StageParams):
 def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     """The whole DAG: in this process (embedded) or unit by unit on the pools (deployed)."""
     started = time.perf_counter()
+    startup.pipeline_started()
     run = resolve(params)
     families = contending_families(params.families, run.settings)
     plan = plan_pipeline(
@@ -127,6 +129,7 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         units = run_in_process(stage_params, UNITS_BEFORE_CONTENDERS)
         ran = run_contenders_in_process({f: p for f, (_, p) in contenders.items()})
         units |= run_in_process(stage_params, UNITS_AFTER_CONTENDERS)
+    steps = startup.startup_breakdown()
     summary = run_summary(
         run.store,
         run_id,
@@ -134,6 +137,11 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         stage_origins(units) | contender_origins(ran),
         seconds=time.perf_counter() - started,
         **run_results(run.store, run_id),
+    ).model_copy(
+        update={
+            "startup_seconds": round(sum(steps.values()), 3) if steps else None,
+            "startup": steps,
+        }
     )
     publish_pipeline_artifacts(
         summary, run.store.key_uri(version_manifest_key(summary.model_version))

@@ -14,12 +14,10 @@ import datetime as dt
 import logging
 from typing import Any
 
-from flows.drift import DriftParams, drift_flow
 from flows.events import drift_detected, emit, events_landed, model_promoted
 from flows.params import ResolvedRun
 from infra.registry import ModelRegistry
-from tasks.stages.drift import drift_status_line
-from tasks.stages.drift_records import DriftReport
+from tasks.data.drift_records import DriftReport
 from tasks.stages.records import PipelineSummary
 from tasks.stages.refresh import RefreshDecision, refresh_decision
 
@@ -42,9 +40,7 @@ def signal_refresh(
     )
     emitted: dict[str, str | None] = {}
     if report is not None and report.drifted:
-        emitted["drift"] = emit(
-            drift_detected(report, events, fingerprint, drift_status_line(report))
-        )
+        emitted["drift"] = emit(drift_detected(report, events, fingerprint, _status_line(report)))
     if summary.promoted:
         emitted["promoted"] = emit(
             model_promoted(
@@ -81,9 +77,17 @@ def drift_entry(
     }
 
 
+def _status_line(report: DriftReport) -> str:
+    from tasks.stages.drift import drift_status_line
+
+    return drift_status_line(report)
+
+
 def _check_drift(run: ResolvedRun, summary: PipelineSummary) -> tuple[DriftReport | None, str]:
     """The drift flow on this run's features and predictions; a failed check is logged and
     reported in the summary, but the run's outputs stand."""
+    from flows.drift import DriftParams, drift_flow  # torch and the scorer: after the stages
+
     state = drift_flow(
         DriftParams(
             as_of=summary.as_of,

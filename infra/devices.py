@@ -30,14 +30,6 @@ def available_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def configure_cpu_threads(threads: int | None = None, processes: int = 1) -> int:
-    """One torch thread per available core, shared among ``processes`` local processes, unless
-    ``threads`` says otherwise; returns the count."""
-    n = threads or max(1, available_cores() // max(1, processes))
-    torch.set_num_threads(n)
-    return n
-
-
 def configure_accelerator(device: torch.device) -> None:
     """TF32 matmuls and cuDNN autotuning on CUDA; nothing to do on CPU."""
     if device.type == "cuda":

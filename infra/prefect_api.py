@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from infra import startup
 from infra.child_processes import die_with_parent
 from infra.prefect_db import configured_sqlite_file, seed_database, template_path
 
@@ -158,12 +159,15 @@ def prefect_api() -> Iterator[None]:
     process's temporary API (started now unless :func:`start_temporary_api` did it earlier),
     once it answers."""
     start_temporary_api()
+    startup.mark("api_wait")
     if _started is None:
+        startup.mark("api_ready")
         yield
         return
     from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
 
     _started.wait_ready(float(os.environ.get(STARTUP_TIMEOUT_ENV, "120")))
+    startup.mark("api_ready")
     # no UI is served: no "View at" links to it (Prefect derives them from the API's URL)
     with temporary_settings(updates={PREFECT_API_URL: _started.url, PREFECT_UI_URL: ""}):
         yield

@@ -39,7 +39,16 @@ class TrainingSettings(BaseSettings):
     )
     learning_rate: float = Field(default=2e-3, gt=0)
     weight_decay: float = Field(default=1e-4, ge=0)
-    batch_size: int = Field(default=1024, ge=8)
+    batch_size: int = Field(
+        default=1024, ge=8, description="a network's mini-batch below 131,072 training rows"
+    )
+    max_batch_size: int = Field(
+        default=16_384,
+        ge=8,
+        description="the mini-batch doubles from batch_size with each doubling of the training "
+        "rows beyond 65,536, up to this (the learning rate grows by the square root; equal to "
+        "batch_size: no scaling)",
+    )
     max_epochs: int = Field(default=30, ge=1)
     patience: int = Field(default=3, ge=1, description="epochs without val improvement before stop")
     seed: int = 7
@@ -58,7 +67,12 @@ class TrainingSettings(BaseSettings):
     compile: bool | None = Field(
         default=None, description="torch.compile the model (default: on CUDA only)"
     )
-    threads: int = Field(default=0, ge=0, description="CPU torch threads (0: available cores)")
+    threads: int = Field(
+        default=0,
+        ge=0,
+        description="CPU threads of a fit (0: from the cores the stage owns and the work: a "
+        "network one per 200M FLOPs of a step, a CPU family one below 200,000 rows)",
+    )
     ddp_processes: int = Field(
         default=1, ge=1, description="GPUs on the worker: >1 launches torchrun DDP training"
     )
@@ -80,8 +94,12 @@ class CheckpointSettings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="ignore")
 
-    every_steps: int = Field(default=2000, ge=0, description="0: no step-based checkpoints")
-    every_seconds: float = Field(default=300.0, ge=0, description="0: no time-based checkpoints")
+    every_steps: int = Field(
+        default=0, ge=0, description="also every N optimiser steps (0: by time only)"
+    )
+    every_seconds: float = Field(
+        default=120.0, ge=0, description="a checkpoint every N seconds of training (0: none)"
+    )
     keep: int = Field(default=3, ge=1, description="newest checkpoints kept per training run")
 
 

@@ -99,12 +99,22 @@ def format_summary(summary: PipelineSummary) -> str:
         f"{reasons} | scored {summary.rows_scored:,}",
         f"  quarantine  : {summary.quarantine_uri}",
         f"  drift       : {drift_line(summary.drift)}",
+        f"  startup     : {startup_line(summary.startup_seconds, summary.startup)}",
         "  stages      :",
     ]
     for s in summary.stages:
         cached = "  (cached)" if s.cached else ""
-        lines.append(f"    {s.name:<16} {s.seconds:7.1f}s  {s.device:<5} {s.pool}{cached}")
+        engine = f"  {s.engine}: {s.engine_reason}" if s.engine else ""
+        lines.append(f"    {s.name:<16} {s.seconds:7.1f}s  {s.device:<5} {s.pool}{cached}{engine}")
     return "\n".join(lines)
+
+
+def startup_line(seconds: float | None, steps: dict[str, float]) -> str:
+    """The run's fixed cost before its first stage, and its steps."""
+    if seconds is None:
+        return "-"
+    parts = ", ".join(f"{k.replace('_', ' ')} {v:.1f}s" for k, v in steps.items())
+    return f"{seconds:.1f}s before the first stage ({parts})"
 
 
 def origins_note(origins: list[str]) -> str:

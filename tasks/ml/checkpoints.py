@@ -37,6 +37,7 @@ from infra.layout import (
     checkpoint_step_prefix,
     checkpoints_prefix,
 )
+from infra.settings import CheckpointSettings
 from infra.store import ObjectStore, sha256_bytes, sha256_file
 from tasks.ml.weights import WeightsUnreadableError, load_weights
 
@@ -81,6 +82,11 @@ class CheckpointPolicy:
         self.every_seconds = every_seconds
         self.last_time = time.monotonic()
         self.last_step_saved = -1
+
+    @classmethod
+    def of(cls, settings: CheckpointSettings) -> CheckpointPolicy:
+        """The policy of ``HYBRIDFLOW_CHECKPOINT__*`` (by default: every 120 s of training)."""
+        return cls(settings.every_steps, settings.every_seconds)
 
     def due(self, step: int) -> bool:
         """True when a checkpoint should be written after ``step``."""

@@ -1,6 +1,7 @@
 """Fitting a torch network family: the training loop of :mod:`tasks.ml.training_loop` with the
 job's checkpoints (resumed from the newest valid one, saved in the background), its DDP ranks,
-``torch.compile`` on CUDA and the CPU thread count for the network's size.
+``torch.compile`` on CUDA, and the batch, learning rate and CPU threads the data's size and the
+machine call for (:mod:`tasks.ml.network_plan`).
 
 Any family whose model is an ``nn.Module`` from raw features to a logit (with a pydantic
 ``config``) fits through :func:`fit_network`; the family only builds the network and rebuilds
@@ -9,6 +10,7 @@ it from a checkpoint state.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
@@ -17,13 +19,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from infra.devices import configure_cpu_threads
+from infra.settings import CheckpointSettings
 from tasks.ml.checkpoints import CheckpointPolicy, LoadedCheckpoint
 from tasks.ml.models.base import FitJob
+from tasks.ml.network_plan import NetworkPlan, network_plan
 from tasks.ml.training_loop import Progress, TrainOutcome, check_resume, train_model
 
 log = logging.getLogger(__name__)
-SMALL_MODEL_PARAMS = 200_000
 
 
 def fit_network(
@@ -34,13 +36,17 @@ def fit_network(
 ) -> TrainOutcome:
     """Train ``network`` (or the newest valid checkpoint of ``job.checkpoints``, rebuilt by
     ``rebuild``) with early stopping; ``outcome.interrupted`` after ``job.stop_after_steps``."""
+    plan = plan_fit(network, job, learning_rate)
+    job = dataclasses.replace(
+        job, settings=job.settings.model_copy(update={"batch_size": plan.batch_size})
+    )
     settings, ctx, device = job.settings, job.ctx, job.device
     if device.type == "cpu":
-        configure_threads(network, settings.threads, ctx.world_size)
+        torch.set_num_threads(plan.threads)
     resume: dict[str, Any] | None = None
     checkpoints = job.checkpoints
     if checkpoints is not None:
-        resumed = resume_point(network, job, learning_rate, rebuild)
+        resumed = resume_point(network, job, plan.learning_rate, rebuild)
         ctx.barrier()  # every rank has chosen its checkpoint before rank 0 may write a newer one
         if resumed is None:
             if checkpoints.skipped:
@@ -89,11 +95,12 @@ def fit_network(
             job.data,
             settings,
             device,
-            learning_rate=learning_rate,
+            learning_rate=plan.learning_rate,
+            warmup_steps=plan.warmup_steps,
             ctx=ctx,
             resume=resume,
             save=save if checkpoints is not None else None,
-            policy=(job.checkpoint_policy or CheckpointPolicy(2000, 300.0))
+            policy=(job.checkpoint_policy or CheckpointPolicy.of(CheckpointSettings()))
             if checkpoints is not None
             else None,
             stop_after_steps=job.stop_after_steps,
@@ -104,6 +111,7 @@ def fit_network(
     finally:
         if checkpoints is not None:
             checkpoints.close()
+    outcome.plan = plan
     return outcome
 
 
@@ -161,17 +169,31 @@ def unusable_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
-def configure_threads(network: nn.Module, threads: int, processes: int) -> None:
-    """Torch threads on CPU: the setting, else one for small networks (intra-op parallelism
-    only adds overhead there), else the available cores shared among the local processes."""
+def plan_fit(network: nn.Module, job: FitJob, learning_rate: float) -> NetworkPlan:
+    """The batch, learning rate, warm-up and CPU threads for ``network`` on ``job``'s data (the
+    threads matter on CPU only), logged."""
     n_params = sum(p.numel() for p in network.parameters())
-    small = n_params < SMALL_MODEL_PARAMS
-    n = configure_cpu_threads(threads or (1 if small else None), processes)
-    log.info("CPU training: %d torch threads per process (%d parameters)", n, n_params)
+    plan = network_plan(
+        job.settings,
+        train_rows=job.data.rows("train"),
+        parameters=n_params,
+        learning_rate=learning_rate,
+        processes=job.ctx.world_size,
+        chunk_rows=job.data.chunk_rows,
+    )
+    log.info(
+        "training %d parameters on %d rows: %s",
+        n_params,
+        job.data.rows("train"),
+        plan.describe(cpu=job.device.type == "cpu"),
+    )
+    return plan
 
 
 def outcome_record(outcome: TrainOutcome, learning_rate: float, world_size: int) -> dict[str, Any]:
-    """The training figures a network's version records."""
+    """The training figures a network's version records (``learning_rate``: the one asked for;
+    the plan's scaled rate, batch and threads beside it)."""
+    plan = outcome.plan
     return {
         "epochs": len(outcome.history),
         "best_epoch": outcome.best_epoch,
@@ -180,7 +202,16 @@ def outcome_record(outcome: TrainOutcome, learning_rate: float, world_size: int)
         "resumed_from_step": outcome.resumed_from_step,
         "world_size": world_size,
         "learning_rate": learning_rate,
-    }
+    } | (
+        {
+            "batch_size": plan.batch_size,
+            "scaled_learning_rate": plan.learning_rate,
+            "warmup_steps": plan.warmup_steps,
+            "threads": plan.threads,
+        }
+        if plan is not None
+        else {}
+    )
 
 
 def state_dict_cpu(network: nn.Module) -> dict[str, torch.Tensor]:

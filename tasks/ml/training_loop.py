@@ -69,6 +69,7 @@ class TrainOutcome:
     resumed_from_step: int | None = None
     checkpoints_written: int = 0
     interrupted: bool = False
+    plan: Any = None  # the NetworkPlan the fit ran with (set by tasks.ml.network_fit)
 
     @property
     def best_epoch(self) -> int:
@@ -136,6 +137,7 @@ def train_model(
     device: torch.device,
     *,
     learning_rate: float | None = None,
+    warmup_steps: int = 0,
     ctx: DistContext | None = None,
     resume: dict[str, Any] | None = None,
     save: SaveFn | None = None,
@@ -143,11 +145,13 @@ def train_model(
     stop_after_steps: int | None = None,
     compile_model: bool = False,
 ) -> TrainOutcome:
-    """Mini-batch AdamW on BCE loss with early stopping; checkpoints through ``save`` (rank 0)
-    when ``policy`` says so; ``resume`` continues from a checkpoint state."""
+    """Mini-batch AdamW on BCE loss with early stopping; the learning rate rises linearly to
+    ``learning_rate`` over the first ``warmup_steps`` steps; checkpoints through ``save``
+    (rank 0) when ``policy`` says so; ``resume`` continues from a checkpoint state."""
     loop = _TrainingLoop(
         model, data, settings, device, learning_rate, ctx or DistContext(), save, policy
     )
+    loop.warmup_steps = warmup_steps
     if resume is not None:
         loop.restore(resume)
     loop.wrap(compile_model)
@@ -215,6 +219,8 @@ class _TrainingLoop:
         self.net: nn.Module = self.model
         self.eager: nn.Module = self.model
         self.loss_fn = nn.BCEWithLogitsLoss()
+        self.peak_lr = learning_rate or settings.learning_rate
+        self.warmup_steps = 0
 
     def restore(self, resume: dict[str, Any]) -> None:
         """Continue exactly where a checkpoint state left off (weights, optimiser, RNG, data)."""
@@ -312,6 +318,9 @@ class _TrainingLoop:
             loss = self.loss_fn(logits.float(), yb)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.progress.step < self.warmup_steps:  # a function of the step: resumes exactly
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.peak_lr * (self.progress.step + 1) / self.warmup_steps
         self.optimizer.step()
         self.loss_sum += loss.detach()
         self.n_batches += 1

@@ -227,9 +227,7 @@ def contend(
             ctx=ctx,
             start=start.model,
             checkpoints=checkpoints,
-            checkpoint_policy=CheckpointPolicy(
-                settings.checkpoint.every_steps, settings.checkpoint.every_seconds
-            ),
+            checkpoint_policy=CheckpointPolicy.of(settings.checkpoint),
             stop_after_steps=options.stop_after_steps,
         ),
     )

@@ -40,16 +40,17 @@ from infra.registry import ModelRegistry
 from infra.settings import DriftSettings, in_process_limit
 from infra.snapshots import scoring_features_for
 from infra.spark import SessionProvider
+from infra.spark_io import read_dataset, write_dataset
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
+from tasks.data.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
+from tasks.data.engine_choice import IN_PROCESS, EngineChoice, EngineInputs, choose_engine
 from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts, score_band_edges
 from tasks.definitions.examples import split_element
 from tasks.ml.model_inputs import source_columns
+from tasks.ml.scoring_model import load_scoring_model, resolve_model_version
 from tasks.ml.scoring_worker import ScoringModel
-from tasks.stages.batch_inference import load_scoring_model, resolve_model_version
-from tasks.stages.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
 from tasks.stages.scoring_frame import scores_in_process, scores_of_table
-from tasks.stages.spark_io import read_dataset, write_dataset
 
 log = logging.getLogger(__name__)
 SCORE = "score"
@@ -91,7 +92,7 @@ def build_reference(
         )
     model = load_scoring_model(store, version)
     target = drift_customers_prefix(version)
-    if _fits_in_process(settings, published.rows):
+    if drift_engine(settings, published.rows).engine == IN_PROCESS:
         edges, counts, customers, scores = _snapshot_in_process(
             store, published, model, target, settings
         )
@@ -145,7 +146,9 @@ def measure_drift(
     reference = ensure_reference(spark, store, version, settings)
     edges = {f: ref.edges for f, ref in reference.features.items()}
     known = read_dataset_manifest(store, reference.customers_prefix)
-    if _fits_in_process(settings, published.rows, known.rows):
+    choice = drift_engine(settings, published.rows, known.rows)
+    log.info("drift: %s (%s)", choice.engine, choice.reason)
+    if choice.engine == IN_PROCESS:
         counts, unseen_customers = _features_in_process(store, published, known, edges)
     else:
         session = spark()
@@ -167,7 +170,7 @@ def measure_drift(
     rows_scored = sum(next(iter(counts.values()), {}).values())
     unseen = unseen_customers / rows_scored if rows_scored else None
     rows.append(DriftRow.measured(UNSEEN, "unseen_share", unseen, settings.unseen_share_threshold))
-    rows.append(_score_row(spark, store, as_of, version, reference, settings))
+    rows.append(_score_row(spark, store, as_of, version, reference, settings, choice))
     report = DriftReport(
         run_id=run_id,
         as_of=as_of,
@@ -177,6 +180,8 @@ def measure_drift(
         rows_compared=rows_scored,
         rows=rows,
         seconds=time.perf_counter() - started,
+        engine=choice.engine,
+        engine_reason=choice.reason,
     )
     log.info(
         "drift at %s against %s: %s (%s)",
@@ -196,8 +201,10 @@ def _score_row(
     version: str,
     reference: DriftReference,
     settings: DriftSettings,
+    choice: EngineChoice,
 ) -> DriftRow:
-    """PSI of the predictions at ``as_of`` against the reference's scores; ``n/a`` when no
+    """PSI of the predictions at ``as_of`` against the reference's scores (by the check's
+    engine, ``choice``: the predictions are one row per scored customer); ``n/a`` when no
     predictions of ``version`` were published for that date."""
     published = find_dataset(store, predictions_prefix(as_of))
     if reference.score is None or published is None:
@@ -205,7 +212,7 @@ def _score_row(
     if published.metadata.get("model_version") != version:
         log.info("predictions at %s were made by another model: score drift not measured", as_of)
         return DriftRow.measured(SCORE, "psi", None, settings.score_psi_threshold)
-    if _fits_in_process(settings, published.rows):
+    if choice.engine == IN_PROCESS:
         scores = _values(read_table(store, published, [SCORE]), SCORE)
         counts = sample_bin_counts(scores, reference.score.edges)
     else:
@@ -299,7 +306,8 @@ def drift_status_line(report: DriftReport) -> str:
     return f"drift at {report.as_of} against {report.model_version}: {parts}"
 
 
-def _fits_in_process(settings: DriftSettings, *rows: int) -> bool:
-    """Whether datasets of ``rows`` rows are aggregated in this process (``in_process_rows``;
-    unset: the stages' setting)."""
-    return max(rows) <= in_process_limit(settings.in_process_rows)
+def drift_engine(settings: DriftSettings, *rows: int) -> EngineChoice:
+    """The engine that aggregates datasets of ``rows`` rows (the one choice,
+    :mod:`tasks.data.engine_choice`; the limit: ``in_process_rows``, unset: the stages')."""
+    limit = in_process_limit(settings.in_process_rows)
+    return choose_engine("drift", EngineInputs(rows=max(rows), limit=limit))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import time
 from typing import Any
 
@@ -15,10 +16,14 @@ from pyspark.sql import SparkSession
 
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
+from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_snapshot_prefix, snapshot_prefix
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, session_of
+from infra.spark_io import SparkJobs, read_dataset, write_observed
+from infra.stage_cache import load_cached, save_cached
 from infra.store import ObjectStore, sha256_bytes
+from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.data.split import (
     SPLITS,
     SplitFractions,
@@ -31,22 +36,10 @@ from tasks.data.split import (
 )
 from tasks.definitions.examples import ORIGIN, sequence_columns
 from tasks.ml.normalizer import Normalizer
-from tasks.stages.cache import load_cached, save_cached
-from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
 from tasks.stages.snapshot_in_process import publish_snapshot_in_process
-from tasks.stages.spark_io import SparkJobs, read_dataset, write_observed
 
-PREPROCESS_CODE = (
-    "tasks.stages.preprocess",
-    "tasks.stages.snapshot_in_process",
-    "tasks.data.split",
-    "tasks.data.split_in_process",
-    "tasks.definitions.examples",
-    "infra.arrow_datasets",
-    "tasks.stages.spark_io",
-    "infra.datasets",
-)
+log = logging.getLogger(__name__)
 
 
 def preprocess_stage(
@@ -75,7 +68,7 @@ def preprocess_stage(
         horizon_days=features.horizon_days,
         seed=seed,
         fractions=SplitFractions().model_dump(),
-        code=code_version(*PREPROCESS_CODE),
+        code=code_version(*code_modules(__name__)),
     )
     result = load_cached(store, "preprocess", fingerprint, PreprocessResult) if use_cache else None
     if result is None:
@@ -109,7 +102,9 @@ def build_snapshot(
         [features.backtest_prefix] if features.backtest_prefix else []
     )
     rows = max(read_dataset_manifest(store, prefix).rows for prefix in sources)
-    session = session_of(spark) if rows > limit else None
+    choice = choose_engine("preprocess", EngineInputs(rows=rows, limit=limit))
+    log.info("preprocess: %s (%s)", choice.engine, choice.reason)
+    session = None if choice.engine == IN_PROCESS else session_of(spark)
     with SparkJobs(session) as jobs:
         snapshot, counts = publish_snapshot(
             session,
@@ -156,7 +151,7 @@ def build_snapshot(
             rows_in=features.n_training,
             rows_out=snapshot.rows,
             spark_jobs=jobs.count,
-        ),
+        ).with_engine(choice),
         snapshot_prefix=snapshot.prefix,
         split_counts=counts,
         features=features.features,

@@ -17,10 +17,26 @@ from pyspark.sql import functions as F
 
 from infra.datasets import DatasetManifest
 from infra.errors import HybridflowInputError
+from infra.fingerprint import (
+    code_modules,
+    code_version,
+    files_fingerprint,
+    stage_fingerprint,
+)
 from infra.layout import run_dataset_prefix
 from infra.settings import get_settings, in_process_limit
 from infra.spark import SessionProvider, session_of
+from infra.spark_io import (
+    EVENTS_KEY,
+    ClusteredLayout,
+    SparkJobs,
+    bucket_count,
+    check_cluster_sees,
+    write_observed,
+)
+from infra.stage_cache import load_cached, save_cached
 from infra.store import ObjectStore
+from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.data.input_formats import (
     EventsInput,
     InputOptions,
@@ -37,33 +53,10 @@ from tasks.definitions.contract import (
     QUARANTINE_REASONS,
     REASON_EVENT_TIME_IN_FUTURE,
 )
-from tasks.stages.cache import load_cached, save_cached
-from tasks.stages.fingerprint import code_version, files_fingerprint, stage_fingerprint
 from tasks.stages.records import StageReport, ValidateResult
-from tasks.stages.spark_io import (
-    EVENTS_KEY,
-    ClusteredLayout,
-    SparkJobs,
-    bucket_count,
-    check_cluster_sees,
-    write_observed,
-)
 from tasks.stages.validate_in_process import publish_validated_in_process
 
 log = logging.getLogger(__name__)
-VALIDATE_CODE = (
-    "tasks.stages.validate",
-    "tasks.data.validation",
-    "tasks.data.validation_sql",
-    "tasks.data.validation_duckdb",
-    "tasks.data.spark_text",
-    "tasks.data.input_formats",
-    "tasks.data.timestamp_patterns",
-    "tasks.stages.validate_in_process",
-    "tasks.definitions.contract",
-    "tasks.stages.spark_io",
-    "infra.datasets",
-)
 
 
 def validate_stage(
@@ -100,7 +93,7 @@ def validate_stage(
         options=options.model_dump(mode="json"),
         floor=bounds.floor.isoformat(),
         max_amount=bounds.max_amount,
-        code=code_version(*VALIDATE_CODE),
+        code=code_version(*code_modules(__name__)),
     )
     result = load_cached(store, "validate", fingerprint, ValidateResult) if use_cache else None
     if result is not None and not cached_within(result, bounds):
@@ -108,13 +101,20 @@ def validate_stage(
         result = None
     if result is None:
         found = inspect_events(path, options)
-        if validates_in_process(found, in_process_limit(in_process_rows)):
+        choice = choose_engine("validate", engine_inputs(found, in_process_limit(in_process_rows)))
+        log.info("validate: %s (%s)", choice.engine, choice.reason)
+        if choice.engine == IN_PROCESS:
             result = validate_in_process(store, run_id, found, bounds)
         else:
             session = session_of(spark)
             check_cluster_sees(session, "events", str(path))
             result = validate_events(session, store, run_id, path, options, found, bounds)
-        result = result.model_copy(update={"event_time_ceiling": bounds.ceiling})
+        result = result.model_copy(
+            update={
+                "event_time_ceiling": bounds.ceiling,
+                "report": result.report.with_engine(choice),
+            }
+        )
         save_cached(
             store,
             "validate",
@@ -153,21 +153,27 @@ def cached_within(result: ValidateResult, bounds: RowBounds) -> bool:
     return True
 
 
-def validates_in_process(found: EventsInput, in_process_rows: int) -> bool:
-    """Whether the input is validated in this process: Parquet files of one schema with no
-    column Spark must parse, of at most ``in_process_rows`` rows."""
-    if found.arrow_schema is None or found.rows_estimate > in_process_rows:
-        return False
-    problem = in_process_type_problem(found.arrow_schema)
-    if problem is not None:
-        log.info("validating with Spark: %s", problem)
-    return problem is None
+def engine_inputs(found: EventsInput, limit: int, cluster: bool = False) -> EngineInputs:
+    """What the engine choice looks at for the events input ``found``: its rows, and why only
+    Spark reads it (CSV, Parquet files of several schemas or in partition folders, a column
+    type only Spark parses), if it does."""
+    if found.arrow_schema is None:
+        problem: str | None = (
+            f"{found.format} input, parsed by Spark"
+            if found.format != "parquet"
+            else "Parquet files of several schemas or in partition folders, read by Spark"
+        )
+    else:
+        problem = in_process_type_problem(found.arrow_schema)
+    return EngineInputs(
+        rows=found.rows_estimate, limit=limit, cluster=cluster, layout_problem=problem
+    )
 
 
 def validate_in_process(
     store: ObjectStore, run_id: str, found: EventsInput, bounds: RowBounds | None = None
 ) -> ValidateResult:
-    """:func:`validate_events` in this process, for an input :func:`validates_in_process`."""
+    """:func:`validate_events` in this process, for an input the engine choice keeps here."""
     started = time.perf_counter()
     events, quarantine, figures = publish_validated_in_process(store, run_id, found, bounds)
     return _validated(

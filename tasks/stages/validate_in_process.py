@@ -12,6 +12,7 @@ from infra.datasets import DatasetManifest
 from infra.duckdb_session import memory_bounded
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
+from infra.spark_io import spark_schema_metadata
 from infra.store import ObjectStore
 from tasks.data.input_formats import EventsInput, warn_extra_columns
 from tasks.data.validation_duckdb import (
@@ -20,7 +21,6 @@ from tasks.data.validation_duckdb import (
     ValidationFigures,
 )
 from tasks.data.validation_sql import RowBounds
-from tasks.stages.spark_io import spark_schema_metadata
 
 
 def publish_validated_in_process(

@@ -17,10 +17,10 @@ import torch
 
 from infra.datasets import read_dataset_manifest
 from infra.registry import ModelRegistry
+from infra.spark_io import SparkJobs
 from infra.store import ObjectStore, open_store
 from tasks.ml.models import load_model, predict_proba
 from tasks.ml.models.mlp import CustomerMLP, MLPModel, ModelConfig
-from tasks.stages.spark_io import SparkJobs
 
 pytestmark = pytest.mark.integration
 CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller")

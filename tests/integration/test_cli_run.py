@@ -80,6 +80,18 @@ def test_run_json_prints_the_summary_line_last(demo_events, tmp_path):
     assert names[-2:] == ["train", "batch_inference"]
     assert sorted(names[3:-2]) == ["contender-gbm", "contender-logistic", "contender-mlp"]
     assert all({"name", "seconds", "device"} <= set(s) for s in summary["stages"])
+    # the run's fixed cost, from the process's start to its first stage, step by step
+    steps = summary["startup"]
+    assert list(steps) == [
+        "interpreter",
+        "imports",
+        "prefect_api",
+        "pipeline_flow_run",
+        "planning",
+    ]
+    assert all(v >= 0 for v in steps.values())
+    assert summary["startup_seconds"] == pytest.approx(sum(steps.values()), abs=0.01)
+    assert 0 < summary["startup_seconds"] < summary["seconds"] + steps["interpreter"] + 60
 
     listing = _hybridflow(["models", "list"], tmp_path, tmp_path / "store", timeout=120)
     assert listing.returncode == 0 and f"* {summary['model_version']}" in listing.stdout

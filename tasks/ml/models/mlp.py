@@ -199,7 +199,15 @@ class MLPFamily(ModelFamily):
         return production
 
     def training_key(self, spec: FamilySpec, settings: TrainingSettings) -> dict[str, Any]:
-        fields = ("learning_rate", "weight_decay", "batch_size", "max_epochs", "patience", "seed")
+        fields = (
+            "learning_rate",
+            "weight_decay",
+            "batch_size",
+            "max_batch_size",
+            "max_epochs",
+            "patience",
+            "seed",
+        )
         return super().training_key(spec, settings) | {f: getattr(settings, f) for f in fields}
 
 
