@@ -18,10 +18,26 @@ from pyspark.sql import functions as F
 
 from infra.datasets import DatasetManifest
 from infra.errors import HybridflowInputError
+from infra.fingerprint import (
+    code_modules,
+    code_version,
+    files_fingerprint,
+    stage_fingerprint,
+)
 from infra.layout import run_dataset_prefix
 from infra.settings import get_settings, in_process_limit
 from infra.spark import SessionProvider, session_of
+from infra.spark_io import (
+    EVENTS_KEY,
+    ClusteredLayout,
+    SparkJobs,
+    bucket_count,
+    check_cluster_sees,
+    write_observed,
+)
+from infra.stage_cache import load_cached, save_cached
 from infra.store import ObjectStore
+from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.data.input_formats import (
     EventsInput,
     InputOptions,
@@ -38,37 +54,13 @@ from tasks.definitions.contract import (
     QUARANTINE_REASONS,
     REASON_EVENT_TIME_IN_FUTURE,
 )
-from tasks.stages.cache import load_cached, save_cached
-from tasks.stages.fingerprint import code_version, files_fingerprint, stage_fingerprint
 from tasks.stages.records import StageReport, ValidateResult
-from tasks.stages.spark_io import (
-    EVENTS_KEY,
-    ClusteredLayout,
-    SparkJobs,
-    bucket_count,
-    check_cluster_sees,
-    write_observed,
-)
 from tasks.stages.validate_in_process import (
     CsvNotReadInProcessError,
     publish_validated_in_process,
 )
 
 log = logging.getLogger(__name__)
-VALIDATE_CODE = (
-    "tasks.stages.validate",
-    "tasks.data.validation",
-    "tasks.data.validation_sql",
-    "tasks.data.validation_duckdb",
-    "tasks.data.spark_text",
-    "tasks.data.input_formats",
-    "tasks.data.timestamp_patterns",
-    "tasks.data.text_values_duckdb",
-    "tasks.stages.validate_in_process",
-    "tasks.definitions.contract",
-    "tasks.stages.spark_io",
-    "infra.datasets",
-)
 
 
 def validate_stage(
@@ -106,7 +98,7 @@ def validate_stage(
         options=options.model_dump(mode="json"),
         floor=bounds.floor.isoformat(),
         max_amount=bounds.max_amount,
-        code=code_version(*VALIDATE_CODE),
+        code=code_version(*code_modules(__name__)),
     )
     result = load_cached(store, "validate", fingerprint, ValidateResult) if use_cache else None
     if result is not None and not cached_within(result, bounds):
@@ -115,8 +107,13 @@ def validate_stage(
     if result is None:
         found = inspect_events(path, options)
         ts_format = options.timestamp_format
+        choice = choose_engine(
+            "validate",
+            engine_inputs(found, in_process_limit(in_process_rows), timestamp_format=ts_format),
+        )
+        log.info("validate: %s (%s)", choice.engine, choice.reason)
         result = None
-        if validates_in_process(found, in_process_limit(in_process_rows), ts_format):
+        if choice.engine == IN_PROCESS:
             try:
                 result = validate_in_process(store, run_id, found, bounds, ts_format)
             except CsvNotReadInProcessError as exc:
@@ -125,7 +122,12 @@ def validate_stage(
             session = session_of(spark)
             check_cluster_sees(session, "events", str(path))
             result = validate_events(session, store, run_id, path, options, found, bounds)
-        result = result.model_copy(update={"event_time_ceiling": bounds.ceiling})
+        result = result.model_copy(
+            update={
+                "event_time_ceiling": bounds.ceiling,
+                "report": result.report.with_engine(choice),
+            }
+        )
         save_cached(
             store,
             "validate",
@@ -164,24 +166,25 @@ def cached_within(result: ValidateResult, bounds: RowBounds) -> bool:
     return True
 
 
-def validates_in_process(
-    found: EventsInput, in_process_rows: int, timestamp_format: str | None = None
-) -> bool:
-    """Whether the input is validated in this process (the one decision, which the CLI also
-    asks before it starts a JVM): at most ``in_process_rows`` rows of CSV files, or of Parquet
-    files of one schema, with no column only Spark parses (text times in a ``timestamp_format``
-    DuckDB does not read as Spark does)."""
-    if found.rows_estimate > in_process_rows:
-        return False
+def engine_inputs(
+    found: EventsInput, limit: int, cluster: bool = False, timestamp_format: str | None = None
+) -> EngineInputs:
+    """What the engine choice looks at for the events input ``found``: its rows, and why only
+    Spark reads it (Parquet files of several schemas or in partition folders, a column only
+    Spark parses: a type, or text times in a ``timestamp_format`` DuckDB does not read as Spark
+    does), if it does. CSV files are read in process too (all text)."""
     schema = found.arrow_schema
     if found.format == "csv":
         schema = pa.schema([(c, pa.string()) for c in found.columns if c in CONTRACT_COLUMNS])
     if schema is None:
-        return False
-    problem = in_process_type_problem(schema, timestamp_format)
-    if problem is not None:
-        log.info("validating with Spark: %s", problem)
-    return problem is None
+        problem: str | None = (
+            "Parquet files of several schemas or in partition folders, read by Spark"
+        )
+    else:
+        problem = in_process_type_problem(schema, timestamp_format)
+    return EngineInputs(
+        rows=found.rows_estimate, limit=limit, cluster=cluster, layout_problem=problem
+    )
 
 
 def validate_in_process(
@@ -191,7 +194,7 @@ def validate_in_process(
     bounds: RowBounds | None = None,
     timestamp_format: str | None = None,
 ) -> ValidateResult:
-    """:func:`validate_events` in this process, for an input :func:`validates_in_process`."""
+    """:func:`validate_events` in this process, for an input the engine choice keeps here."""
     started = time.perf_counter()
     events, quarantine, figures = publish_validated_in_process(
         store, run_id, found, bounds, timestamp_format

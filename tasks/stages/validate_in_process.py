@@ -15,6 +15,7 @@ from infra.datasets import DatasetManifest
 from infra.duckdb_session import memory_bounded
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
+from infra.spark_io import spark_schema_metadata
 from infra.store import ObjectStore
 from tasks.data.input_formats import EventsInput, choose_timestamp_format, warn_extra_columns
 from tasks.data.validation_duckdb import (
@@ -23,7 +24,6 @@ from tasks.data.validation_duckdb import (
     ValidationFigures,
 )
 from tasks.data.validation_sql import RowBounds
-from tasks.stages.spark_io import spark_schema_metadata
 
 
 class CsvNotReadInProcessError(Exception):

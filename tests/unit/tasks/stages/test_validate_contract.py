@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from infra.errors import HybridflowInputError
+from infra.spark_io import read_dataset
 from tasks.data.input_formats import InputOptions
-from tasks.stages.spark_io import read_dataset
 from tasks.stages.validate import validate_stage
 
 pytestmark = pytest.mark.integration
