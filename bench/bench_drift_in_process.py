@@ -24,10 +24,10 @@ from infra.arrow_datasets import read_table
 from infra.datasets import publish_dataset, read_dataset_manifest
 from infra.settings import HybridflowSettings
 from infra.spark import get_spark
+from infra.spark_io import read_dataset
 from infra.store import LocalFolderStore
 from tasks.data.drift import bin_counts, quantile_edges
 from tasks.data.stability import exact_quantile_edges, sample_bin_counts
-from tasks.stages.spark_io import read_dataset
 
 SIZES = [int(n) for n in os.environ.get("BENCH_DRIFT_IN_PROCESS_ROWS", "20000,250000").split(",")]
 BINS = 10

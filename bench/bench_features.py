@@ -79,7 +79,7 @@ def _unclustered(spark, store, validated):
     """The validated events published again without their bucket layout (two files that split
     customers between them, as executors writing to S3 leave them): Spark SQL's input."""
     from infra.layout import run_dataset_prefix
-    from tasks.stages.spark_io import read_dataset, write_dataset
+    from infra.spark_io import read_dataset, write_dataset
 
     prefix = run_dataset_prefix("bench", "events-unclustered")
     events = read_dataset(spark, store, validated.events_prefix)

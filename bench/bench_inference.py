@@ -123,8 +123,8 @@ def _spark_variant(spark, store, variant: str, version: str = "") -> Callable[[]
     from pyspark.sql import functions as F
 
     from infra.layout import scoring_features_prefix
+    from infra.spark_io import read_dataset
     from tasks.stages.batch_inference import load_scoring_model
-    from tasks.stages.spark_io import read_dataset
 
     model = load_scoring_model(store, version) if version else None
     schema = "customer_id string, score double, model_version string, as_of date"

@@ -101,21 +101,26 @@ def check_events_and_start_engines(args: argparse.Namespace) -> None:
     """Fail on a missing or unreadable input, a ``--map`` that does not fit it or a missing
     required column from the files' headers and footers alone, before the flows import and
     Prefect's API starts (an input error, exit 2); then start Prefect's temporary API (without
-    a configured one) and, unless every CPU stage will run in this process (validate decides:
-    its input is the largest), the JVM, sized for the input's rows, in the background while the
-    caller imports and starts its flow."""
+    a configured one) and, unless every CPU stage will run in this process (the stages' engine
+    choice on the events, the largest input: :func:`tasks.data.engine_choice.run_needs_spark`),
+    the JVM, sized for the input's rows, in the background while the caller imports and starts
+    its flow."""
     from infra.prefect_api import start_temporary_api
     from infra.settings import get_settings, in_process_limit
     from infra.spark import SparkOnDemand, start_spark_in_background
+    from tasks.data.engine_choice import run_needs_spark
     from tasks.data.input_formats import InputOptions, input_defaults, inspect_events
-    from tasks.stages.validate import validates_in_process
+    from tasks.stages.validate import engine_inputs
 
     settings = get_settings()
     given = InputOptions.model_validate(_input_options(args))
-    found = inspect_events(events_path(args), given.merged_with(input_defaults(settings)))
+    options = given.merged_with(input_defaults(settings))
+    found = inspect_events(events_path(args), options)
     start_temporary_api()
-    local = SparkOnDemand(settings).local_cores() is not None
-    if not (local and validates_in_process(found, in_process_limit(None))):
+    cluster = SparkOnDemand(settings).local_cores() is None
+    if run_needs_spark(
+        engine_inputs(found, in_process_limit(None), cluster, options.timestamp_format)
+    ):
         start_spark_in_background(settings, found.rows_estimate)
 
 

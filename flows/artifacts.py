@@ -29,7 +29,7 @@ from tasks.stages.records import (
 )
 
 if TYPE_CHECKING:  # torch stays out of the CPU stages' processes
-    from tasks.stages.drift_records import DriftReport
+    from tasks.data.drift_records import DriftReport
     from tasks.stages.refresh import RefreshResult
     from tasks.stages.train import TrainStageOutput
 
@@ -42,7 +42,7 @@ def progress_artifact_key(name: str) -> str:
 
 
 class ProgressArtifact:
-    """A :class:`tasks.stages.progress.ProgressSink` that keeps one Prefect progress artifact
+    """A :class:`infra.progress.ProgressSink` that keeps one Prefect progress artifact
     of the current run up to date. The artifact is created here, in the run's context (updates
     may come from a polling thread); a failure to reach the API is logged once and never raised
     (progress must not fail the stage)."""

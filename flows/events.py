@@ -16,7 +16,7 @@ from typing import Any
 
 from prefect.events import emit_event
 
-from tasks.stages.drift_records import DriftReport
+from tasks.data.drift_records import DriftReport
 from tasks.stages.refresh import RefreshDecision
 
 log = logging.getLogger(__name__)

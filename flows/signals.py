@@ -17,7 +17,7 @@ from typing import Any
 from flows.events import drift_detected, emit, events_landed, model_promoted
 from flows.params import ResolvedRun
 from infra.registry import ModelRegistry
-from tasks.stages.drift_records import DriftReport
+from tasks.data.drift_records import DriftReport
 from tasks.stages.records import PipelineSummary
 from tasks.stages.refresh import RefreshDecision, refresh_decision
 

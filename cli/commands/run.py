@@ -104,7 +104,8 @@ def format_summary(summary: PipelineSummary) -> str:
     ]
     for s in summary.stages:
         cached = "  (cached)" if s.cached else ""
-        lines.append(f"    {s.name:<16} {s.seconds:7.1f}s  {s.device:<5} {s.pool}{cached}")
+        engine = f"  {s.engine}: {s.engine_reason}" if s.engine else ""
+        lines.append(f"    {s.name:<16} {s.seconds:7.1f}s  {s.device:<5} {s.pool}{cached}{engine}")
     return "\n".join(lines)
 
 

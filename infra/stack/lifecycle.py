@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from infra.errors import HybridflowInputError
+from infra.routing.pools import POOLS
 from infra.settings import HybridflowSettings, StackDatabase
 from infra.stack import engines, prefect_admin, services
 from infra.stack.engines import DatabaseInfo
@@ -201,10 +202,10 @@ def _wait_workers_online(api_url: str, timeout_s: float = 90) -> None:
         while time.monotonic() < deadline:
             online = [
                 pool
-                for pool in services.POOLS
+                for pool in POOLS
                 if any(w.status == "ONLINE" for w in client.read_workers_for_work_pool(pool))
             ]
-            if len(online) == len(services.POOLS):
+            if len(online) == len(POOLS):
                 return
             time.sleep(0.5)
     raise RuntimeError(f"workers did not come online within {timeout_s:.0f}s (see logs/)")
@@ -264,7 +265,7 @@ def _ensure_s3(
 def _ensure_workers(
     settings: HybridflowSettings, state: StackState, base: dict, lines: list[str]
 ) -> None:
-    for pool in services.POOLS:
+    for pool in POOLS:
         key = f"worker-{pool}"
         worker = state.processes.get(key)
         if worker and is_alive(worker):

@@ -24,16 +24,19 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from infra.datasets import (
     DatasetManifest,
-    find_dataset,
     new_data_prefix,
     publish_written_dataset,
 )
 from infra.errors import HybridflowInputError
-from infra.layout import predictions_prefix, scoring_features_prefix
-from infra.registry import ModelRegistry
+from infra.layout import predictions_prefix
+from infra.progress import ProgressReporter, ProgressSink, SparkRowProgress, spark_counter
 from infra.settings import in_process_limit
+from infra.snapshots import scoring_features_for
 from infra.spark import SessionProvider, conf_value, local_cores, session_of
+from infra.spark_io import SparkJobs, check_cluster_sees
 from infra.store import ObjectStore, open_store
+from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
+from tasks.ml.scoring_model import load_scoring_model
 from tasks.ml.scoring_worker import (
     SCORING_BATCH_ROWS,
     ScoringModel,
@@ -43,9 +46,7 @@ from tasks.ml.scoring_worker import (
     score_units,
     torch_threads_per_task,
 )
-from tasks.stages.progress import ProgressReporter, ProgressSink, SparkRowProgress, spark_counter
 from tasks.stages.records import FeaturesResult, InferenceResult, StageReport
-from tasks.stages.spark_io import SparkJobs, check_cluster_sees
 
 log = logging.getLogger(__name__)
 # HYBRIDFLOW_SPARK_ARROW_BATCH_SIZE: rows a scoring task holds at once (infra/spark.py sets it)
@@ -59,26 +60,6 @@ UNIT_DONE = StructType(
 UNIT_DONE_ARROW = pa.schema(
     [pa.field("unit", pa.int64(), False), pa.field("rows", pa.int64(), False)]
 )
-
-
-def resolve_model_version(registry: ModelRegistry, model_version: str | None) -> str:
-    """The requested version, or the one ``production`` points at."""
-    if model_version:
-        return model_version
-    production = registry.alias()
-    if production is None:
-        raise HybridflowInputError("no production model yet: train one first (hybridflow run)")
-    return production.version
-
-
-def load_scoring_model(store: ObjectStore, model_version: str | None) -> ScoringModel:
-    """The version's bundle bytes, verified against the registry manifest's sha256s."""
-    registry = ModelRegistry(store)
-    version = resolve_model_version(registry, model_version)
-    manifest, files = registry.read_files(version)
-    return ScoringModel(
-        version=version, files=files, sha256=dict(manifest.files), features=manifest.features
-    )
 
 
 def score_dataset(
@@ -223,9 +204,10 @@ def batch_inference_stage(
     progress_sink: ProgressSink | None = None,
     in_process_rows: int | None = None,
 ) -> InferenceResult:
-    """Score the published features for ``as_of`` (inside a run: T of its ``features`` stage)
-    and publish predictions atomically; in local mode up to ``in_process_rows`` rows (default:
-    the setting) in this process, without starting Spark.
+    """Score the published features for ``as_of`` (inside a run: T and the scoring features of
+    its ``features`` stage; else the most recently published of that date) and publish
+    predictions atomically; in local mode up to ``in_process_rows`` rows (default: the setting)
+    in this process, without starting Spark.
 
     Rows scored are reported while the scoring runs: log lines, and ``progress_sink`` (the
     flow's Prefect progress artifact ``progress-batch-inference``).
@@ -233,7 +215,7 @@ def batch_inference_stage(
     started = time.perf_counter()
     as_of = scoring_as_of(as_of, features)
     model = load_scoring_model(store, model_version)
-    published = find_dataset(store, scoring_features_prefix(as_of))
+    published = scoring_features_for(store, as_of, features.scoring_prefix if features else None)
     if published is None:
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"
@@ -249,7 +231,12 @@ def batch_inference_stage(
         sink=progress_sink,
     )
     target = predictions_prefix(as_of)
-    if local_cores(spark) is not None and published.rows <= limit:
+    cluster = local_cores(spark) is None
+    choice = choose_engine(
+        "batch_inference", EngineInputs(rows=published.rows, limit=limit, cluster=cluster)
+    )
+    log.info("batch_inference: %s (%s)", choice.engine, choice.reason)
+    if choice.engine == IN_PROCESS:
         loads: _Count | Accumulator[int] | None = _Count()
         with reporter:
             data_prefix, keys, rows = score_dataset(
@@ -297,7 +284,7 @@ def batch_inference_stage(
             rows_in=published.rows,
             rows_out=out.rows,
             spark_jobs=spark_jobs,
-        ),
+        ).with_engine(choice),
         model_version=model.version,
         predictions_prefix=out.prefix,
         predictions_uri=store.key_uri(out.data_prefix),

@@ -16,13 +16,13 @@ from pyspark.sql import SparkSession
 from infra.jvm_archive import archive_path, record_archive
 from infra.settings import HybridflowSettings
 from infra.spark import get_spark
+from infra.spark_io import read_dataset
 from infra.store import LocalFolderStore
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
 from tasks.data.input_formats import InputOptions
 from tasks.stages.features import build_features, resolve_as_of
 from tasks.stages.preprocess import preprocess_stage
-from tasks.stages.spark_io import read_dataset
 from tasks.stages.validate import validate_events
 
 log = logging.getLogger(__name__)

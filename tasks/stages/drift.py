@@ -34,22 +34,23 @@ from infra.layout import (
     drift_customers_prefix,
     drift_reference_key,
     predictions_prefix,
-    scoring_features_prefix,
     snapshot_prefix,
 )
 from infra.registry import ModelRegistry
 from infra.settings import DriftSettings, in_process_limit
+from infra.snapshots import scoring_features_for
 from infra.spark import SessionProvider
+from infra.spark_io import read_dataset, write_dataset
 from infra.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
+from tasks.data.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
+from tasks.data.engine_choice import IN_PROCESS, EngineChoice, EngineInputs, choose_engine
 from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts, score_band_edges
 from tasks.definitions.examples import split_element
 from tasks.ml.model_inputs import source_columns
+from tasks.ml.scoring_model import load_scoring_model, resolve_model_version
 from tasks.ml.scoring_worker import ScoringModel
-from tasks.stages.batch_inference import load_scoring_model, resolve_model_version
-from tasks.stages.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
 from tasks.stages.scoring_frame import scores_in_process, scores_of_table
-from tasks.stages.spark_io import read_dataset, write_dataset
 
 log = logging.getLogger(__name__)
 SCORE = "score"
@@ -82,7 +83,7 @@ def build_reference(
     manifest = ModelRegistry(store).get(version)
     if manifest.as_of is None or manifest.horizon_days is None:
         raise StoreError(f"model {version} records no as_of/horizon: its snapshot is unknown")
-    prefix = snapshot_prefix(manifest.as_of, manifest.horizon_days)
+    prefix = manifest.snapshot or snapshot_prefix(manifest.as_of, manifest.horizon_days)
     published = find_dataset(store, prefix)
     if published is None or published.created_at > manifest.created_at:
         raise StoreError(
@@ -91,7 +92,7 @@ def build_reference(
         )
     model = load_scoring_model(store, version)
     target = drift_customers_prefix(version)
-    if _fits_in_process(settings, published.rows):
+    if drift_engine(settings, published.rows).engine == IN_PROCESS:
         edges, counts, customers, scores = _snapshot_in_process(
             store, published, model, target, settings
         )
@@ -130,13 +131,14 @@ def measure_drift(
     as_of: dt.date,
     settings: DriftSettings,
     model_version: str | None = None,
+    features_prefix: str | None = None,
 ) -> DriftReport:
-    """The drift table of the scoring features at ``as_of`` (and of their predictions, when
+    """The drift table of the scoring features at ``as_of`` (a run's at ``features_prefix``;
+    default: the most recently published of that date) (and of their predictions, when
     ``model_version`` scored them) against ``model_version`` (default: production)."""
     started = time.perf_counter()
     version = resolve_model_version(ModelRegistry(store), model_version)
-    features_prefix = scoring_features_prefix(as_of)
-    published = find_dataset(store, features_prefix)
+    published = scoring_features_for(store, as_of, features_prefix)
     if published is None:
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"
@@ -144,11 +146,13 @@ def measure_drift(
     reference = ensure_reference(spark, store, version, settings)
     edges = {f: ref.edges for f, ref in reference.features.items()}
     known = read_dataset_manifest(store, reference.customers_prefix)
-    if _fits_in_process(settings, published.rows, known.rows):
+    choice = drift_engine(settings, published.rows, known.rows)
+    log.info("drift: %s (%s)", choice.engine, choice.reason)
+    if choice.engine == IN_PROCESS:
         counts, unseen_customers = _features_in_process(store, published, known, edges)
     else:
         session = spark()
-        features = read_dataset(session, store, features_prefix)
+        features = read_dataset(session, store, published.prefix)
         counts = bin_counts(features, {f: e for f, e in edges.items() if f in features.columns})
         unseen_customers = unseen_count(features, read_dataset(session, store, known.prefix))
     rows = [
@@ -166,7 +170,7 @@ def measure_drift(
     rows_scored = sum(next(iter(counts.values()), {}).values())
     unseen = unseen_customers / rows_scored if rows_scored else None
     rows.append(DriftRow.measured(UNSEEN, "unseen_share", unseen, settings.unseen_share_threshold))
-    rows.append(_score_row(spark, store, as_of, version, reference, settings))
+    rows.append(_score_row(spark, store, as_of, version, reference, settings, choice))
     report = DriftReport(
         run_id=run_id,
         as_of=as_of,
@@ -176,6 +180,8 @@ def measure_drift(
         rows_compared=rows_scored,
         rows=rows,
         seconds=time.perf_counter() - started,
+        engine=choice.engine,
+        engine_reason=choice.reason,
     )
     log.info(
         "drift at %s against %s: %s (%s)",
@@ -195,8 +201,10 @@ def _score_row(
     version: str,
     reference: DriftReference,
     settings: DriftSettings,
+    choice: EngineChoice,
 ) -> DriftRow:
-    """PSI of the predictions at ``as_of`` against the reference's scores; ``n/a`` when no
+    """PSI of the predictions at ``as_of`` against the reference's scores (by the check's
+    engine, ``choice``: the predictions are one row per scored customer); ``n/a`` when no
     predictions of ``version`` were published for that date."""
     published = find_dataset(store, predictions_prefix(as_of))
     if reference.score is None or published is None:
@@ -204,7 +212,7 @@ def _score_row(
     if published.metadata.get("model_version") != version:
         log.info("predictions at %s were made by another model: score drift not measured", as_of)
         return DriftRow.measured(SCORE, "psi", None, settings.score_psi_threshold)
-    if _fits_in_process(settings, published.rows):
+    if choice.engine == IN_PROCESS:
         scores = _values(read_table(store, published, [SCORE]), SCORE)
         counts = sample_bin_counts(scores, reference.score.edges)
     else:
@@ -298,7 +306,8 @@ def drift_status_line(report: DriftReport) -> str:
     return f"drift at {report.as_of} against {report.model_version}: {parts}"
 
 
-def _fits_in_process(settings: DriftSettings, *rows: int) -> bool:
-    """Whether datasets of ``rows`` rows are aggregated in this process (``in_process_rows``;
-    unset: the stages' setting)."""
-    return max(rows) <= in_process_limit(settings.in_process_rows)
+def drift_engine(settings: DriftSettings, *rows: int) -> EngineChoice:
+    """The engine that aggregates datasets of ``rows`` rows (the one choice,
+    :mod:`tasks.data.engine_choice`; the limit: ``in_process_rows``, unset: the stages')."""
+    limit = in_process_limit(settings.in_process_rows)
+    return choose_engine("drift", EngineInputs(rows=max(rows), limit=limit))

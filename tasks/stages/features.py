@@ -15,20 +15,11 @@ from pyspark.sql import functions as F
 
 from infra.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
 from infra.errors import HybridflowInputError
+from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
 from infra.settings import get_settings, in_process_limit
 from infra.spark import SessionProvider, session_of
-from infra.store import ObjectStore
-from tasks.data.cutoffs import Cutoff, Origins, end_of_day, pipeline_cutoffs
-from tasks.data.features import customer_features_at, cutoff_features, examples_features
-from tasks.definitions.feature_specs import feature_names
-from tasks.stages.cache import load_cached, save_cached
-from tasks.stages.feature_frame import FeatureFrame, FeatureOutput, distinct_cutoffs
-from tasks.stages.features_in_process import InProcessFeatureFrame
-from tasks.stages.features_per_bucket import BucketFeatureFrame
-from tasks.stages.fingerprint import code_version, stage_fingerprint
-from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
-from tasks.stages.spark_io import (
+from infra.spark_io import (
     EVENTS_KEY,
     SparkJobs,
     customer_clustered_files,
@@ -36,25 +27,24 @@ from tasks.stages.spark_io import (
     write_dataset,
     write_observed,
 )
+from infra.stage_cache import load_cached, save_cached
+from infra.store import ObjectStore
+from tasks.data.cutoffs import Cutoff, Origins, end_of_day, pipeline_cutoffs
+from tasks.data.engine_choice import (
+    IN_PROCESS,
+    SPARK_PER_BUCKET,
+    EngineChoice,
+    EngineInputs,
+    choose_engine,
+)
+from tasks.data.features import customer_features_at, cutoff_features, examples_features
+from tasks.definitions.feature_specs import feature_names
+from tasks.stages.feature_frame import FeatureFrame, FeatureOutput, distinct_cutoffs
+from tasks.stages.features_in_process import InProcessFeatureFrame
+from tasks.stages.features_per_bucket import BucketFeatureFrame
+from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
-FEATURES_CODE = (
-    "tasks.data.cutoffs",
-    "tasks.data.features",
-    "tasks.data.feature_sql",
-    "tasks.data.features_duckdb",
-    "tasks.data.sequences",
-    "tasks.definitions.feature_formulas",
-    "tasks.definitions.feature_specs",
-    "tasks.definitions.examples",
-    "tasks.stages.features",
-    "tasks.stages.feature_frame",
-    "tasks.stages.features_in_process",
-    "tasks.stages.features_per_bucket",
-    "infra.arrow_datasets",
-    "tasks.stages.spark_io",
-    "infra.datasets",
-)
 
 
 def resolve_as_of(
@@ -138,7 +128,7 @@ def features_stage(
         origins=origins.count,
         stride_days=origins.stride_days or horizon_days,
         sequence_length=sequence_length,
-        code=code_version(*FEATURES_CODE),
+        code=code_version(*code_modules(__name__)),
     )
     result = load_cached(store, "features", fingerprint, FeaturesResult) if use_cache else None
     if result is None:
@@ -196,10 +186,14 @@ def build_features(
         events_data_prefix=events.data_prefix,
         cutoff_micros=cutoffs.score.micros(),
     )
-    scoring_output = FeatureOutput((cutoffs.score,), scoring_features_prefix(as_of), source)
+    scoring_output = FeatureOutput((cutoffs.score,), scoring_features_prefix(as_of, run_id), source)
     backtest_output = FeatureOutput(cutoffs.backtest, backtest_examples_prefix(run_id))
     outputs = [training, scoring_output] + ([] if too_short else [backtest_output])
-    with feature_frame(spark, store, validated, outputs, in_process_rows, sequence_length) as frame:
+    choice = features_engine(store, validated, in_process_limit(in_process_rows))
+    log.info("features: %s (%s)", choice.engine, choice.reason)
+    with feature_frame(
+        spark, store, validated, outputs, in_process_rows, sequence_length, choice
+    ) as frame:
         examples, positive_rate = _publish_training(frame, training, (as_of, horizon_days))
         scoring, _ = frame.publish(scoring_output)
         backtest = (
@@ -217,7 +211,7 @@ def build_features(
             rows_in=validated.rows_valid,
             rows_out=scoring.rows,
             spark_jobs=frame.spark_jobs,
-        ),
+        ).with_engine(choice),
         as_of=as_of,
         horizon_days=horizon_days,
         features=feature_names(set(validated.available_columns)),
@@ -243,6 +237,17 @@ def settings_origins() -> Origins:
     return Origins(count=settings.training_origins, stride_days=settings.origin_stride_days)
 
 
+def features_engine(store: ObjectStore, validated: ValidateResult, limit: int) -> EngineChoice:
+    """The features stage's engine for the run's valid events (the one choice,
+    :mod:`tasks.data.engine_choice`): their rows, and whether they are clustered by customer."""
+    manifest = read_dataset_manifest(store, validated.events_prefix)
+    clustered = customer_clustered_files(manifest, EVENTS_KEY) is not None
+    return choose_engine(
+        "features",
+        EngineInputs(rows=validated.rows_valid, limit=limit, clustered_by_customer=clustered),
+    )
+
+
 def feature_frame(
     spark: SparkSession | SessionProvider,
     store: ObjectStore,
@@ -250,21 +255,24 @@ def feature_frame(
     outputs: list[FeatureOutput],
     in_process_rows: int | None,
     sequence_length: int = 0,
+    choice: EngineChoice | None = None,
 ) -> FeatureFrame:
-    """The engine for the run's events: up to ``in_process_rows`` valid events (default: the
-    setting) DuckDB in this process (:mod:`tasks.stages.features_in_process`); above, a Spark
-    task per bucket of the events clustered by customer, each running DuckDB
-    (:mod:`tasks.stages.features_per_bucket`); events not clustered by customer (an S3 store
-    on a cluster), Spark SQL (:class:`SparkFeatureFrame`)."""
+    """The frame of the engine chosen for the run's events (``choice``, else chosen here with
+    ``in_process_rows``, default: the setting): ``in-process``, DuckDB in this process
+    (:mod:`tasks.stages.features_in_process`); ``spark-per-bucket``, a Spark task per bucket
+    of the events clustered by customer, each running DuckDB
+    (:mod:`tasks.stages.features_per_bucket`); ``spark``, Spark SQL (:class:`SparkFeatureFrame`)."""
+    choice = choice or features_engine(store, validated, in_process_limit(in_process_rows))
     available = set(validated.available_columns)
-    if validated.rows_valid <= in_process_limit(in_process_rows):
+    if choice.engine == IN_PROCESS:
         return InProcessFeatureFrame(
             store, validated.events_prefix, outputs, available, sequence_length
         )
     session = session_of(spark)
-    manifest = read_dataset_manifest(store, validated.events_prefix)
-    buckets = customer_clustered_files(manifest, EVENTS_KEY)
-    if buckets is not None:
+    if choice.engine == SPARK_PER_BUCKET:
+        manifest = read_dataset_manifest(store, validated.events_prefix)
+        buckets = customer_clustered_files(manifest, EVENTS_KEY)
+        assert buckets is not None  # what the choice saw
         return BucketFeatureFrame(session, store, buckets, outputs, available, sequence_length)
     return SparkFeatureFrame(
         session, store, validated.events_prefix, outputs, available, sequence_length

@@ -12,10 +12,10 @@ from infra.arrow_datasets import local_files, read_batches, write_table
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.duckdb_session import memory_bounded
 from infra.errors import HybridflowInputError
+from infra.spark_io import spark_schema_metadata
 from infra.store import ObjectStore
 from tasks.data.features_duckdb import EVENT_COLUMNS, InProcessFeatures
 from tasks.stages.feature_frame import FeatureOutput, distinct_cutoffs
-from tasks.stages.spark_io import spark_schema_metadata
 
 
 class InProcessFeatureFrame:

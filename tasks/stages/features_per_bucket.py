@@ -32,11 +32,11 @@ from infra.datasets import DatasetManifest, new_data_prefix, publish_written_dat
 from infra.duckdb_session import memory_bounded, task_memory_limit
 from infra.executor_io import executor_store
 from infra.spark import conf_value
+from infra.spark_io import SparkJobs, check_cluster_sees, spark_schema_metadata
 from infra.store import ObjectStore
 from tasks.data.cutoffs import Cutoff
 from tasks.data.features_duckdb import InProcessFeatures
 from tasks.stages.feature_frame import FeatureOutput
-from tasks.stages.spark_io import SparkJobs, check_cluster_sees, spark_schema_metadata
 
 TASK_REMEDY = (
     "raise HYBRIDFLOW_IN_PROCESS_MEMORY, which bounds each features task's DuckDB too (unset: "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import time
 from typing import Any
 
@@ -15,10 +16,14 @@ from pyspark.sql import SparkSession
 
 from infra.datasets import DatasetManifest, read_dataset_manifest
 from infra.errors import HybridflowInputError
+from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_snapshot_prefix, snapshot_prefix
 from infra.settings import in_process_limit
 from infra.spark import SessionProvider, session_of
+from infra.spark_io import SparkJobs, read_dataset, write_observed
+from infra.stage_cache import load_cached, save_cached
 from infra.store import ObjectStore, sha256_bytes
+from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.data.split import (
     SPLITS,
     SplitFractions,
@@ -31,22 +36,10 @@ from tasks.data.split import (
 )
 from tasks.definitions.examples import ORIGIN, sequence_columns
 from tasks.ml.normalizer import Normalizer
-from tasks.stages.cache import load_cached, save_cached
-from tasks.stages.fingerprint import code_version, stage_fingerprint
 from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
 from tasks.stages.snapshot_in_process import publish_snapshot_in_process
-from tasks.stages.spark_io import SparkJobs, read_dataset, write_observed
 
-PREPROCESS_CODE = (
-    "tasks.stages.preprocess",
-    "tasks.stages.snapshot_in_process",
-    "tasks.data.split",
-    "tasks.data.split_in_process",
-    "tasks.definitions.examples",
-    "infra.arrow_datasets",
-    "tasks.stages.spark_io",
-    "infra.datasets",
-)
+log = logging.getLogger(__name__)
 
 
 def preprocess_stage(
@@ -75,11 +68,13 @@ def preprocess_stage(
         horizon_days=features.horizon_days,
         seed=seed,
         fractions=SplitFractions().model_dump(),
-        code=code_version(*PREPROCESS_CODE),
+        code=code_version(*code_modules(__name__)),
     )
     result = load_cached(store, "preprocess", fingerprint, PreprocessResult) if use_cache else None
     if result is None:
-        result = build_snapshot(spark, store, features, seed, in_process_rows=in_process_rows)
+        result = build_snapshot(
+            spark, store, features, seed, in_process_rows=in_process_rows, run_id=run_id
+        )
         outputs = [result.snapshot_prefix] + (
             [result.backtest_snapshot_prefix] if result.backtest_snapshot_prefix else []
         )
@@ -94,8 +89,10 @@ def build_snapshot(
     seed: int,
     *,
     in_process_rows: int | None = None,
+    run_id: str = "",
 ) -> PreprocessResult:
-    """Split, fit and publish the snapshot for ``features`` (no cache), and the backtest's: one
+    """Split, fit and publish the snapshot for ``features`` (no cache), and the backtest's, under
+    run ``run_id`` (no other run replaces them; "": the run-less keys of earlier releases): one
     job each, which writes the snapshot and observes the split counts and the normaliser's
     statistics on the way; in this process instead for up to ``in_process_rows`` examples
     (default: the setting)."""
@@ -105,13 +102,15 @@ def build_snapshot(
         [features.backtest_prefix] if features.backtest_prefix else []
     )
     rows = max(read_dataset_manifest(store, prefix).rows for prefix in sources)
-    session = session_of(spark) if rows > limit else None
+    choice = choose_engine("preprocess", EngineInputs(rows=rows, limit=limit))
+    log.info("preprocess: %s (%s)", choice.engine, choice.reason)
+    session = None if choice.engine == IN_PROCESS else session_of(spark)
     with SparkJobs(session) as jobs:
         snapshot, counts = publish_snapshot(
             session,
             store,
             features.training_prefix,
-            snapshot_prefix(features.as_of, features.horizon_days),
+            snapshot_prefix(features.as_of, features.horizon_days, run_id),
             features.features,
             seed,
             limit,
@@ -129,7 +128,7 @@ def build_snapshot(
                 session,
                 store,
                 features.backtest_prefix,
-                backtest_snapshot_prefix(features.as_of, features.horizon_days),
+                backtest_snapshot_prefix(features.as_of, features.horizon_days, run_id),
                 features.features,
                 seed,
                 limit,
@@ -152,7 +151,7 @@ def build_snapshot(
             rows_in=features.n_training,
             rows_out=snapshot.rows,
             spark_jobs=jobs.count,
-        ),
+        ).with_engine(choice),
         snapshot_prefix=snapshot.prefix,
         split_counts=counts,
         features=features.features,

@@ -15,6 +15,7 @@ from infra.errors import HybridflowInputError
 from infra.layout import stage_manifest_key
 from infra.routing.profiles import StageProfile
 from infra.store import ObjectStore
+from tasks.data.engine_choice import EngineChoice
 from tasks.ml.champion import LeaderboardRow
 from tasks.ml.evaluation import ModelEvaluation
 
@@ -42,6 +43,16 @@ class StageReport(BaseModel):
     spark_jobs: int | None = Field(
         default=None, description="Spark jobs the stage ran (None: no Spark, or cached)"
     )
+    engine: str | None = Field(
+        default=None,
+        description="the engine that ran it: in-process, spark, spark-per-bucket "
+        "(tasks/data/engine_choice.py; None: not a CPU stage)",
+    )
+    engine_reason: str | None = Field(default=None, description="why that engine")
+
+    def with_engine(self, choice: EngineChoice) -> StageReport:
+        """This report with the stage's engine choice on it."""
+        return self.model_copy(update={"engine": choice.engine, "engine_reason": choice.reason})
 
     def profile(self, run_id: str, pool: str | None = None) -> StageProfile:
         """This run's measurements as a profile of ``pool`` (default: the pool it ran on)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.errors import HybridflowInputError
-from tasks.stages.train import CODE_VERSION
+from tasks.ml.warm_start import CODE_VERSION
 
 
 def events_fingerprint(events: str) -> str:

@@ -11,10 +11,10 @@ from typing import Any
 from infra.arrow_datasets import read_table, write_table
 from infra.datasets import DatasetManifest
 from infra.executor_io import dataset_arrow_schema
+from infra.spark_io import spark_schema_metadata
 from infra.store import ObjectStore
 from tasks.data.split_in_process import assign_split, split_values
 from tasks.definitions.examples import ORIGIN, sequence_columns
-from tasks.stages.spark_io import spark_schema_metadata
 
 
 def publish_snapshot_in_process(

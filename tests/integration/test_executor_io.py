@@ -11,8 +11,8 @@ from pyspark.sql import functions as F
 
 from infra.datasets import local_dataset_dir, read_dataset_manifest
 from infra.executor_io import read_on_executors, write_on_executors
+from infra.spark_io import read_dataset, write_dataset
 from tasks.ml.snapshot_reader import SnapshotStream
-from tasks.stages.spark_io import read_dataset, write_dataset
 
 pytestmark = pytest.mark.integration
 

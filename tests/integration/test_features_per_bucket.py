@@ -9,6 +9,7 @@ import pytest
 from infra.arrow_datasets import read_table
 from infra.datasets import SourceEvents, find_dataset, read_dataset_manifest
 from infra.layout import run_dataset_prefix
+from infra.spark_io import ClusteredLayout, read_dataset, write_dataset, write_observed
 from tasks.data.cutoffs import Origins, end_of_day, micros, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.stages.feature_frame import FeatureOutput
@@ -16,7 +17,6 @@ from tasks.stages.features import SparkFeatureFrame, feature_frame, features_sta
 from tasks.stages.features_in_process import InProcessFeatureFrame
 from tasks.stages.features_per_bucket import BucketFeatureFrame, bucket_features
 from tasks.stages.records import ValidateResult
-from tasks.stages.spark_io import ClusteredLayout, read_dataset, write_dataset, write_observed
 from tasks.stages.validate import validate_stage
 
 pytestmark = pytest.mark.integration

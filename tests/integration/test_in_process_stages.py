@@ -17,12 +17,12 @@ from infra.datasets import read_dataset_manifest
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
 from infra.settings import get_settings
+from infra.spark_io import read_dataset
 from tasks.data.cutoffs import Origins
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.input_formats import InputOptions
 from tasks.stages.features import features_stage
 from tasks.stages.preprocess import preprocess_stage
-from tasks.stages.spark_io import read_dataset
 from tasks.stages.validate import validate_stage
 
 pytestmark = pytest.mark.integration

@@ -157,7 +157,7 @@ KILLED_WRITER = textwrap.dedent(
     from infra.settings import HybridflowSettings
     from infra.spark import get_spark
     from infra.store import LocalFolderStore
-    from tasks.stages.spark_io import write_dataset
+    from infra.spark_io import write_dataset
 
     spark = get_spark(HybridflowSettings())
     store = LocalFolderStore(sys.argv[1])

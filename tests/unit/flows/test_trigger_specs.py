@@ -25,7 +25,7 @@ from flows.events import (
     model_promoted,
 )
 from flows.refresh import RefreshParams
-from tasks.stages.drift_records import DriftReport, DriftRow
+from tasks.data.drift_records import DriftReport, DriftRow
 from tasks.stages.refresh import RefreshDecision
 
 PREFECT_YAML = Path(__file__).resolve().parents[3] / "prefect.yaml"

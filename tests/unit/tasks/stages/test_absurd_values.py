@@ -13,10 +13,10 @@ import pytest
 from infra.arrow_datasets import write_table
 from infra.datasets import find_dataset
 from infra.errors import HybridflowInputError
+from infra.spark_io import spark_schema_metadata
 from tasks.data.validation_sql import RowBounds
 from tasks.stages.features_in_process import check_finite
 from tasks.stages.preprocess import publish_snapshot
-from tasks.stages.spark_io import spark_schema_metadata
 from tasks.stages.validate import validate_stage
 from tests.unit.tasks.stages.test_event_time_bounds import NOW, _events
 

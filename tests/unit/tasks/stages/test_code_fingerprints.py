@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.stages.features import FEATURES_CODE
-from tasks.stages.preprocess import PREPROCESS_CODE
-from tasks.stages.validate import VALIDATE_CODE
+from infra.fingerprint import code_modules
 
 PROJECT = ("tasks.", "infra.")
 
@@ -44,9 +42,9 @@ def _reached(start: str) -> set[str]:
 @pytest.mark.parametrize(
     "stage, code",
     [
-        ("tasks.stages.validate", VALIDATE_CODE),
-        ("tasks.stages.features", FEATURES_CODE),
-        ("tasks.stages.preprocess", PREPROCESS_CODE),
+        ("tasks.stages.validate", code_modules("tasks.stages.validate")),
+        ("tasks.stages.features", code_modules("tasks.stages.features")),
+        ("tasks.stages.preprocess", code_modules("tasks.stages.preprocess")),
     ],
 )
 def test_every_data_module_a_stage_reaches_is_in_its_code_fingerprint(stage, code):

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from pyspark.sql import types as T
 
 from infra.errors import HybridflowInputError
+from infra.spark_io import read_dataset
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.features import customer_features
 from tasks.definitions.contract import CONTRACT_COLUMNS
 from tasks.definitions.feature_specs import FEATURE_SPECS, NO_PURCHASE_DAYS, feature_names
 from tasks.stages.features import features_stage
-from tasks.stages.spark_io import read_dataset
 from tasks.stages.validate import validate_stage
 
 pytestmark = pytest.mark.integration

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from infra.datasets import read_dataset_manifest
+from infra.spark_io import SparkJobs, read_dataset
 from tasks.data.cutoffs import Origins, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.features import customer_features_at
@@ -17,7 +18,6 @@ from tasks.data.input_formats import InputOptions, read_events
 from tasks.data.validation import conform_events, split_valid_events
 from tasks.stages.features import features_stage
 from tasks.stages.preprocess import preprocess_stage
-from tasks.stages.spark_io import SparkJobs, read_dataset
 from tasks.stages.validate import validate_stage
 
 pytestmark = pytest.mark.integration
@@ -84,6 +84,18 @@ def test_job_budget_per_stage_and_figures_from_the_writes(
     jobs = {r.name: r.spark_jobs for r in (validated.report, features.report, snapshot.report)}
     over = {name: n for name, n in jobs.items() if n is None or n > budget[name]}
     assert not over, f"Spark jobs over budget {budget}: {jobs}"
+    # each stage's report says which engine the one choice picked, and why
+    reports = (validated.report, features.report, snapshot.report)
+    engines = {r.name: r.engine for r in reports}
+    if in_process_rows == 0:
+        assert engines == {
+            "validate": "spark",
+            "features": "spark-per-bucket",
+            "preprocess": "spark",
+        }
+    else:
+        assert set(engines.values()) == {"in-process"}, engines
+    assert all(r.engine_reason for r in reports)
 
     # The observed figures match what was written.
     events = read_dataset(spark, local_store, validated.events_prefix)

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 
 from infra.arrow_datasets import read_table, write_table
 from infra.datasets import local_dataset_dir, read_dataset_manifest
+from infra.spark_io import spark_schema_metadata
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.stages.preprocess import publish_snapshot
-from tasks.stages.spark_io import spark_schema_metadata
 
 FEATURES = ["recency_days", "n_purchases"]
 ORIGINS = [dt.date(2025, 4, 1), dt.date(2025, 1, 1), dt.date(2024, 10, 3)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from tasks.stages.progress import ProgressReporter
+from infra.progress import ProgressReporter
 
 
 def test_reporter_logs_throttled_progress_and_always_the_final_line(caplog):
@@ -34,7 +34,7 @@ def test_reporter_without_total_and_other_units(caplog):
 def test_connect_progress_is_the_finished_share_of_the_jobs_tasks():
     from pyspark.sql.connect.shell.progress import StageInfo
 
-    from tasks.stages.progress import rows_from_tasks
+    from infra.progress import rows_from_tasks
 
     stages = [
         StageInfo(stage_id=0, num_tasks=8, num_completed_tasks=6, num_bytes_read=0, done=False),
@@ -51,7 +51,7 @@ def test_the_spark_poller_reports_in_the_callers_context(spark):
     import contextvars
     import threading
 
-    from tasks.stages.progress import ProgressReporter, SparkRowProgress
+    from infra.progress import ProgressReporter, SparkRowProgress
 
     flow_run = contextvars.ContextVar("flow_run", default=None)
     seen: list[object] = []

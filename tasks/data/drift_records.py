@@ -76,6 +76,8 @@ class DriftReport(BaseModel):
     rows_compared: int
     rows: list[DriftRow]
     seconds: float
+    engine: str | None = Field(default=None, description="the engine that aggregated the data")
+    engine_reason: str | None = Field(default=None, description="why that engine")
 
     @property
     def drifted(self) -> list[DriftRow]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from infra.datasets import DatasetManifest
-from tasks.stages.spark_io import LAYOUT_KEY, ClusteredLayout, customer_clustered_files
+from infra.spark_io import LAYOUT_KEY, ClusteredLayout, customer_clustered_files
 
 D = "runs/r/events/data-1"
 

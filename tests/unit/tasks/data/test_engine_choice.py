@@ -1,0 +1,80 @@
+"""The engine choice table: one pure function decides every CPU stage's engine from the input's
+size and layout, the cluster or not, and the in-process limit (the setting or an override)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.data.engine_choice import (
+    IN_PROCESS,
+    SPARK,
+    SPARK_PER_BUCKET,
+    EngineInputs,
+    choose_engine,
+    run_needs_spark,
+)
+
+LIMIT = 1_000
+
+TABLE = [
+    # stage, rows, cluster, layout problem, clustered by customer -> engine
+    ("validate", 10, False, None, False, IN_PROCESS),
+    ("validate", LIMIT, False, None, False, IN_PROCESS),  # the limit is inclusive
+    ("validate", LIMIT + 1, False, None, False, SPARK),
+    ("validate", 10, False, "CSV input: Spark parses it", False, SPARK),
+    ("validate", 10, True, None, False, IN_PROCESS),  # small input stays here on a cluster too
+    ("features", 10, False, None, True, IN_PROCESS),
+    ("features", LIMIT + 1, False, None, True, SPARK_PER_BUCKET),
+    ("features", LIMIT + 1, True, None, True, SPARK_PER_BUCKET),
+    ("features", LIMIT + 1, True, None, False, SPARK),  # not clustered: Spark SQL
+    ("preprocess", 10, False, None, True, IN_PROCESS),
+    ("preprocess", LIMIT + 1, False, None, True, SPARK),  # no per-bucket engine
+    ("batch_inference", 10, False, None, False, IN_PROCESS),
+    ("batch_inference", 10, True, None, False, SPARK),  # a cluster's executors score
+    ("batch_inference", LIMIT + 1, False, None, False, SPARK),
+    ("drift", 10, True, None, False, IN_PROCESS),
+    ("drift", LIMIT + 1, False, None, False, SPARK),
+]
+
+
+@pytest.mark.parametrize(("stage", "rows", "cluster", "problem", "clustered", "engine"), TABLE)
+def test_the_engine_choice_table(stage, rows, cluster, problem, clustered, engine):
+    inputs = EngineInputs(
+        rows=rows,
+        limit=LIMIT,
+        cluster=cluster,
+        layout_problem=problem,
+        clustered_by_customer=clustered,
+    )
+    choice = choose_engine(stage, inputs)
+    assert choice.engine == engine, choice
+    assert choice.reason  # every choice says why
+
+
+def test_the_reason_names_what_decided():
+    assert choose_engine("validate", EngineInputs(rows=5, limit=10)).reason == (
+        "5 rows <= in-process limit 10"
+    )
+    problem = "column event_time is a string: Spark parses it"
+    assert choose_engine(
+        "validate", EngineInputs(rows=5, limit=10, layout_problem=problem)
+    ).reason == (problem)
+    big = choose_engine("features", EngineInputs(rows=20, limit=10, clustered_by_customer=True))
+    assert big.reason == "20 rows > in-process limit 10; clustered by customer"
+
+
+@pytest.mark.parametrize(
+    ("limit", "engine"),
+    [(0, SPARK), (10**12, IN_PROCESS)],  # 0: always Spark; a huge override: always here
+    ids=["always-spark", "always-in-process"],
+)
+def test_an_override_of_the_limit_wins(limit, engine):
+    for stage in ("validate", "features", "preprocess", "batch_inference", "drift"):
+        assert choose_engine(stage, EngineInputs(rows=1, limit=limit)).engine == engine
+
+
+def test_a_run_needs_spark_when_any_cpu_stage_would_run_there():
+    assert not run_needs_spark(EngineInputs(rows=10, limit=LIMIT))
+    assert run_needs_spark(EngineInputs(rows=10, limit=LIMIT, cluster=True))  # batch inference
+    assert run_needs_spark(EngineInputs(rows=LIMIT + 1, limit=LIMIT))
+    assert run_needs_spark(EngineInputs(rows=10, limit=LIMIT, layout_problem="CSV input"))
