@@ -54,6 +54,14 @@ def _own_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def _program(pid: int) -> str:
+    """The program name of ``pid`` (``/proc/<pid>/comm``), empty when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def _descendants(root: int) -> list[int]:
     parents: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -73,15 +81,22 @@ def _descendants(root: int) -> list[int]:
 
 
 def run_measured(
-    cmd: list[str], *, env: dict[str, str] | None = None, poll_s: float = 0.25
+    cmd: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    poll_s: float = 0.25,
+    programs: set[str] | None = None,
 ) -> tuple[float, float, str]:
     """Run ``cmd``; (wall seconds, CPU seconds of its whole process tree, stdout). CPU is
-    sampled per process while it runs (a JVM its Python parent never reaps still counts)."""
+    sampled per process while it runs (a JVM its Python parent never reaps still counts);
+    ``programs`` (when given) gets the name of every process seen in the tree (``java``:
+    a JVM started)."""
     import subprocess
     import tempfile
     import time
 
     seen: dict[int, float] = {}
+    seen_names: set[int] = set()
     with tempfile.TemporaryFile("w+") as stdout:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=stdout, text=True)
@@ -90,6 +105,9 @@ def run_measured(
                 cpu = _own_cpu(pid)
                 if cpu is not None:
                     seen[pid] = max(seen.get(pid, 0.0), cpu)
+                if programs is not None and pid not in seen_names:
+                    seen_names.add(pid)
+                    programs.add(_program(pid))
             time.sleep(poll_s)
         wall = time.perf_counter() - started
         stdout.seek(0)

@@ -5,7 +5,9 @@ pipeline's train stage ran), on the same demo Parquet; plus the wall clock of a 
 transaction log (a CSV with only customer id, date, quantity, amount).
 
 Sizes: ``BENCH_RUN_CUSTOMERS`` (default ``20000,200000``: the demo's 431,813 events and about
-4.3M). Wall and CPU seconds of each process tree; ratio = hybridflow / baseline.
+4.3M; empty: only the small log). Wall and CPU seconds of each process tree; ratio = hybridflow
+/ baseline; for the small log, whether a JVM started (``jvm_started``: a ``java`` process in the
+tree).
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from bench._proc import run_measured
 SMALL_LOG_CUSTOMERS = 2_000
 
 
-def _hybridflow_run(events: Path, store: Path, *args: str) -> tuple[float, float, dict]:
+def _hybridflow_run(
+    events: Path, store: Path, *args: str, programs: set[str] | None = None
+) -> tuple[float, float, dict]:
     cli = str(Path(sys.executable).with_name("hybridflow"))
     cmd = [cli, "run", "--events", str(events), "--no-cache", "--json", *args]
     env = os.environ | {"HYBRIDFLOW_STORE": str(store)}
-    wall, cpu, out = run_measured(cmd, env=env)
+    wall, cpu, out = run_measured(cmd, env=env, programs=programs)
     return wall, cpu, json.loads(out.strip().splitlines()[-1])
 
 
@@ -89,7 +93,8 @@ def main(results_dir: Path) -> list[dict]:
     """Each size: generate, run both as fresh processes, one row; then the small CSV log."""
     from tasks.data.demo_events import DemoDataParams, generate_demo_events
 
-    sizes = [int(s) for s in os.environ.get("BENCH_RUN_CUSTOMERS", "20000,200000").split(",")]
+    sizes = os.environ.get("BENCH_RUN_CUSTOMERS", "20000,200000").split(",")
+    sizes = [int(s) for s in sizes if s.strip()]  # empty: the small CSV log alone
     work = Path(tempfile.mkdtemp(prefix="hf-bench-run-"))
     rows = []
     try:
@@ -136,7 +141,8 @@ def main(results_dir: Path) -> list[dict]:
             "amount": "Amount",
         }
         maps = [arg for k, v in mapping.items() for arg in ("--map", f"{k}={v}")]
-        wall, cpu, summary = _hybridflow_run(log, work / "store-log", *maps)
+        programs: set[str] = set()
+        wall, cpu, summary = _hybridflow_run(log, work / "store-log", *maps, programs=programs)
         rows.append(
             _row(
                 f"small transaction log CSV ({summary['rows_read']:,} rows)",
@@ -144,6 +150,7 @@ def main(results_dir: Path) -> list[dict]:
                 cpu,
                 None,
                 stages_s={s["name"]: round(s["seconds"], 1) for s in summary["stages"]},
+                jvm_started="java" in programs,
             )
         )
     finally:

@@ -114,10 +114,13 @@ def check_events_and_start_engines(args: argparse.Namespace) -> None:
 
     settings = get_settings()
     given = InputOptions.model_validate(_input_options(args))
-    found = inspect_events(events_path(args), given.merged_with(input_defaults(settings)))
+    options = given.merged_with(input_defaults(settings))
+    found = inspect_events(events_path(args), options)
     start_temporary_api()
     cluster = SparkOnDemand(settings).local_cores() is None
-    if run_needs_spark(engine_inputs(found, in_process_limit(None), cluster)):
+    if run_needs_spark(
+        engine_inputs(found, in_process_limit(None), cluster, options.timestamp_format)
+    ):
         start_spark_in_background(settings, found.rows_estimate)
 
 

@@ -12,8 +12,10 @@ from pydantic import Field
 
 from flows.artifacts import publish_drift_table
 from flows.context import resolve_run_id
+from flows.dag import FEATURES, stage_result
 from flows.params import RunInputs, resolve
 from infra.errors import HybridflowInputError
+from infra.layout import stage_manifest_key
 from infra.spark import SparkOnDemand
 from tasks.data.drift_records import DriftReport
 from tasks.stages.drift import measure_drift
@@ -38,6 +40,10 @@ def drift_flow(params: DriftParams) -> DriftReport:
     if run.as_of is None:
         raise HybridflowInputError("the drift check needs as_of (the features' date)")
     run_id = resolve_run_id(params.run_id)
+    features_prefix = None  # inside a run: its own scoring features, else the date's newest
+    if run.store.exists(stage_manifest_key(run_id, FEATURES.name)):
+        features = stage_result(run.store, run_id, FEATURES)
+        features_prefix = features.scoring_prefix if features.as_of == run.as_of else None
     report = measure_drift(
         SparkOnDemand(run.settings),
         run.store,
@@ -45,6 +51,7 @@ def drift_flow(params: DriftParams) -> DriftReport:
         run.as_of,
         run.settings.drift,
         params.model_version,
+        features_prefix,
     )
     write_stage_manifest(run.store, run_id, DRIFT_STAGE, report)
     publish_drift_table(report)

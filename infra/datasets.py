@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infra.errors import StoreError
 from infra.layout import (
@@ -54,6 +54,30 @@ class DatasetManifest(BaseModel):
     previous_data_prefix: str | None = Field(
         default=None, description="the generation this one replaced (kept for its readers)"
     )
+
+
+class DatasetManifestDamaged(StoreError):
+    """A dataset's manifest is not a readable manifest (truncated, edited by hand); the message
+    names its key and the command that repairs it."""
+
+    def __init__(self, store: ObjectStore, prefix: str, problem: str) -> None:
+        self.prefix = prefix.strip("/")
+        self.key = dataset_manifest_key(prefix)
+        super().__init__(
+            f"dataset manifest {store.key_uri(self.key)} is damaged ({problem}): repair it with "
+            f"`hybridflow snapshots repair {self.prefix}`"
+        )
+
+
+def parse_manifest(store: ObjectStore, prefix: str, data: bytes) -> DatasetManifest:
+    """The manifest in ``data`` (read from ``prefix``); DatasetManifestDamaged when it is not one."""
+    try:
+        return DatasetManifest.model_validate_json(data)
+    except ValidationError as exc:
+        first = exc.errors()[0] if exc.errors() else {"msg": "unreadable"}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        problem = f"{where}: {first['msg']}" if where else str(first["msg"])
+        raise DatasetManifestDamaged(store, prefix, problem) from None
 
 
 SOURCE_EVENTS_KEY = "source_events"
@@ -184,7 +208,7 @@ def _manifest_with_token(
         data, token = store.get_with_token(dataset_manifest_key(prefix))
     except FileNotFoundError:
         return None, None
-    return DatasetManifest.model_validate_json(data), token
+    return parse_manifest(store, prefix, data), token
 
 
 def sweep_abandoned_generations(
@@ -226,11 +250,13 @@ def sweep_stale_staging(store: ObjectStore, max_age_s: float = STALE_STAGING_S) 
 
 
 def find_dataset(store: ObjectStore, prefix: str) -> DatasetManifest | None:
-    """The dataset's manifest, or None when nothing was published at ``prefix``."""
+    """The dataset's manifest, or None when nothing was published at ``prefix``;
+    DatasetManifestDamaged naming its key when it is unreadable."""
     try:
-        return DatasetManifest.model_validate(store.get_json(dataset_manifest_key(prefix)))
+        data = store.get_bytes(dataset_manifest_key(prefix))
     except FileNotFoundError:
         return None
+    return parse_manifest(store, prefix, data)
 
 
 def read_dataset_manifest(store: ObjectStore, prefix: str) -> DatasetManifest:

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 
 import duckdb
 
@@ -105,6 +106,35 @@ def parquet_files_sql(files: Sequence[Path]) -> str:
     """A DuckDB relation over the Parquet ``files`` (folder names never become columns)."""
     paths = ", ".join(sql_string(str(path)) for path in files)
     return f"read_parquet([{paths}], hive_partitioning = false)"
+
+
+class CsvReading(Protocol):
+    """How CSV text splits into values (``tasks.data.input_formats.CsvDialect``)."""
+
+    @property
+    def delimiter(self) -> str: ...
+
+    @property
+    def quote(self) -> str: ...
+
+    @property
+    def escape(self) -> str: ...
+
+
+def csv_files_sql(files: Sequence[Path], dialect: CsvReading, names: Sequence[str]) -> str:
+    """A DuckDB relation over CSV ``files`` with a header row, read with ``dialect``'s
+    delimiter, quote and escape; every value text in the columns ``names`` (by position), a
+    short row padded with nulls, a long row's extra values dropped (as Spark's permissive
+    reader). One thread per scan: DuckDB's parallel scanner cannot pad rows when a quoted
+    value holds a line break (Spark's ``multiLine`` reader reads a file in one task too)."""
+    paths = ", ".join(sql_string(str(path)) for path in files)
+    columns = ", ".join(f"{sql_string(n)}: 'VARCHAR'" for n in names)
+    return (
+        f"read_csv([{paths}], header = true, auto_detect = false, columns = {{{columns}}}, "
+        f"delim = {sql_string(dialect.delimiter)}, quote = {sql_string(dialect.quote)}, "
+        f"escape = {sql_string(dialect.escape)}, null_padding = true, strict_mode = false, "
+        "parallel = false)"
+    )
 
 
 def sql_string(text: str) -> str:

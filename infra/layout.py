@@ -6,9 +6,10 @@
     runs/<run_id>/{events,quarantine,training_examples}/   the run's datasets
     runs/<run_id>/backtest_examples/                features at T-2H, labels in (T-2H, T-H]
     runs/<run_id>/contenders/<family>/<file>        a contender's bundle until the run registers it
-    features/as_of=YYYY-MM-DD/                      scoring features at T (served, scored)
-    snapshots/as_of=YYYY-MM-DD_h<H>/                the training snapshot (split=train|val|test)
-    snapshots/backtest/as_of=YYYY-MM-DD_h<H>/       the backtest's training snapshot (same splits)
+    features/as_of=YYYY-MM-DD/run=<run_id>/         a run's scoring features at T (scored; served
+                                                    with the model that run trained)
+    snapshots/as_of=YYYY-MM-DD_h<H>/run=<run_id>/   a run's training snapshot (split=train|val|test)
+    snapshots/backtest/as_of=YYYY-MM-DD_h<H>/run=<run_id>/  the backtest's training snapshot
     predictions/as_of=YYYY-MM-DD/                   batch predictions
     models/versions/<version>/{model.json,model.pt,manifest.json}
     models/aliases/<alias>.json                     production and its history
@@ -59,6 +60,10 @@ _EVENTS_LOG_SEGMENT = re.compile(rf"^{EVENTS_LOG_SEGMENTS}/(\d{{12}})\.parquet$"
 _SCORING_FEATURES_MANIFEST = re.compile(
     rf"^{FEATURES}/as_of=(\d{{4}}-\d{{2}}-\d{{2}})/{re.escape(DATASET_MANIFEST)}$"
 )
+_RUN_DATASET_MANIFEST = re.compile(
+    rf"^((?:{FEATURES}|{SNAPSHOTS}(?:/{BACKTEST})?)/as_of=(\d{{4}}-\d{{2}}-\d{{2}})(?:_h(\d+))?"
+    rf"/run=([^/]+))/{re.escape(DATASET_MANIFEST)}$"
+)
 
 
 # runs and their stage outputs
@@ -100,25 +105,43 @@ def contender_bundle_key(run_id: str, family: str, name: str) -> str:
     return f"{RUNS}/{run_id}/{CONTENDERS}/{family}/{name}"
 
 
-def scoring_features_prefix(as_of: dt.date) -> str:
-    """The features to score (and serve) for an as-of date."""
-    return f"{FEATURES}/as_of={as_of.isoformat()}"
+def _run_folder(run_id: str | None) -> str:
+    return f"/run={run_id}" if run_id else ""
+
+
+def scoring_features_prefix(as_of: dt.date, run_id: str | None = None) -> str:
+    """A run's features to score (and serve with the model it trains) for an as-of date; no
+    other run ever writes there. Without ``run_id``: the one dataset per date of earlier
+    releases (and of hand-made stores such as the serving sample)."""
+    return f"{FEATURES}/as_of={as_of.isoformat()}{_run_folder(run_id)}"
 
 
 def scoring_features_date(manifest_key: str) -> dt.date | None:
-    """The as-of date of a scoring-feature dataset's manifest key, None for any other key."""
+    """The as-of date of a run-less scoring-feature dataset's manifest key, None for any other
+    key (:func:`run_dataset_of` reads the keys of a run's)."""
     match = _SCORING_FEATURES_MANIFEST.match(manifest_key)
     return dt.date.fromisoformat(match.group(1)) if match else None
 
 
-def snapshot_prefix(as_of: dt.date, horizon_days: int) -> str:
-    """The training snapshot for an as-of date and horizon."""
-    return f"{SNAPSHOTS}/as_of={as_of.isoformat()}_h{horizon_days}"
+def run_dataset_of(manifest_key: str) -> tuple[str, dt.date, int | None, str] | None:
+    """``(prefix, as_of, horizon_days or None, run_id)`` of the manifest key of a run's scoring
+    features or (backtest) training snapshot, None for any other key."""
+    match = _RUN_DATASET_MANIFEST.match(manifest_key)
+    if match is None:
+        return None
+    prefix, day, horizon, run_id = match.groups()
+    return prefix, dt.date.fromisoformat(day), int(horizon) if horizon else None, run_id
 
 
-def backtest_snapshot_prefix(as_of: dt.date, horizon_days: int) -> str:
+def snapshot_prefix(as_of: dt.date, horizon_days: int, run_id: str | None = None) -> str:
+    """A run's training snapshot for an as-of date and horizon (without ``run_id``: the one
+    of earlier releases, shared by every run of that date and horizon)."""
+    return f"{SNAPSHOTS}/as_of={as_of.isoformat()}_h{horizon_days}{_run_folder(run_id)}"
+
+
+def backtest_snapshot_prefix(as_of: dt.date, horizon_days: int, run_id: str | None = None) -> str:
     """The snapshot the out-of-time backtest trains on (the run at T-H, H days earlier)."""
-    return f"{SNAPSHOTS}/{BACKTEST}/as_of={as_of.isoformat()}_h{horizon_days}"
+    return f"{SNAPSHOTS}/{BACKTEST}/as_of={as_of.isoformat()}_h{horizon_days}{_run_folder(run_id)}"
 
 
 def synthetic_snapshot_prefix(name: str) -> str:

@@ -60,6 +60,14 @@ class ModelManifest(BaseModel):
     code_version: str = ""
     as_of: dt.date | None = None
     horizon_days: int | None = None
+    scoring_features: str | None = Field(
+        default=None,
+        description="the prefix of the scoring features of the run that trained it: what the "
+        "endpoint serves with it (None in versions from before: the newest run-less date)",
+    )
+    snapshot: str | None = Field(
+        default=None, description="the prefix of the training snapshot it was fitted on"
+    )
     training: dict[str, Any] = Field(default_factory=dict)
     evaluation: dict[str, Any] = Field(
         default_factory=dict, description="calibration, test and backtest figures vs the baseline"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, Field
 
+from infra.datasets import DatasetManifest, DatasetManifestDamaged, find_dataset
 from infra.errors import ChecksumMismatchError, HybridflowInputError
 from infra.layout import alias_key
 from infra.registry import PRODUCTION, AliasDamaged, ModelRegistry, parse_alias
@@ -34,6 +35,7 @@ from tasks.ml.models import FittedModel, load_model, predict_proba
 log = logging.getLogger(__name__)
 WARMUP_ROWS = 256
 STILL_REFUSED = "still refused"  # a check skipped because it was refused in this same state
+ONCE = ("manifest_damaged", "snapshot_missing")  # refusals re-found every poll: logged once
 
 
 class ReloadRefused(Exception):
@@ -54,6 +56,7 @@ class ServedModel:
     features: tuple[str, ...]
     position: dict[str, int]
     loaded_at: float
+    snapshot_prefix: str | None = None  # its run's scoring features (None: a version before)
 
 
 @dataclass(frozen=True)
@@ -124,14 +127,35 @@ class ModelHolder:
             return report
 
     def _refuse(self, kind: str, reason: str, message: str, report: ReloadReport) -> None:
+        error = f"{kind} refused ({reason}): {message}"
+        if reason in ONCE and self._errors.get(kind) == error:
+            return  # refused once, logged once: shown by /ready until it is repaired
         self.metrics.reload_failures.labels(kind, reason).inc()
         current = self.state.model.version if self.state.model else "nothing"
-        self._errors[kind] = f"{kind} refused ({reason}): {message}"
+        self._errors[kind] = error
         log.error("%s; still serving %s", self._errors[kind], current)
         report.refused.append(self._errors[kind])
 
+    def _wanted_snapshot(self, model: ServedModel | None) -> DatasetManifest | None:
+        """The snapshot to serve with ``model``: the scoring features of the run that trained
+        it, never another run's; for a version that records none (or no model yet) the newest
+        run-less date (stores of earlier releases, the serving sample)."""
+        if model is not None and model.snapshot_prefix is not None:
+            manifest = _dataset(self.store, model.snapshot_prefix)
+            if manifest is None:
+                raise ReloadRefused(
+                    "snapshot_missing",
+                    f"model {model.version}: its feature snapshot {model.snapshot_prefix} is not "
+                    "published (retired?)",
+                )
+            return manifest
+        try:
+            return newest_snapshot_manifest(self.store)
+        except DatasetManifestDamaged as exc:
+            raise ReloadRefused("manifest_damaged", str(exc)) from None
+
     def _refresh_snapshot(self, force: bool) -> str | None:
-        manifest = newest_snapshot_manifest(self.store)
+        manifest = self._wanted_snapshot(self.state.model)
         current = self.state.snapshot
         if manifest is None or (current and current.data_prefix == manifest.data_prefix):
             return None
@@ -172,11 +196,18 @@ class ModelHolder:
             if current is not None and current.version == version:
                 self._alias_token = token
                 return None
-            served, columns = self._load(version, snapshot)
+            served, columns, snapshot = self._load(version, snapshot)
         except Exception:
             self._refused.add(attempt)
             raise
-        self.state = dataclasses.replace(self.state, model=served, snapshot_columns=columns)
+        if snapshot is not None and snapshot is not self.state.snapshot:
+            self.metrics.serving_snapshot(snapshot.as_of.isoformat(), snapshot.rows)
+            log.info(
+                "feature snapshot as_of %s loaded: %d customers", snapshot.as_of, snapshot.rows
+            )
+        self.state = dataclasses.replace(
+            self.state, model=served, snapshot=snapshot, snapshot_columns=columns
+        )
         self._alias_token = token
         self._refused.clear()  # alias tokens never come back: the old ones are dead weight
         self.metrics.reloads.inc()
@@ -187,8 +218,9 @@ class ModelHolder:
 
     def _load(
         self, version: str, snapshot: FeatureSnapshot | None
-    ) -> tuple[ServedModel, np.ndarray | None]:
-        """Download, verify, load and warm up ``version``; ReloadRefused on any failed check."""
+    ) -> tuple[ServedModel, np.ndarray | None, FeatureSnapshot | None]:
+        """Download, verify, load and warm up ``version`` with its run's feature snapshot (kept
+        when it is ``snapshot`` already, else loaded); ReloadRefused on any failed check."""
         try:
             manifest, files = self.registry.read_files(version)
             model = load_model(files, manifest.files)
@@ -201,6 +233,8 @@ class ModelHolder:
                 "load_error", f"model {version}: {type(exc).__name__}: {exc}"
             ) from exc
         features = tuple(model.features)
+        if manifest.scoring_features is not None:
+            snapshot = self._snapshot_of(version, manifest.scoring_features, snapshot)
         columns = _columns_for(snapshot, features, version) if snapshot else None
         batch = warmup_batch(features, snapshot, columns)
         try:
@@ -223,8 +257,34 @@ class ModelHolder:
             features=features,
             position={f: i for i, f in enumerate(features)},
             loaded_at=time.time(),
+            snapshot_prefix=manifest.scoring_features,
         )
-        return served, columns
+        return served, columns, snapshot
+
+    def _snapshot_of(
+        self, version: str, prefix: str, current: FeatureSnapshot | None
+    ) -> FeatureSnapshot:
+        """The snapshot at ``prefix`` (``current`` when it is that one already)."""
+        published = _dataset(self.store, prefix)
+        if published is None:
+            raise ReloadRefused(
+                "snapshot_missing",
+                f"model {version}: its feature snapshot {prefix} is not published (retired?)",
+            )
+        if current is not None and current.data_prefix == published.data_prefix:
+            return current
+        snapshot = load_snapshot(self.store, published)
+        if snapshot.rows == 0:
+            raise ReloadRefused("empty", f"feature snapshot {published.prefix} has no rows")
+        return snapshot
+
+
+def _dataset(store: ObjectStore, prefix: str) -> DatasetManifest | None:
+    """The dataset's manifest; ReloadRefused("manifest_damaged") naming its key when damaged."""
+    try:
+        return find_dataset(store, prefix)
+    except DatasetManifestDamaged as exc:
+        raise ReloadRefused("manifest_damaged", str(exc)) from None
 
 
 def _alias_version(data: bytes, alias: str) -> str:

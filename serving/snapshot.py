@@ -1,7 +1,9 @@
-"""The newest scoring-feature snapshot, held in memory for lookups by ``customer_id``.
+"""A scoring-feature snapshot, held in memory for lookups by ``customer_id``.
 
-The features stage publishes one dataset per as-of date at ``features/as_of=YYYY-MM-DD/``; the
-newest date wins. The whole snapshot is loaded into one float32 matrix plus a dict from
+The features stage of each run publishes its own dataset at
+``features/as_of=YYYY-MM-DD/run=<run_id>/`` and every model version records the one of the run
+that trained it: that is the snapshot served with it (:mod:`serving.holder`). Versions from
+before that record none; they are served with the newest run-less ``features/as_of=YYYY-MM-DD/``. The whole snapshot is loaded into one float32 matrix plus a dict from
 customer id to row: about ``rows * (4 * columns + 100)`` bytes, fine for up to a few million
 customers.
 """
@@ -26,6 +28,7 @@ from infra.errors import StoreError
 from infra.layout import (
     FEATURES,
     dataset_manifest_key,
+    run_dataset_of,
     scoring_features_date,
     scoring_features_prefix,
 )
@@ -59,7 +62,8 @@ class FeatureSnapshot:
 
 
 def newest_snapshot_manifest(store: ObjectStore) -> DatasetManifest | None:
-    """The manifest of the newest published scoring-feature dataset, or None."""
+    """The manifest of the newest published run-less scoring-feature dataset, or None (a run's
+    own datasets are served only with the model that run trained)."""
     dates = sorted(d for key in store.list(FEATURES) if (d := scoring_features_date(key)))
     for as_of in reversed(dates):
         manifest = find_dataset(store, scoring_features_prefix(as_of))
@@ -70,7 +74,9 @@ def newest_snapshot_manifest(store: ObjectStore) -> DatasetManifest | None:
 
 def load_snapshot(store: ObjectStore, manifest: DatasetManifest) -> FeatureSnapshot:
     """Read a published scoring-feature dataset into memory."""
-    as_of = scoring_features_date(dataset_manifest_key(manifest.prefix))
+    key = dataset_manifest_key(manifest.prefix)
+    run_dataset = run_dataset_of(key)
+    as_of = run_dataset[1] if run_dataset else scoring_features_date(key)
     if as_of is None:
         raise StoreError(f"{manifest.prefix} is not a scoring-feature dataset")
     local = local_dataset_dir(store, manifest)

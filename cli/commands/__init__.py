@@ -6,6 +6,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "cli.commands.run",
     "cli.commands.stages",
     "cli.commands.models",
+    "cli.commands.snapshots",
     "cli.commands.serve",
     "cli.commands.events",
     "cli.commands.refresh",

@@ -586,7 +586,13 @@ def detect_timestamp_format(df: DataFrame, path: Path) -> str | None:
         raise HybridflowInputError(
             f"cannot read events file(s) at {path}: {_first_line(exc)}"
         ) from None
-    samples = [r["t"] for r in rows]
+    return choose_timestamp_format([r["t"] for r in rows], path)
+
+
+def choose_timestamp_format(samples: Sequence[str], path: Path) -> str | None:
+    """The format that parses the most of the ``samples`` (trimmed, non-empty ``event_time``
+    texts, whichever engine read them): None for ISO-8601, an epoch name or a Spark pattern of
+    :data:`TIMESTAMP_CANDIDATES`. No parsable sample at all is an error."""
     if not samples:
         return None
     scores: dict[str | None, int] = {None: sum(bool(ISO_TIME.match(s)) for s in samples)}

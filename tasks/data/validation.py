@@ -69,12 +69,21 @@ def parse_event_time(df: DataFrame, timestamp_format: str | None) -> Column:
         return F.col("event_time").cast("timestamp")
     text = F.trim(F.col("event_time").cast("string"))
     if timestamp_format == EPOCH_SECONDS:
-        return F.timestamp_seconds(text.try_cast("bigint"))
+        return _epoch(text.try_cast("bigint"), 1_000_000, F.timestamp_seconds)
     if timestamp_format == EPOCH_MILLIS:
-        return F.timestamp_millis(text.try_cast("bigint"))
+        return _epoch(text.try_cast("bigint"), 1_000, F.timestamp_millis)
     if timestamp_format:
         return F.try_to_timestamp(text, F.lit(timestamp_format))
     return text.try_cast("timestamp")
+
+
+def _epoch(number: Column, micros_per_unit: int, to_timestamp) -> Column:
+    """An epoch number as a timestamp, null where its microseconds overflow a long (Spark fails
+    the whole query there, DuckDB's reading gives null: one absurd row is quarantined, not the
+    input refused)."""
+    longest = 2**63
+    low, high = -(longest // micros_per_unit), (longest - 1) // micros_per_unit
+    return F.when(number.between(low, high), to_timestamp(number))
 
 
 @dataclass

@@ -4,13 +4,14 @@ casts conform it (:mod:`tasks.data.validation`), then the rules of
 
 Only for columns whose Spark casts this reproduces exactly (:func:`in_process_type_problem`):
 native Parquet types (timestamps to the microsecond, dates, whole numbers, doubles, booleans,
-strings). Strings that need parsing (a CSV's times and amounts) stay with Spark, whose parsers
-are the contract.
+strings) and text parsed as Spark parses it (:mod:`tasks.data.text_values_duckdb`: a CSV's
+values, string columns in Parquet), read from Parquet files or CSV files (DuckDB's CSV reader
+with the dialect Spark's reader gets, :class:`tasks.data.input_formats.CsvDialect`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +19,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from infra.duckdb_session import (
+    csv_files_sql,
     duckdb_connection,
     parquet_files_sql,
     sql_identifier,
     sql_string,
 )
+from tasks.data.input_formats import CsvDialect
 from tasks.data.spark_text import java_double_strings
+from tasks.data.text_values_duckdb import (
+    define_text_macros,
+    parses_in_process,
+    text_time_micros,
+)
 from tasks.data.validation_sql import (
     RowBounds,
     contract_rules,
@@ -51,6 +59,7 @@ GOOD_EVENTS_SCHEMA = pa.schema(
     ]
 )
 """The good events' columns, as Spark's validate writes them (in the contract's order)."""
+TIME_SAMPLES = 200  # event_time texts a detected format is chosen from (as Spark's sample)
 TIME_UNITS = ("s", "ms", "us")  # nanoseconds: Spark keeps micros, or refuses the file
 
 
@@ -76,9 +85,9 @@ def _flag(t: pa.DataType) -> bool:
 
 IN_PROCESS_TYPES = {
     "customer_id": (_text, _whole),
-    "event_time": (_time,),
-    "amount": (_double, _whole),
-    "quantity": (_double, _whole),
+    "event_time": (_time, _text),
+    "amount": (_double, _whole, _text),
+    "quantity": (_double, _whole, _text),
     "event_type": (_text, _whole, _flag),
     "category": (_text, _whole, _flag),
     "channel": (_text, _whole, _flag),
@@ -90,8 +99,12 @@ def value_type(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
-def in_process_type_problem(schema: pa.Schema) -> str | None:
-    """Why the in-process rules cannot validate columns of ``schema`` (contract names), or None."""
+def in_process_type_problem(schema: pa.Schema, timestamp_format: str | None = None) -> str | None:
+    """Why the in-process rules cannot validate columns of ``schema`` (contract names) with
+    text times in ``timestamp_format`` (None: ISO-8601 or detected), or None."""
+    times = schema.field("event_time").type if "event_time" in schema.names else pa.null()
+    if _text(value_type(times)) and not parses_in_process(timestamp_format):
+        return f"event_time pattern {timestamp_format!r} is parsed by Spark"
     for name in CONTRACT_COLUMNS:
         if name not in schema.names:
             continue
@@ -129,22 +142,38 @@ class InProcessValidation:
         *,
         tables: dict[str, pa.Table] | None = None,
         bounds: RowBounds | None = None,
+        timestamp_format: str | None = None,
+        detect_format: Callable[[list[str]], str | None] | None = None,
     ) -> None:
         """``source``: a DuckDB relation (SQL) over the input, which may name ``tables``;
         ``schema``: the input's Arrow types by contract name; ``sources``: the input's column
-        behind each contract name; ``bounds``: the event times accepted (None: any)."""
+        behind each contract name; ``bounds``: the event times accepted (None: any). A text
+        ``event_time`` is parsed with ``timestamp_format`` (a Spark pattern, an epoch name;
+        None: ISO-8601), or the format ``detect_format`` chooses from a sample of the values
+        when it is given."""
         self._present = [c for c in CONTRACT_COLUMNS if c in schema.names]
         self._types = {c: value_type(schema.field(c).type) for c in self._present}
         self._con = duckdb_connection()
         for name, table in (tables or {}).items():
             self._con.register(name, table)
         self._define_sql_functions()
+        self.timestamp_format = timestamp_format
+        if detect_format is not None and _text(self._types.get("event_time", pa.null())):
+            self.timestamp_format = detect_format(
+                self._time_samples(source, sql_identifier(sources["event_time"]))
+            )
         columns = ", ".join(
             f"{self._micros(c, sql_identifier(sources[c]))} AS {c}" for c in self._present
         )
+        text_time = _text(self._types.get("event_time", pa.null()))
+        if text_time:  # parsed above; the quarantine keeps the text as it was
+            columns += f", {sql_identifier(sources['event_time'])} AS event_time_text"
         self._con.execute(f"CREATE TEMP VIEW input_events AS SELECT {columns} FROM {source}")
         typed = ", ".join(f"{self._typed(c)} AS {c}" for c in CONTRACT_COLUMNS)
-        src = "".join(f", {c} AS src_{c}" for c in self._present)
+        src = "".join(
+            f", {'event_time_text' if c == 'event_time' and text_time else c} AS src_{c}"
+            for c in self._present
+        )
         self._con.execute(
             f"CREATE TEMP VIEW conformed_events AS SELECT {typed}{src} FROM input_events"
         )
@@ -160,9 +189,43 @@ class InProcessValidation:
         schema: pa.Schema,
         sources: dict[str, str],
         bounds: RowBounds | None = None,
+        timestamp_format: str | None = None,
+        detect_format: Callable[[list[str]], str | None] | None = None,
     ) -> InProcessValidation:
         """Over Parquet ``files`` of one schema (Arrow types by contract name)."""
-        return cls(parquet_files_sql(files), schema, sources, bounds=bounds)
+        return cls(
+            parquet_files_sql(files),
+            schema,
+            sources,
+            bounds=bounds,
+            timestamp_format=timestamp_format,
+            detect_format=detect_format,
+        )
+
+    @classmethod
+    def of_csv(
+        cls,
+        files: Sequence[Path],
+        dialect: CsvDialect,
+        columns: Sequence[str],
+        timestamp_format: str | None = None,
+        detect_format: Callable[[list[str]], str | None] | None = None,
+        bounds: RowBounds | None = None,
+    ) -> InProcessValidation:
+        """Over CSV ``files`` of one header whose columns get the contract names ``columns``
+        (every value text, read as Spark's CSV reader reads them: ``dialect``; a short row's
+        missing values null, a long row's extra values dropped)."""
+        names = [f"column_{i}" for i in range(len(columns))]
+        schema = pa.schema([(c, pa.string()) for c in columns if c in CONTRACT_COLUMNS])
+        sources = {c: n for c, n in zip(columns, names, strict=True) if c in CONTRACT_COLUMNS}
+        return cls(
+            csv_files_sql(files, dialect, names),
+            schema,
+            sources,
+            bounds=bounds,
+            timestamp_format=timestamp_format,
+            detect_format=detect_format,
+        )
 
     @classmethod
     def of_table(cls, events: pa.Table, bounds: RowBounds | None = None) -> InProcessValidation:
@@ -177,10 +240,20 @@ class InProcessValidation:
     def close(self) -> None:
         self._con.close()
 
+    def _time_samples(self, source: str, column: str) -> list[str]:
+        """The first non-empty ``event_time`` texts (trimmed), to choose their format from."""
+        text = f"trim({column}, ' ')"
+        rows = self._con.execute(
+            f"SELECT {text} FROM {source} WHERE coalesce({text}, '') <> '' LIMIT {TIME_SAMPLES}"
+        ).fetchall()
+        return [r[0] for r in rows]
+
     def _micros(self, name: str, column: str) -> str:
         """An input column as the validation reads it: times as micros since the epoch."""
         if name != "event_time":
             return column
+        if _text(self._types[name]):
+            return text_time_micros(column, self.timestamp_format)
         if pa.types.is_date32(self._types[name]):
             return f"epoch_us(CAST({column} AS TIMESTAMP))"
         return f"epoch_us({column})"
@@ -192,6 +265,7 @@ class InProcessValidation:
         self._con.create_function(
             "double_text", java_double_strings, ["DOUBLE"], "VARCHAR", type="arrow"
         )
+        define_text_macros(self._con.execute)
         macros = {
             "timestamp_text(t)": _timestamp_text("t"),
             "utc_timestamp(t)": "make_timestamptz(t)",
@@ -214,10 +288,13 @@ class InProcessValidation:
         if name == "event_time":
             return name  # micros since the epoch (the input_events view)
         if name == "amount":
-            return f"CAST({name} AS DOUBLE)"
+            return f"spark_double({name})" if _text(t) else f"CAST({name} AS DOUBLE)"
         if name == "quantity":
-            whole = f"NOT isnan({name}) AND {name} = floor({name})" if _double(t) else "TRUE"
-            return f"CASE WHEN {whole} THEN TRY_CAST({name} AS INTEGER) END"
+            value = f"spark_double({name})" if _text(t) else name
+            whole = f"NOT isnan({value}) AND {value} = floor({value})"
+            if not (_double(t) or _text(t)):
+                whole = "TRUE"
+            return f"CASE WHEN {whole} THEN TRY_CAST({value} AS INTEGER) END"
         text = name if _text(t) else f"CAST({name} AS VARCHAR)"
         if name == "customer_id":
             return f"trim({text}, ' ')"
@@ -229,7 +306,7 @@ class InProcessValidation:
     def _input_text(self, name: str, value: str) -> str:
         """An input value of ``name`` as Spark's ``CAST(... AS STRING)`` writes it."""
         t = self._types[name]
-        if name == "event_time":
+        if name == "event_time" and not _text(t):
             return _date_text(value) if pa.types.is_date32(t) else _timestamp_text(value)
         if _double(t):
             return f"double_text({value})"

@@ -24,14 +24,14 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from infra.datasets import (
     DatasetManifest,
-    find_dataset,
     new_data_prefix,
     publish_written_dataset,
 )
 from infra.errors import HybridflowInputError
-from infra.layout import predictions_prefix, scoring_features_prefix
+from infra.layout import predictions_prefix
 from infra.progress import ProgressReporter, ProgressSink, SparkRowProgress, spark_counter
 from infra.settings import in_process_limit
+from infra.snapshots import scoring_features_for
 from infra.spark import SessionProvider, conf_value, local_cores, session_of
 from infra.spark_io import SparkJobs, check_cluster_sees
 from infra.store import ObjectStore, open_store
@@ -204,9 +204,10 @@ def batch_inference_stage(
     progress_sink: ProgressSink | None = None,
     in_process_rows: int | None = None,
 ) -> InferenceResult:
-    """Score the published features for ``as_of`` (inside a run: T of its ``features`` stage)
-    and publish predictions atomically; in local mode up to ``in_process_rows`` rows (default:
-    the setting) in this process, without starting Spark.
+    """Score the published features for ``as_of`` (inside a run: T and the scoring features of
+    its ``features`` stage; else the most recently published of that date) and publish
+    predictions atomically; in local mode up to ``in_process_rows`` rows (default: the setting)
+    in this process, without starting Spark.
 
     Rows scored are reported while the scoring runs: log lines, and ``progress_sink`` (the
     flow's Prefect progress artifact ``progress-batch-inference``).
@@ -214,7 +215,7 @@ def batch_inference_stage(
     started = time.perf_counter()
     as_of = scoring_as_of(as_of, features)
     model = load_scoring_model(store, model_version)
-    published = find_dataset(store, scoring_features_prefix(as_of))
+    published = scoring_features_for(store, as_of, features.scoring_prefix if features else None)
     if published is None:
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"

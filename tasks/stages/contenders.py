@@ -60,6 +60,12 @@ class TrainingOptions(BaseModel):
     stop_after_steps: int | None = None
     families: list[str] | None = None  # None: HYBRIDFLOW_TRAIN__FAMILIES
     pool: str = ""  # the work pool running the stage ("": this machine's, by its device)
+    scoring_features: str | None = None  # the run's scoring features, recorded in each version
+
+    def of_run(self, features: FeaturesResult) -> TrainingOptions:
+        """These options for the run whose features stage gave ``features``: its versions
+        record its scoring features (what the endpoint serves with them)."""
+        return self.model_copy(update={"scoring_features": features.scoring_prefix})
 
 
 class TrainingInterrupted(RuntimeError):
@@ -256,6 +262,8 @@ def contend(
         code_version=CODE_VERSION,
         as_of=as_of,
         horizon_days=horizon_days,
+        scoring_features=options.scoring_features,
+        snapshot=prepared.snapshot_prefix,
         training=training_record(
             outcome, start, production, spec, model.describe(), model.n_parameters, settings
         )
@@ -358,7 +366,7 @@ def fit_contender(
     """The contender unit of ``family`` in run ``run_id``: fit and judge it on the run's
     snapshot (``preprocess``; T and H from ``features``) and keep it in the store. None on
     ranks other than 0."""
-    options = options or TrainingOptions()
+    options = (options or TrainingOptions()).of_run(features)
     started = time.perf_counter()
     finish_warm_imports()
     (spec,) = family_specs([family], settings.train.specs)

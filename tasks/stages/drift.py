@@ -34,11 +34,11 @@ from infra.layout import (
     drift_customers_prefix,
     drift_reference_key,
     predictions_prefix,
-    scoring_features_prefix,
     snapshot_prefix,
 )
 from infra.registry import ModelRegistry
 from infra.settings import DriftSettings, in_process_limit
+from infra.snapshots import scoring_features_for
 from infra.spark import SessionProvider
 from infra.spark_io import read_dataset, write_dataset
 from infra.store import ObjectStore
@@ -83,7 +83,7 @@ def build_reference(
     manifest = ModelRegistry(store).get(version)
     if manifest.as_of is None or manifest.horizon_days is None:
         raise StoreError(f"model {version} records no as_of/horizon: its snapshot is unknown")
-    prefix = snapshot_prefix(manifest.as_of, manifest.horizon_days)
+    prefix = manifest.snapshot or snapshot_prefix(manifest.as_of, manifest.horizon_days)
     published = find_dataset(store, prefix)
     if published is None or published.created_at > manifest.created_at:
         raise StoreError(
@@ -131,13 +131,14 @@ def measure_drift(
     as_of: dt.date,
     settings: DriftSettings,
     model_version: str | None = None,
+    features_prefix: str | None = None,
 ) -> DriftReport:
-    """The drift table of the scoring features at ``as_of`` (and of their predictions, when
+    """The drift table of the scoring features at ``as_of`` (a run's at ``features_prefix``;
+    default: the most recently published of that date) (and of their predictions, when
     ``model_version`` scored them) against ``model_version`` (default: production)."""
     started = time.perf_counter()
     version = resolve_model_version(ModelRegistry(store), model_version)
-    features_prefix = scoring_features_prefix(as_of)
-    published = find_dataset(store, features_prefix)
+    published = scoring_features_for(store, as_of, features_prefix)
     if published is None:
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"
@@ -151,7 +152,7 @@ def measure_drift(
         counts, unseen_customers = _features_in_process(store, published, known, edges)
     else:
         session = spark()
-        features = read_dataset(session, store, features_prefix)
+        features = read_dataset(session, store, published.prefix)
         counts = bin_counts(features, {f: e for f, e in edges.items() if f in features.columns})
         unseen_customers = unseen_count(features, read_dataset(session, store, known.prefix))
     rows = [

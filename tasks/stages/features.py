@@ -186,7 +186,7 @@ def build_features(
         events_data_prefix=events.data_prefix,
         cutoff_micros=cutoffs.score.micros(),
     )
-    scoring_output = FeatureOutput((cutoffs.score,), scoring_features_prefix(as_of), source)
+    scoring_output = FeatureOutput((cutoffs.score,), scoring_features_prefix(as_of, run_id), source)
     backtest_output = FeatureOutput(cutoffs.backtest, backtest_examples_prefix(run_id))
     outputs = [training, scoring_output] + ([] if too_short else [backtest_output])
     choice = features_engine(store, validated, in_process_limit(in_process_rows))

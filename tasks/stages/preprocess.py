@@ -72,7 +72,9 @@ def preprocess_stage(
     )
     result = load_cached(store, "preprocess", fingerprint, PreprocessResult) if use_cache else None
     if result is None:
-        result = build_snapshot(spark, store, features, seed, in_process_rows=in_process_rows)
+        result = build_snapshot(
+            spark, store, features, seed, in_process_rows=in_process_rows, run_id=run_id
+        )
         outputs = [result.snapshot_prefix] + (
             [result.backtest_snapshot_prefix] if result.backtest_snapshot_prefix else []
         )
@@ -87,8 +89,10 @@ def build_snapshot(
     seed: int,
     *,
     in_process_rows: int | None = None,
+    run_id: str = "",
 ) -> PreprocessResult:
-    """Split, fit and publish the snapshot for ``features`` (no cache), and the backtest's: one
+    """Split, fit and publish the snapshot for ``features`` (no cache), and the backtest's, under
+    run ``run_id`` (no other run replaces them; "": the run-less keys of earlier releases): one
     job each, which writes the snapshot and observes the split counts and the normaliser's
     statistics on the way; in this process instead for up to ``in_process_rows`` examples
     (default: the setting)."""
@@ -106,7 +110,7 @@ def build_snapshot(
             session,
             store,
             features.training_prefix,
-            snapshot_prefix(features.as_of, features.horizon_days),
+            snapshot_prefix(features.as_of, features.horizon_days, run_id),
             features.features,
             seed,
             limit,
@@ -124,7 +128,7 @@ def build_snapshot(
                 session,
                 store,
                 features.backtest_prefix,
-                backtest_snapshot_prefix(features.as_of, features.horizon_days),
+                backtest_snapshot_prefix(features.as_of, features.horizon_days, run_id),
                 features.features,
                 seed,
                 limit,

@@ -90,7 +90,7 @@ def launch_training(
     """Train on the run's snapshot (``preprocess``; T and H from ``features``) in this process,
     or under torchrun on ``HYBRIDFLOW_TRAIN__DDP_PROCESSES`` devices, whose processes read the
     same results of run ``run_id`` from the store (rank 0 writes its output as JSON)."""
-    options = options or TrainingOptions()
+    options = (options or TrainingOptions()).of_run(features)
     if settings.train.ddp_processes <= 1:
         output = train_stage(
             store,

@@ -64,7 +64,7 @@ def train_for_run(
         as_of=features.as_of,
         horizon_days=features.horizon_days,
         device_preference=device_preference,
-        options=options,
+        options=(options or TrainingOptions()).of_run(features),
         run_id=run_id,
     )
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
@@ -54,7 +55,10 @@ from tasks.definitions.contract import (
     REASON_EVENT_TIME_IN_FUTURE,
 )
 from tasks.stages.records import StageReport, ValidateResult
-from tasks.stages.validate_in_process import publish_validated_in_process
+from tasks.stages.validate_in_process import (
+    CsvNotReadInProcessError,
+    publish_validated_in_process,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +77,11 @@ def validate_stage(
 ) -> ValidateResult:
     """Read, validate and publish the run's good events and its quarantine.
 
-    Parquet input of up to ``in_process_rows`` rows (default: the setting) in native column
-    types is validated in this process (:mod:`tasks.stages.validate_in_process`); anything
-    else by Spark, started only then. Event times outside ``bounds`` (default:
-    :func:`event_time_bounds` of now) are quarantined. Unchanged input files, options, floor,
+    Input of up to ``in_process_rows`` rows (default: the setting), CSV or Parquet of one
+    schema, is validated in this process (:mod:`tasks.stages.validate_in_process`) unless a
+    column needs a parser only Spark has (:func:`validates_in_process`); anything else by
+    Spark, started only then (also for a CSV file DuckDB's reader refuses). Rows outside
+    ``bounds`` (default: :func:`event_time_bounds` of now) are quarantined. Unchanged input files, options, floor,
     lead and code reuse an earlier run's output (``report.cached``) when it holds for the
     bounds of now too (:func:`cached_within`). The quarantine is published even when the bad
     fraction is over ``max_bad_fraction``, so the user can look at it (``on_quarantine`` gets
@@ -101,11 +106,19 @@ def validate_stage(
         result = None
     if result is None:
         found = inspect_events(path, options)
-        choice = choose_engine("validate", engine_inputs(found, in_process_limit(in_process_rows)))
+        ts_format = options.timestamp_format
+        choice = choose_engine(
+            "validate",
+            engine_inputs(found, in_process_limit(in_process_rows), timestamp_format=ts_format),
+        )
         log.info("validate: %s (%s)", choice.engine, choice.reason)
+        result = None
         if choice.engine == IN_PROCESS:
-            result = validate_in_process(store, run_id, found, bounds)
-        else:
+            try:
+                result = validate_in_process(store, run_id, found, bounds, ts_format)
+            except CsvNotReadInProcessError as exc:
+                log.warning("DuckDB cannot read the CSV (%s): validating with Spark", exc)
+        if result is None:
             session = session_of(spark)
             check_cluster_sees(session, "events", str(path))
             result = validate_events(session, store, run_id, path, options, found, bounds)
@@ -153,29 +166,39 @@ def cached_within(result: ValidateResult, bounds: RowBounds) -> bool:
     return True
 
 
-def engine_inputs(found: EventsInput, limit: int, cluster: bool = False) -> EngineInputs:
+def engine_inputs(
+    found: EventsInput, limit: int, cluster: bool = False, timestamp_format: str | None = None
+) -> EngineInputs:
     """What the engine choice looks at for the events input ``found``: its rows, and why only
-    Spark reads it (CSV, Parquet files of several schemas or in partition folders, a column
-    type only Spark parses), if it does."""
-    if found.arrow_schema is None:
+    Spark reads it (Parquet files of several schemas or in partition folders, a column only
+    Spark parses: a type, or text times in a ``timestamp_format`` DuckDB does not read as Spark
+    does), if it does. CSV files are read in process too (all text)."""
+    schema = found.arrow_schema
+    if found.format == "csv":
+        schema = pa.schema([(c, pa.string()) for c in found.columns if c in CONTRACT_COLUMNS])
+    if schema is None:
         problem: str | None = (
-            f"{found.format} input, parsed by Spark"
-            if found.format != "parquet"
-            else "Parquet files of several schemas or in partition folders, read by Spark"
+            "Parquet files of several schemas or in partition folders, read by Spark"
         )
     else:
-        problem = in_process_type_problem(found.arrow_schema)
+        problem = in_process_type_problem(schema, timestamp_format)
     return EngineInputs(
         rows=found.rows_estimate, limit=limit, cluster=cluster, layout_problem=problem
     )
 
 
 def validate_in_process(
-    store: ObjectStore, run_id: str, found: EventsInput, bounds: RowBounds | None = None
+    store: ObjectStore,
+    run_id: str,
+    found: EventsInput,
+    bounds: RowBounds | None = None,
+    timestamp_format: str | None = None,
 ) -> ValidateResult:
     """:func:`validate_events` in this process, for an input the engine choice keeps here."""
     started = time.perf_counter()
-    events, quarantine, figures = publish_validated_in_process(store, run_id, found, bounds)
+    events, quarantine, figures = publish_validated_in_process(
+        store, run_id, found, bounds, timestamp_format
+    )
     return _validated(
         0,
         started,
@@ -210,7 +233,12 @@ def validate_events(
         present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
         buckets = bucket_count(spark, raw.rows_estimate)
         conformed = conform_events(raw.df, raw.timestamp_format)
-        parts = split_valid_events(conformed, buckets, bounds)
+        try:
+            parts = split_valid_events(conformed, buckets, bounds)
+        except (PySparkException, Py4JJavaError) as exc:
+            raise HybridflowInputError(
+                f"cannot read events at {path}: {_first_line(exc)}"
+            ) from None
         try:
             events, span, quarantine, counted = _publish(parts, store, run_id)
         except (PySparkException, Py4JJavaError) as exc:

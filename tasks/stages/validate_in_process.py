@@ -5,6 +5,9 @@ JVM; memory holds the de-duplicated rows, not the input or the outputs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import duckdb
 
 from infra.arrow_datasets import PART_FILE, publish_written
@@ -14,7 +17,7 @@ from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
 from infra.spark_io import spark_schema_metadata
 from infra.store import ObjectStore
-from tasks.data.input_formats import EventsInput, warn_extra_columns
+from tasks.data.input_formats import EventsInput, choose_timestamp_format, warn_extra_columns
 from tasks.data.validation_duckdb import (
     GOOD_EVENTS_SCHEMA,
     InProcessValidation,
@@ -23,24 +26,33 @@ from tasks.data.validation_duckdb import (
 from tasks.data.validation_sql import RowBounds
 
 
+class CsvNotReadInProcessError(Exception):
+    """DuckDB's CSV reader refused a file Spark's permissive reader may still read (a row
+    whose quotes never close, text that is not UTF-8): validate it with Spark instead."""
+
+
 def publish_validated_in_process(
-    store: ObjectStore, run_id: str, found: EventsInput, bounds: RowBounds | None = None
+    store: ObjectStore,
+    run_id: str,
+    found: EventsInput,
+    bounds: RowBounds | None = None,
+    timestamp_format: str | None = None,
 ) -> tuple[DatasetManifest, DatasetManifest, ValidationFigures]:
-    """Validate the Parquet input ``found`` describes (one schema, see
-    :func:`tasks.data.input_formats.inspect_events`), event times within ``bounds`` when
-    given, and publish the run's good events and quarantine; with the figures."""
-    if found.arrow_schema is None or found.source_columns is None:
-        raise ValueError("only Parquet files with one schema are validated in process")
+    """Validate the input ``found`` describes (Parquet files of one schema or CSV files of one
+    header, see :func:`tasks.data.input_formats.inspect_events`), event times within
+    ``bounds`` when given (text times read with ``timestamp_format``, else in the format a
+    sample shows), and publish the run's good events and quarantine; with the figures."""
     warn_extra_columns(found.columns)
+    detect = None if timestamp_format else partial(choose_timestamp_format, path=found.path)
     with memory_bounded(f"validating {found.path}"):
         try:
-            checked = InProcessValidation.of_parquet(
-                found.files, found.arrow_schema, found.source_columns, bounds
-            )
+            checked = _checked(found, bounds, timestamp_format, detect)
         except duckdb.OutOfMemoryException:
             raise
         except duckdb.Error as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if found.format == "csv":
+                raise CsvNotReadInProcessError(f"{found.path}: {first}") from None
             raise HybridflowInputError(f"cannot read events at {found.path}: {first}") from None
         try:
             figures = checked.figures()
@@ -61,3 +73,30 @@ def publish_validated_in_process(
         finally:
             checked.close()
     return events, quarantine, figures
+
+
+def _checked(
+    found: EventsInput,
+    bounds: RowBounds | None,
+    timestamp_format: str | None,
+    detect: Callable[[list[str]], str | None] | None,
+) -> InProcessValidation:
+    if found.format == "csv" and found.csv_dialect is not None:
+        return InProcessValidation.of_csv(
+            found.files,
+            found.csv_dialect,
+            found.columns,
+            timestamp_format=timestamp_format,
+            detect_format=detect,
+            bounds=bounds,
+        )
+    if found.arrow_schema is None or found.source_columns is None:
+        raise ValueError("only Parquet files of one schema or CSV files are validated in process")
+    return InProcessValidation.of_parquet(
+        found.files,
+        found.arrow_schema,
+        found.source_columns,
+        bounds,
+        timestamp_format=timestamp_format,
+        detect_format=detect,
+    )

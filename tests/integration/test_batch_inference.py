@@ -118,7 +118,7 @@ def test_batch_inference_end_to_end(
     from flows.batch_inference import batch_inference_flow
     from flows.params import StageParams
     from flows.prepare import prepare_flow
-    from infra.layout import predictions_prefix, scoring_features_prefix
+    from infra.layout import predictions_prefix
     from infra.settings import get_settings
     from tasks.ml.scoring_worker import ScoringModel
     from tasks.stages.batch_inference import load_scoring_model, score_dataset
@@ -136,7 +136,7 @@ def test_batch_inference_end_to_end(
         old = _register(registry, feats.features, seed=1)
         new = _register(registry, feats.features, seed=2)
         registry.set_alias(new, "test")
-        features_prefix = scoring_features_prefix(feats.as_of)
+        features_prefix = feats.scoring_prefix
 
         # 1. The flow scores with production: contract, parity with plain torch, progress.
         stage_log, stage_logger = _ListHandler(), logging.getLogger("tasks.stages.batch_inference")

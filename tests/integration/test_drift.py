@@ -21,10 +21,12 @@ from flows.preprocess import preprocess_flow
 from flows.validate import validate_flow
 from infra.errors import StoreError
 from infra.layout import drift_customers_prefix, drift_reference_key, stage_manifest_key
+from infra.registry import ModelRegistry
 from infra.settings import get_settings
 from infra.store import LocalFolderStore
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.stages.drift import build_reference, measure_drift
+from tasks.stages.records import PreprocessResult, read_stage_manifest
 from tests.e2e.stack_driver import wait_for
 
 pytestmark = pytest.mark.integration
@@ -190,10 +192,28 @@ def test_cli_refuses_a_date_without_features(cli_store, capsys):
 
 
 def test_a_reference_is_not_built_from_a_snapshot_replaced_since(
-    production, shifted, shifted_events, store_dir, spark
+    production, shifted, shifted_events, demo_events, store_dir, spark
 ):
     store = LocalFolderStore(store_dir)
+    recorded = ModelRegistry(store).get(production.model_version).snapshot
     stage = StageParams(events=str(shifted_events), store=str(store_dir), run_id="shifted", as_of=T)
-    preprocess_flow(stage)  # publishes a new snapshot at the same as_of and horizon
+    preprocess_flow(stage)  # another run's snapshot at the same as_of and horizon: its own key
+    assert (
+        recorded
+        and recorded
+        != read_stage_manifest(store, "shifted", "preprocess", PreprocessResult).snapshot_prefix
+    )
+    reference = build_reference(
+        lambda: spark, store, production.model_version, get_settings().drift
+    )
+    assert reference.snapshot_prefix == recorded  # the model's own, untouched
+    again = StageParams(
+        events=str(demo_events),
+        store=str(store_dir),
+        run_id=production.run_id,
+        as_of=T,
+        use_cache=False,
+    )
+    preprocess_flow(again)  # the model's own run publishes its snapshot again
     with pytest.raises(StoreError, match="replaced after the model was trained"):
         build_reference(lambda: spark, store, production.model_version, get_settings().drift)

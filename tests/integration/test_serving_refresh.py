@@ -63,7 +63,7 @@ def test_refresh_promotes_and_the_endpoint_serves_it(
                 "the endpoint to serve the refreshed model",
             )
             assert ready["features_as_of"] == AS_OF.isoformat() and ready["customers"] > 1000
-            some_customer = next(iter(_customer_ids(store)))
+            some_customer = next(iter(_customer_ids(store, manifest.scoring_features)))
             answer = client.post("/predict", json={"customer_id": some_customer})
             assert answer.status_code == 200, answer.text
             assert answer.json()["model_version"] == candidate
@@ -73,12 +73,12 @@ def test_refresh_promotes_and_the_endpoint_serves_it(
         get_settings.cache_clear()
 
 
-def _customer_ids(store: LocalFolderStore) -> list[str]:
+def _customer_ids(store: LocalFolderStore, prefix: str) -> list[str]:
     import pyarrow.dataset as pads
 
     from infra.datasets import read_dataset_manifest
 
-    manifest = read_dataset_manifest(store, f"features/as_of={AS_OF.isoformat()}")
+    manifest = read_dataset_manifest(store, prefix)
     table = pads.dataset(str(store.local_path(manifest.data_prefix)), format="parquet").to_table(
         columns=["customer_id"]
     )

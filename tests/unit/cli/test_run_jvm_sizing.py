@@ -17,27 +17,46 @@ class FlowReached(Exception):
     """Raised in place of the flow: the CLI got past the JVM start."""
 
 
-@pytest.mark.parametrize(
-    ("command", "flow"),
-    [("run", "flows.pipeline.pipeline_flow"), ("features", "flows.prepare.prepare_flow")],
-)
-@pytest.mark.parametrize(
-    ("amounts", "jvm_started_for"),
-    [
-        (["1.0", "2.5", "3"], [3]),  # text that Spark parses: the rows the footer holds
-        ([1.0, 2.5, 3.0], []),  # native types: validated in this process, no JVM
-    ],
-    ids=["spark-parses", "in-process"],
-)
-def test_the_jvm_starts_sized_by_the_inspected_input(
-    tmp_path, monkeypatch, command, flow, amounts, jvm_started_for
-):
+def _parquet(tmp_path, amounts):
     events = tmp_path / "events.parquet"
     t = dt.datetime(2025, 1, 1)
     pq.write_table(
         pa.table({"customer_id": ["a", "b", "c"], "event_time": [t] * 3, "amount": amounts}),
         events,
     )
+    return events
+
+
+def _csv(tmp_path, times):
+    events = tmp_path / "events.csv"
+    rows = "".join(f"c{i},{t},1.5\n" for i, t in enumerate(times))
+    events.write_text("customer_id,event_time,amount\n" + rows)
+    return events
+
+
+INPUTS = {
+    # native types: validated in this process, no JVM
+    "parquet": (lambda tmp: _parquet(tmp, [1.0, 2.5, 3.0]), [], []),
+    # text DuckDB parses as Spark does (numbers, ISO times): in this process too
+    "parquet-text": (lambda tmp: _parquet(tmp, ["1.0", "2.5", "3"]), [], []),
+    "csv": (lambda tmp: _csv(tmp, ["2025-01-01 10:00:00", "02/01/2025"]), [], []),
+    # a pattern only Spark parses (12-hour clock): the JVM, sized by the file's estimate
+    "csv-spark-pattern": (
+        lambda tmp: _csv(tmp, ["01/02/2025 10:00 AM"]),
+        ["--timestamp-format", "MM/dd/yyyy hh:mm a"],
+        [1],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("command", "flow"),
+    [("run", "flows.pipeline.pipeline_flow"), ("features", "flows.prepare.prepare_flow")],
+)
+@pytest.mark.parametrize("kind", list(INPUTS))
+def test_the_jvm_starts_sized_by_the_inspected_input(tmp_path, monkeypatch, command, flow, kind):
+    make, extra, jvm_started_for = INPUTS[kind]
+    events = make(tmp_path)
     started: list[int | None] = []
 
     def start(settings, input_rows=None):
@@ -48,7 +67,7 @@ def test_the_jvm_starts_sized_by_the_inspected_input(
 
     monkeypatch.setattr("infra.spark.start_spark_in_background", start)
     monkeypatch.setattr(flow, reached)
-    args = build_parser().parse_args([command, "--events", str(events)])
+    args = build_parser().parse_args([command, "--events", str(events), *extra])
     with pytest.raises(FlowReached):
         args.handler(args)
     assert started == jvm_started_for

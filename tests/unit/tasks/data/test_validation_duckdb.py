@@ -212,19 +212,26 @@ def test_demo_events_validate_alike(spark, tmp_path):
 @pytest.mark.parametrize(
     ("column", "dtype"),
     [
-        ("event_time", pa.string()),
         ("event_time", pa.timestamp("ns")),
-        ("amount", pa.string()),
         ("amount", pa.float32()),
         ("amount", pa.decimal128(10, 2)),
         ("customer_id", pa.uint64()),
-        ("quantity", pa.string()),
     ],
 )
 def test_types_spark_parses_are_declined(column, dtype):
     schema = SCHEMA.set(SCHEMA.get_field_index(column), pa.field(column, dtype))
     problem = in_process_type_problem(schema)
     assert problem is not None and column in problem
+
+
+def test_text_is_parsed_in_process_unless_its_time_pattern_is_spark_s_alone():
+    text = pa.schema(
+        [(c, pa.string()) for c in ("customer_id", "event_time", "amount", "quantity")]
+    )
+    for fmt in (None, "epoch_seconds", "epoch_millis", "dd/MM/yyyy HH:mm", "d.M.yyyy"):
+        assert in_process_type_problem(text, fmt) is None
+    problem = in_process_type_problem(text, "MM/dd/yyyy hh:mm a")
+    assert problem is not None and "event_time" in problem and "Spark" in problem
 
 
 def test_spark_text_of_doubles():

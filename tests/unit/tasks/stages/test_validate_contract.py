@@ -33,9 +33,26 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _validate(spark, store, path, *, max_bad=1.0, options=None, use_cache=False, run_id="r1"):
+def _validate(
+    spark,
+    store,
+    path,
+    *,
+    max_bad=1.0,
+    options=None,
+    use_cache=False,
+    run_id="r1",
+    in_process_rows=None,
+):
     return validate_stage(
-        spark, store, run_id, str(path), max_bad, options=options, use_cache=use_cache
+        spark,
+        store,
+        run_id,
+        str(path),
+        max_bad,
+        options=options,
+        use_cache=use_cache,
+        in_process_rows=in_process_rows,
     )
 
 
@@ -309,7 +326,8 @@ RFC_4180_CSV = (
 
 def test_spark_reads_csv_quoting_as_rfc_4180(spark, local_store, tmp_path):
     path = _write(tmp_path / "quoted.csv", RFC_4180_CSV)
-    result = _validate(spark, local_store, path)
+    result = _validate(spark, local_store, path, in_process_rows=0)
+    assert result.report.spark_jobs
     assert result.rows_read == 3 and result.rows_valid == 3
     good = _rows(spark, local_store, result.events_prefix)
     assert sorted((r["customer_id"], r["amount"], r["category"]) for r in good) == [
@@ -325,6 +343,7 @@ def test_spark_reads_csv_quoting_as_rfc_4180(spark, local_store, tmp_path):
         header,
         options=InputOptions(column_map={"customer_id": 'cust"id'}),
         run_id="r2",
+        in_process_rows=0,
     )
     assert mapped.rows_valid == 1
 
@@ -332,6 +351,98 @@ def test_spark_reads_csv_quoting_as_rfc_4180(spark, local_store, tmp_path):
         tmp_path / "backslash.csv", 'customer_id,event_time,amount\n"c\\"1",2025-01-01,1\n'
     )
     escaped = _validate(
-        spark, local_store, backslash, options=InputOptions(csv_escape="\\"), run_id="r3"
+        spark,
+        local_store,
+        backslash,
+        options=InputOptions(csv_escape="\\"),
+        run_id="r3",
+        in_process_rows=0,
     )
     assert [r["customer_id"] for r in _rows(spark, local_store, escaped.events_prefix)] == ['c"1']
+
+
+ODD_CSV = (
+    "customer_id,event_time,amount,quantity,channel\n"
+    "c1,2025-01-02T10:00:00+02:00, 1.5 ,1,web\n"
+    "c1,2025-01-02 10:00:00.1234567,1e3,2.0,\n"
+    'c2,2025-01-02T10:00:00Z,"1,5",1,""\n'
+    "c2,2025-01-02 10:00:00 UTC,1d,1,app\n"
+    "c3,2025,+.5e+2,3,app\n"
+    "c3,10000-01-01 00:00:00,1,1,app\n"
+    "c3,2025-02-30,1,1,app\n"
+    "c4,2025-01-02 24:00:00,1,1,app\n"
+    "c4,2025-01-03,1_000,1,app\n"
+    "c4,2025-01-04,inf,1,app\n"
+    "c5,2025-01-05\n"
+    "c5,2025-01-06,2,1,app,extra\n"
+    "c6,2025-01-07,3,9999999999,app\n"
+    "c6,2025-01-08,3,-0,app\n"
+)
+
+
+def _engine_outputs(spark, store, path, run_id, in_process_rows, options=None):
+    result = validate_stage(
+        spark,
+        store,
+        run_id,
+        str(path),
+        1.0,
+        options=options,
+        use_cache=False,
+        in_process_rows=in_process_rows,
+    )
+    good = _rows(spark, store, result.events_prefix)
+    quarantine = _rows(spark, store, result.quarantine_prefix)
+    return result, good, quarantine
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "options"),
+    [
+        ("bad_rows", BAD_ROWS_CSV, None),
+        ("rfc_4180", RFC_4180_CSV, None),
+        ("odd_values", ODD_CSV, None),
+        (
+            "day_first_semicolons",
+            "Client;Date;TOTAL;Qty\nc1;01/02/2025 10:00;10,5;1\nc1;13/02/2025 09:00;20;2\n"
+            "c2;28/02/2025 23:59;5;1\nc3;31/02/2025 10:00;5;1\nc3;1/2/2025 9:5;5;1\n",
+            InputOptions(
+                column_map={"customer_id": "client", "event_time": "date", "amount": "total"}
+            ),
+        ),
+        (
+            "epoch_tabs",
+            "CUSTOMER_ID\tEvent_Time\tAmount\n7\t1735725600\t3\n8\t1735812000.5\t4\n9\t-1\t1\n",
+            None,
+        ),
+        (
+            "given_pattern",
+            "customer_id,event_time,amount\nc1,02.01.2025 10:00:00,1\nc2,2.1.2025 10:00:00,1\n",
+            InputOptions(timestamp_format="dd.MM.yyyy HH:mm:ss"),
+        ),
+        (
+            "backslash_escape",
+            'customer_id,event_time,amount\n"c\\"1",2025-01-01,1\n"c,2",2025-01-01,2\n',
+            InputOptions(csv_escape="\\"),
+        ),
+    ],
+)
+def test_duckdb_and_spark_read_and_validate_csv_alike(
+    spark, local_store, tmp_path, name, text, options
+):
+    path = _write(tmp_path / f"{name}.csv", text)
+    spark_result, spark_good, spark_quarantine = _engine_outputs(
+        spark, local_store, path, f"{name}-spark", 0, options
+    )
+    result, good, quarantine = _engine_outputs(
+        spark, local_store, path, f"{name}-duckdb", None, options
+    )
+    assert spark_result.report.spark_jobs and result.report.spark_jobs == 0
+    assert good == spark_good
+    assert quarantine == spark_quarantine
+    assert result.quarantine_reasons == spark_result.quarantine_reasons
+    assert (result.first_event, result.last_event) == (
+        spark_result.first_event,
+        spark_result.last_event,
+    )
+    assert result.available_columns == spark_result.available_columns
