@@ -32,7 +32,9 @@ TRAINING = {  # long enough (200 small-batch epochs) to be killed after its firs
 
 @pytest.fixture
 def stack_env(stack_base_env) -> dict[str, str]:
-    return stack_base_env | {"HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS": "50", **TRAINING}
+    # crash detection at the default 90 s (three 30 s heartbeats): at 50 s one heartbeat late by
+    # 20 s on a loaded 2-core box marked run 2's pipeline Crashed while it was still working
+    return stack_base_env | {"HYBRIDFLOW_STACK_CRASH_AFTER_SECONDS": "90", **TRAINING}
 
 
 def _children(client, parent_id) -> dict[str, object]:
