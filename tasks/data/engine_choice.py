@@ -9,8 +9,10 @@ know whether to start the JVM early (:func:`run_needs_spark`). The rules, in ord
    workers there): ``spark``;
 3. up to ``limit`` rows (``HYBRIDFLOW_IN_PROCESS_ROWS``, or a caller's override; ``0``: always
    Spark): ``in-process`` (DuckDB, pyarrow, numpy in the flow's process);
-4. above it, a stage that can run a Spark task per customer bucket on input clustered by
-   customer (features): ``spark-per-bucket``; else ``spark``.
+4. above it, a stage that runs its SQL in DuckDB inside Spark tasks (features): on input
+   clustered by customer, a task per bucket (``spark-per-bucket``); else one shuffle by
+   customer and a task per partition (``spark-per-partition``: events an S3 store's executors
+   wrote on a cluster carry no bucket layout); other stages: ``spark``.
 """
 
 from __future__ import annotations
@@ -19,15 +21,17 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-Engine = Literal["in-process", "spark", "spark-per-bucket"]
+Engine = Literal["in-process", "spark", "spark-per-bucket", "spark-per-partition"]
 IN_PROCESS: Engine = "in-process"
 SPARK: Engine = "spark"
 SPARK_PER_BUCKET: Engine = "spark-per-bucket"
+SPARK_PER_PARTITION: Engine = "spark-per-partition"
 
 # stages that, on a cluster, run on its executors whatever the size
 CLUSTER_ONLY = frozenset({"batch_inference"})
-# stages with a Spark task per customer bucket when their input is clustered by customer
-PER_BUCKET = frozenset({"features"})
+# stages whose Spark tasks run DuckDB over all events of their customers: a task per bucket of
+# input clustered by customer, else a task per partition after one shuffle by customer
+PER_CUSTOMER_TASKS = frozenset({"features"})
 # the CPU stages of a pipeline run (what run_needs_spark asks about)
 CPU_STAGES = ("validate", "features", "preprocess", "batch_inference")
 
@@ -60,9 +64,16 @@ def choose_engine(stage: str, inputs: EngineInputs) -> EngineChoice:
             engine=IN_PROCESS, reason=f"{inputs.rows:,} rows <= in-process limit {inputs.limit:,}"
         )
     over = f"{inputs.rows:,} rows > in-process limit {inputs.limit:,}"
-    if stage in PER_BUCKET and inputs.clustered_by_customer:
+    if stage not in PER_CUSTOMER_TASKS:
+        return EngineChoice(engine=SPARK, reason=over)
+    if inputs.clustered_by_customer:
         return EngineChoice(engine=SPARK_PER_BUCKET, reason=f"{over}; clustered by customer")
-    return EngineChoice(engine=SPARK, reason=over)
+    where = "on a cluster" if inputs.cluster else "in local mode"
+    return EngineChoice(
+        engine=SPARK_PER_PARTITION,
+        reason=f"{over}; not clustered by customer ({where}): one shuffle by customer, then "
+        "DuckDB per partition",
+    )
 
 
 def run_needs_spark(inputs: EngineInputs) -> bool:

@@ -1,8 +1,12 @@
 """The features stage on Spark: a task per bucket of the customer-clustered events (DuckDB in
-each), or Spark SQL for events that are not clustered, gives what the in-process stage gives;
-a failed task publishes nothing; a task reads and writes a remote store through its client."""
+each), or for events that are not clustered one shuffle by customer and a task per partition
+(DuckDB in each), gives what the in-process stage gives; a customer's events split between files
+meet in one partition, and events after as_of change no feature; a failed task publishes
+nothing; a task reads and writes a remote store through its client."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 import pytest
 
@@ -13,9 +17,10 @@ from infra.spark_io import ClusteredLayout, read_dataset, write_dataset, write_o
 from tasks.data.cutoffs import Origins, end_of_day, micros, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.stages.feature_frame import FeatureOutput
-from tasks.stages.features import SparkFeatureFrame, feature_frame, features_stage
+from tasks.stages.features import feature_frame, features_stage
 from tasks.stages.features_in_process import InProcessFeatureFrame
 from tasks.stages.features_per_bucket import BucketFeatureFrame, bucket_features
+from tasks.stages.features_per_partition import PartitionFeatureFrame
 from tasks.stages.records import ValidateResult
 from tasks.stages.validate import validate_stage
 
@@ -86,7 +91,7 @@ def test_each_engine_is_chosen_by_size_and_layout(spark, local_store, validated)
         "small": InProcessFeatureFrame,
         "clustered": BucketFeatureFrame,
         "validated": BucketFeatureFrame,
-        "plain": SparkFeatureFrame,
+        "plain": PartitionFeatureFrame,
     }
 
 
@@ -101,7 +106,11 @@ def _names_its_events(store, result, validated) -> None:
     assert SourceEvents.of(read_dataset_manifest(store, result.training_prefix)) is None
 
 
-def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, validated):
+def test_buckets_and_partitions_give_the_in_process_outputs(
+    spark, local_store, validated, monkeypatch
+):
+    # three partitions, so the customers split between the plain events' two files must meet
+    monkeypatch.setattr(PartitionFeatureFrame, "partitions", lambda self: 3)
     origins, n = Origins(count=3, stride_days=45), 6  # and the last 6 events per customer
     here = features_stage(
         spark,
@@ -146,22 +155,56 @@ def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, v
             origins=origins,
             sequence_length=n,
         )
-        # one job of a task per bucket; Spark SQL shuffles the unclustered events first
-        assert (result.report.spark_jobs == 1) == (buckets is not None), result.report
+        engine = "spark-per-bucket" if buckets is not None else "spark-per-partition"
+        assert result.report.engine == engine, result.report
+        assert "clustered by customer" in result.report.engine_reason
+        # one job of a task per bucket; a shuffle and a task per partition for the plain events
+        assert result.report.spark_jobs == (1 if buckets is not None else 2), result.report
         assert [getattr(result, f) for f in figures] == [getattr(here, f) for f in figures]
         assert result.positive_rate == pytest.approx(here.positive_rate, rel=1e-12)
         assert result.backtest_positive_rate == pytest.approx(here.backtest_positive_rate)
         for prefix, rows in expected.items():
             _same(rows, _rows(local_store, getattr(result, prefix)))
         _names_its_events(local_store, result, events)
-        if buckets is not None:
-            manifest = read_dataset_manifest(local_store, result.training_prefix)
-            assert len(manifest.files) == buckets  # a part per bucket
+        manifest = read_dataset_manifest(local_store, result.training_prefix)
+        assert len(manifest.files) == (buckets or 3)  # a part per bucket / partition
         # Spark reads the parts with the schema the manifest records.
         training = read_dataset(spark, local_store, result.training_prefix)
         assert training.count() == result.n_training
         assert training.schema["label"].dataType.typeName() == "double"
         assert training.schema["seq_gap_days"].dataType.typeName() == "array"
+
+
+def test_events_after_as_of_change_no_feature_of_a_partition(
+    spark, local_store, validated, monkeypatch
+):
+    """Point in time on the shuffled path: copies of a third of the customers' events moved
+    past as_of (into the scoring horizon) and spread over files that split customers change
+    no training example, backtest example or scoring feature, and are counted as ignored."""
+    from pyspark.sql import functions as F
+
+    monkeypatch.setattr(PartitionFeatureFrame, "partitions", lambda self: 2)
+    as_of = validated.last_event.date()
+    here = features_stage(
+        spark, local_store, "pit-l", validated, as_of, 90, False, IN_PROCESS, sequence_length=3
+    )
+    events = read_dataset(spark, local_store, validated.events_prefix)
+    later = events.where(F.abs(F.hash("customer_id")) % 3 == 0).withColumn(
+        "event_time", F.col("event_time") + F.expr("INTERVAL 30 DAYS")
+    )
+    later = later.where(F.to_date("event_time") > F.lit(as_of))
+    moved = later.count()
+    prefix = run_dataset_prefix("v", "with-future")
+    write_dataset(events.unionByName(later).repartition(3), local_store, prefix)
+    last = validated.last_event + dt.timedelta(days=30)
+    future = validated.model_copy(update={"events_prefix": prefix, "last_event": last})
+    result = features_stage(
+        spark, local_store, "pit-s", future, as_of, 90, False, SPARK, sequence_length=3
+    )
+    assert result.report.engine == "spark-per-partition"
+    assert moved and result.events_after_as_of == moved + here.events_after_as_of
+    for name in ("training_prefix", "backtest_prefix", "scoring_prefix"):
+        _same(_rows(local_store, getattr(here, name)), _rows(local_store, getattr(result, name)))
 
 
 def test_a_failed_task_publishes_nothing(spark, local_store, validated):

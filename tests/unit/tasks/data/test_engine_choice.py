@@ -9,6 +9,7 @@ from tasks.data.engine_choice import (
     IN_PROCESS,
     SPARK,
     SPARK_PER_BUCKET,
+    SPARK_PER_PARTITION,
     EngineInputs,
     choose_engine,
     run_needs_spark,
@@ -26,7 +27,9 @@ TABLE = [
     ("features", 10, False, None, True, IN_PROCESS),
     ("features", LIMIT + 1, False, None, True, SPARK_PER_BUCKET),
     ("features", LIMIT + 1, True, None, True, SPARK_PER_BUCKET),
-    ("features", LIMIT + 1, True, None, False, SPARK),  # not clustered: Spark SQL
+    # not clustered (an S3 store's executors wrote them): a shuffle, DuckDB per partition
+    ("features", LIMIT + 1, True, None, False, SPARK_PER_PARTITION),
+    ("features", LIMIT + 1, False, None, False, SPARK_PER_PARTITION),
     ("preprocess", 10, False, None, True, IN_PROCESS),
     ("preprocess", LIMIT + 1, False, None, True, SPARK),  # no per-bucket engine
     ("batch_inference", 10, False, None, False, IN_PROCESS),
@@ -61,6 +64,11 @@ def test_the_reason_names_what_decided():
     ).reason == (problem)
     big = choose_engine("features", EngineInputs(rows=20, limit=10, clustered_by_customer=True))
     assert big.reason == "20 rows > in-process limit 10; clustered by customer"
+    plain = choose_engine("features", EngineInputs(rows=20, limit=10, cluster=True))
+    assert plain.reason == (
+        "20 rows > in-process limit 10; not clustered by customer (on a cluster): one shuffle "
+        "by customer, then DuckDB per partition"
+    )
 
 
 @pytest.mark.parametrize(
@@ -70,7 +78,9 @@ def test_the_reason_names_what_decided():
 )
 def test_an_override_of_the_limit_wins(limit, engine):
     for stage in ("validate", "features", "preprocess", "batch_inference", "drift"):
-        assert choose_engine(stage, EngineInputs(rows=1, limit=limit)).engine == engine
+        # features on Spark: DuckDB per partition of the (unclustered) events
+        want = SPARK_PER_PARTITION if (stage, engine) == ("features", SPARK) else engine
+        assert choose_engine(stage, EngineInputs(rows=1, limit=limit)).engine == want
 
 
 def test_a_run_needs_spark_when_any_cpu_stage_would_run_there():
