@@ -53,7 +53,9 @@ def _stage_features(spark, store, validated, in_process_rows: int) -> tuple[floa
     return time.perf_counter() - started, result
 
 
-def _duckdb_features(events_glob: str, as_of, out: Path) -> float:
+def duckdb_features(events_glob: str, as_of, out: Path, threads: int | None = None) -> float:
+    """DuckDB's seconds for the three outputs from the events at ``events_glob``, written to
+    ``out`` (``threads``: DuckDB's, default every core)."""
     import duckdb
 
     from tasks.data.cutoffs import pipeline_cutoffs
@@ -61,6 +63,8 @@ def _duckdb_features(events_glob: str, as_of, out: Path) -> float:
     cutoffs = pipeline_cutoffs(as_of, HORIZON_DAYS)
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    if threads is not None:
+        con.execute(f"SET threads = {int(threads)}")
     started = time.perf_counter()
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW events AS SELECT * FROM read_parquet('{events_glob}')"
@@ -145,7 +149,7 @@ def main(results_dir: Path) -> list[dict]:
             local_s, local = _stage_features(spark, store, validated, validated.rows_valid)
             out = work / f"duck-{run}"
             out.mkdir()
-            duck_s = _duckdb_features(glob, result.as_of, out)
+            duck_s = duckdb_features(glob, result.as_of, out)
             worst = {}
             for engine, stage in (("spark", result), ("spark_sql", sql), ("in_process", local)):
                 if stage.backtest_prefix is None:

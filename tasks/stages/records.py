@@ -45,8 +45,8 @@ class StageReport(BaseModel):
     )
     engine: str | None = Field(
         default=None,
-        description="the engine that ran it: in-process, spark, spark-per-bucket "
-        "(tasks/data/engine_choice.py; None: not a CPU stage)",
+        description="the engine that ran it: in-process, spark, spark-per-bucket, "
+        "spark-per-partition (tasks/data/engine_choice.py; None: not a CPU stage)",
     )
     engine_reason: str | None = Field(default=None, description="why that engine")
 

@@ -1,7 +1,8 @@
 """The features run on Spark Connect as on a classic session: the customer-level table is one
 SQL statement whose input goes in as a parameter (Spark Connect analyses lazily, so a temp view
 dropped after ``spark.sql`` would be missing when a job runs), and the stage's task per bucket
-runs its DuckDB in the server's Python workers. A child process runs both through a Connect
+runs its DuckDB in the server's Python workers, as does the task per partition of events
+shuffled by customer (a customer's events split between files; the event after as_of ignored). A child process runs both through a Connect
 server it starts on a free loopback port; their features must equal DuckDB's in this process
 for the same rows. The validation SQL (its functions defined in the Connect session) runs there
 too."""
@@ -16,6 +17,7 @@ import sys
 import textwrap
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from infra.stack.services import free_port
@@ -95,6 +97,28 @@ CHILD = textwrap.dedent(
     out = {name: {r["customer_id"]: r for r in read_table(store, m).to_pylist()}
            for name, m in published.items()}
     print("BUCKETS " + json.dumps(out, default=str))  # a labelled output's origin is a date
+    # the stage's path for events not clustered by customer: a shuffle by customer, then a
+    # task per partition (three here) running DuckDB; every customer's events split between
+    # two files
+    from infra.datasets import new_data_prefix, publish_written_dataset
+    from tasks.stages.features_per_partition import PartitionFeatureFrame
+    table = events.toArrow()
+    data = new_data_prefix("plain")
+    keys = [f"{data}/part-{i}.parquet" for i in (0, 1)]
+    for i, key in enumerate(keys):
+        pq.write_table(table.take(list(range(i, table.num_rows, 2))), store.local_path(key))
+    publish_written_dataset(store, "plain", data, keys, rows=table.num_rows)
+    class ThreePartitions(PartitionFeatureFrame):
+        def partitions(self):
+            return 3
+    outputs = [FeatureOutput((c,), f"part/{c.name}") for c in pipeline_cutoffs(dt.date(2025, 1, 27), 5)]
+    with ThreePartitions(spark, store, "plain", table.num_rows, outputs, available) as frame:
+        published = {o.cutoffs[0].name: frame.publish(o)[0] for o in outputs}
+        after = frame.events_after()
+    out = {name: {r["customer_id"]: r for r in read_table(store, m).to_pylist()}
+           for name, m in published.items()}
+    out["_events_after"] = after
+    print("PARTITIONS " + json.dumps(out, default=str))
     from tasks.data.validation import conform_events, split_valid_events
     parts = split_valid_events(conform_events(events.unionByName(events.limit(1))), 2)
     reasons = [r["reason"] for r in parts.quarantine.collect()]
@@ -124,10 +148,12 @@ def test_features_on_spark_connect_equal_duckdb():
     printed = {
         line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
         for line in done.stdout.splitlines()
-        if line.startswith(("FEATURES ", "BUCKETS ", "VALIDATED "))
+        if line.startswith(("FEATURES ", "BUCKETS ", "PARTITIONS ", "VALIDATED "))
     }
-    assert done.returncode == 0 and len(printed) == 3, done.stderr[-3000:]
+    assert done.returncode == 0 and len(printed) == 4, done.stderr[-3000:]
     assert printed.pop("VALIDATED") == {"good": len(rows), "quarantine": ["duplicate_event"]}
+    # point in time on the shuffled path: the one event after as_of is ignored and counted
+    assert printed["PARTITIONS"].pop("_events_after") == 1
 
     table = pa.Table.from_pylist(
         [dict(zip(GOOD_EVENTS_SCHEMA.names, r, strict=True)) for r in rows], GOOD_EVENTS_SCHEMA
@@ -141,6 +167,18 @@ def test_features_on_spark_connect_equal_duckdb():
                 for customer, features in expected.items():
                     got[customer].pop("customer_id")
                     origin = got[customer].pop("origin", None)
-                    if way == "BUCKETS" and cutoff.label_until is not None:
+                    if way != "FEATURES" and cutoff.label_until is not None:
                         assert origin == cutoff.origin().isoformat(), (way, customer)
                     assert got[customer] == pytest.approx(features, rel=1e-9), (way, customer)
+    # and the scoring features at T are those of the events up to T only
+    score = pipeline_cutoffs(AS_OF, HORIZON_DAYS).score
+    until_t = table.filter(
+        pc.less_equal(table["event_time"], pa.scalar(score.at, table.schema[1].type))
+    )
+    with InProcessFeatures(until_t, [score], ALL) as duck:
+        expected = {r.pop("customer_id"): r for r in duck.cutoff_table(score).to_pylist()}
+    got = printed["PARTITIONS"][score.name]
+    assert set(got) == set(expected) == {"a", "b", "c"}
+    for customer, features in expected.items():
+        got[customer].pop("customer_id", None)
+        assert got[customer] == pytest.approx(features, rel=1e-9), customer
