@@ -19,18 +19,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from infra.settings import TrainingSettings
 from tasks.ml.calibration import Calibration
-from tasks.ml.ddp import DistContext
 from tasks.ml.metrics import classification_metrics
 from tasks.ml.normalizer import Normalizer
-from tasks.ml.snapshot_reader import SnapshotStream
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch-free at import: planning asks families for cost hints (no torch)
+    import torch
+
     from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
+    from tasks.ml.ddp import DistContext
+    from tasks.ml.snapshot_reader import SnapshotStream
 
 CONFIG_FILE = "model.json"
 PARALLEL_FIT_ROWS = 200_000  # below this, one thread fits faster than a busy machine's cores
@@ -105,12 +106,24 @@ class FitJob:
     data: SnapshotStream
     normalizer: Normalizer
     settings: TrainingSettings
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    ctx: DistContext = field(default_factory=DistContext)
+    device: torch.device = field(default_factory=lambda: _cpu())
+    ctx: DistContext = field(default_factory=lambda: _single_process())
     start: FittedModel | None = None
     checkpoints: CheckpointStore | None = None
     checkpoint_policy: CheckpointPolicy | None = None
     stop_after_steps: int | None = None
+
+
+def _cpu() -> torch.device:
+    import torch
+
+    return torch.device("cpu")
+
+
+def _single_process() -> DistContext:
+    from tasks.ml.ddp import DistContext
+
+    return DistContext()
 
 
 @dataclass

@@ -18,7 +18,6 @@ import time
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from pydantic import BaseModel, Field
 
 from infra.errors import ChecksumMismatchError
@@ -92,6 +91,8 @@ class GBMModel(FittedModel):
         x = np.ascontiguousarray(x, dtype=np.float64)
         if len(x) == 0:
             return np.empty(0, dtype=np.float64)
+        import torch
+
         # as many threads as this process gives torch: 1 inside a Spark task or the endpoint
         raw = self.booster.predict(x, raw_score=True, num_threads=torch.get_num_threads())
         return np.asarray(raw, dtype=np.float64)
