@@ -9,7 +9,6 @@ architecture and features, at ``warm_start_lr_factor`` times the learning rate.
 
 from __future__ import annotations
 
-import io
 from typing import Any, Literal
 
 import numpy as np
@@ -18,25 +17,18 @@ import torch.nn.functional as F
 from pydantic import BaseModel, Field
 from torch import nn
 
-from infra.errors import ChecksumMismatchError
 from infra.settings import TrainingSettings
 from tasks.ml.calibration import Calibration
-from tasks.ml.models.base import (
-    CONFIG_FILE,
-    CostHints,
-    FamilySpec,
-    FitJob,
-    FitOutcome,
-    FittedModel,
-    ModelFamily,
-    Scorer,
+from tasks.ml.models.base import CostHints, FamilySpec, FitJob, FittedModel, Scorer
+from tasks.ml.models.network import (
+    WEIGHTS_FILE,
+    NetworkFamily,
+    NetworkModel,
+    restore_network,
 )
 from tasks.ml.models.registry import register_family
-from tasks.ml.network_fit import fit_network, outcome_record, state_dict_cpu
-from tasks.ml.training_loop import network_logits
-from tasks.ml.weights import load_weights
 
-WEIGHTS_FILE = "model.pt"
+__all__ = ["WEIGHTS_FILE", "CustomerMLP", "MLPFamily", "MLPModel", "MLPSpec", "ModelConfig"]
 
 
 class MLPSpec(FamilySpec):
@@ -86,40 +78,15 @@ class CustomerMLP(nn.Module):
         return self.net(self.normalize(x)).squeeze(-1)
 
 
-class MLPModel(FittedModel):
+class MLPModel(NetworkModel):
     """A trained :class:`CustomerMLP` (in eval mode) as the seam sees it."""
 
     kind = "mlp"
-
-    def __init__(self, network: CustomerMLP) -> None:
-        self.network = network.eval()
+    network: CustomerMLP
 
     @property
     def features(self) -> list[str]:
         return list(self.network.config.features)
-
-    @property
-    def calibration(self) -> Calibration:
-        return self.network.config.calibration
-
-    def with_calibration(self, calibration: Calibration) -> MLPModel:
-        self.network.config = self.network.config.model_copy(update={"calibration": calibration})
-        return self
-
-    def logits(self, x: np.ndarray) -> np.ndarray:
-        return network_logits(self.network, x)
-
-    def bundle_files(self) -> dict[str, bytes]:
-        buf = io.BytesIO()
-        torch.save(state_dict_cpu(self.network), buf)
-        return {
-            CONFIG_FILE: self.network.config.model_dump_json(indent=2).encode(),
-            WEIGHTS_FILE: buf.getvalue(),
-        }
-
-    @property
-    def n_parameters(self) -> int:
-        return sum(p.numel() for p in self.network.parameters())
 
     def describe(self) -> str:
         widths = [len(self.features), *self.network.config.hidden_sizes, 1]
@@ -129,11 +96,14 @@ class MLPModel(FittedModel):
         return fast_scorer(self.network)
 
 
-class MLPFamily(ModelFamily):
+class MLPFamily(NetworkFamily):
     """Networks trained by :func:`tasks.ml.network_fit.fit_network` (checkpoints, DDP, CUDA)."""
 
     kind = "mlp"
     spec_type = MLPSpec
+    network_type = CustomerMLP
+    config_type = ModelConfig
+    model_type = MLPModel
 
     def build(self, spec: MLPSpec, job: FitJob) -> CustomerMLP:
         """A fresh network for the snapshot's features and normaliser (seeded)."""
@@ -148,37 +118,6 @@ class MLPFamily(ModelFamily):
                 norm_std=n.std,
             )
         )
-
-    def fit(self, spec: FamilySpec, job: FitJob) -> FitOutcome:
-        assert isinstance(spec, MLPSpec)
-        settings = job.settings
-        if isinstance(job.start, MLPModel):
-            network = job.start.network
-            network.config = network.config.model_copy(update={"calibration": Calibration()})
-            network.train()
-            learning_rate = settings.learning_rate * settings.warm_start_lr_factor
-        else:
-            network = self.build(spec, job)
-            learning_rate = settings.learning_rate
-        outcome = fit_network(network, job, learning_rate, network_from_state)
-        trained = outcome.model.cpu().eval()
-        assert isinstance(trained, CustomerMLP)
-        return FitOutcome(
-            model=MLPModel(trained),
-            seconds=outcome.seconds,
-            record=outcome_record(outcome, learning_rate, job.ctx.world_size)
-            | {"checkpoints_written": outcome.checkpoints_written},
-            history=outcome.history,
-            interrupted=outcome.interrupted,
-        )
-
-    def load(self, config: dict[str, Any], files: dict[str, bytes]) -> MLPModel:
-        if WEIGHTS_FILE not in files:
-            raise ChecksumMismatchError(f"model bundle lacks {WEIGHTS_FILE} or its checksum")
-        network = CustomerMLP(ModelConfig.model_validate(config))
-        state = load_weights(files[WEIGHTS_FILE])
-        network.load_state_dict(state)
-        return MLPModel(network)
 
     def cost_hints(
         self, spec: FamilySpec, n_features: int, settings: TrainingSettings
@@ -198,24 +137,10 @@ class MLPFamily(ModelFamily):
             return "it has another architecture"
         return production
 
-    def training_key(self, spec: FamilySpec, settings: TrainingSettings) -> dict[str, Any]:
-        fields = (
-            "learning_rate",
-            "weight_decay",
-            "batch_size",
-            "max_batch_size",
-            "max_epochs",
-            "patience",
-            "seed",
-        )
-        return super().training_key(spec, settings) | {f: getattr(settings, f) for f in fields}
-
 
 def network_from_state(state: dict[str, Any]) -> CustomerMLP:
     """The network saved in a checkpoint state."""
-    network = CustomerMLP(ModelConfig.model_validate(state["model_config"]))
-    network.load_state_dict(state["model"])
-    return network
+    return restore_network(CustomerMLP, ModelConfig, state)  # type: ignore[return-value]
 
 
 def mlp_parameters(n_features: int, hidden_sizes: list[int]) -> int:

@@ -19,33 +19,20 @@ architecture and inputs.
 from __future__ import annotations
 
 import dataclasses
-import io
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from pydantic import BaseModel, Field
 from torch import nn
 
-from infra.errors import ChecksumMismatchError, HybridflowInputError
+from infra.errors import HybridflowInputError
 from infra.settings import TrainingSettings
 from tasks.definitions.examples import CODE_BUCKETS, OTHER_EVENT_TYPE, split_element
 from tasks.ml.calibration import Calibration
-from tasks.ml.models.base import (
-    CONFIG_FILE,
-    CostHints,
-    FamilySpec,
-    FitJob,
-    FitOutcome,
-    FittedModel,
-    ModelFamily,
-)
+from tasks.ml.models.base import CostHints, FamilySpec, FitJob, FittedModel
+from tasks.ml.models.network import NetworkFamily, NetworkModel, restore_network
 from tasks.ml.models.registry import register_family
-from tasks.ml.network_fit import fit_network, outcome_record, state_dict_cpu
-from tasks.ml.training_loop import network_logits
-from tasks.ml.weights import load_weights
 
-WEIGHTS_FILE = "model.pt"
 GAP, AMOUNT, EVENT_TYPE = "seq_gap_days", "seq_amount", "seq_event_type"
 CODED = {"seq_category": 8, "seq_channel": 4}  # embedded code columns and their widths
 TYPE_WIDTH = 4
@@ -164,40 +151,15 @@ class SequenceNet(nn.Module):
         return (encoded * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
 
-class SequenceModel(FittedModel):
+class SequenceModel(NetworkModel):
     """A trained :class:`SequenceNet` (in eval mode) as the seam sees it."""
 
     kind = "sequence"
-
-    def __init__(self, network: SequenceNet) -> None:
-        self.network = network.eval()
+    network: SequenceNet
 
     @property
     def features(self) -> list[str]:
         return self.network.config.inputs()
-
-    @property
-    def calibration(self) -> Calibration:
-        return self.network.config.calibration
-
-    def with_calibration(self, calibration: Calibration) -> SequenceModel:
-        self.network.config = self.network.config.model_copy(update={"calibration": calibration})
-        return self
-
-    def logits(self, x: np.ndarray) -> np.ndarray:
-        return network_logits(self.network, x)
-
-    def bundle_files(self) -> dict[str, bytes]:
-        buf = io.BytesIO()
-        torch.save(state_dict_cpu(self.network), buf)
-        return {
-            CONFIG_FILE: self.network.config.model_dump_json(indent=2).encode(),
-            WEIGHTS_FILE: buf.getvalue(),
-        }
-
-    @property
-    def n_parameters(self) -> int:
-        return sum(p.numel() for p in self.network.parameters())
 
     def describe(self) -> str:
         c = self.network.config
@@ -207,12 +169,15 @@ class SequenceModel(FittedModel):
         )
 
 
-class SequenceFamily(ModelFamily):
+class SequenceFamily(NetworkFamily):
     """Sequence networks fitted by :func:`tasks.ml.network_fit.fit_network` on the snapshot's
     features and sequence columns (published when ``HYBRIDFLOW_SEQUENCE_LENGTH`` > 0)."""
 
     kind = "sequence"
     spec_type = SequenceSpec
+    network_type = SequenceNet
+    config_type = SequenceConfig
+    model_type = SequenceModel
 
     def build(self, spec: SequenceSpec, job: FitJob) -> SequenceNet:
         """A fresh network for the snapshot's features, sequences and normaliser (seeded)."""
@@ -245,37 +210,8 @@ class SequenceFamily(ModelFamily):
             )
         )
 
-    def fit(self, spec: FamilySpec, job: FitJob) -> FitOutcome:
-        assert isinstance(spec, SequenceSpec)
-        settings = job.settings
-        if isinstance(job.start, SequenceModel):
-            network = job.start.network
-            network.config = network.config.model_copy(update={"calibration": Calibration()})
-            network.train()
-            learning_rate = settings.learning_rate * settings.warm_start_lr_factor
-        else:
-            network = self.build(spec, job)
-            learning_rate = settings.learning_rate
-        job = dataclasses.replace(job, data=job.data.with_features(network.config.inputs()))
-        outcome = fit_network(network, job, learning_rate, network_from_state)
-        trained = outcome.model.cpu().eval()
-        assert isinstance(trained, SequenceNet)
-        return FitOutcome(
-            model=SequenceModel(trained),
-            seconds=outcome.seconds,
-            record=outcome_record(outcome, learning_rate, job.ctx.world_size)
-            | {"checkpoints_written": outcome.checkpoints_written},
-            history=outcome.history,
-            interrupted=outcome.interrupted,
-        )
-
-    def load(self, config: dict[str, Any], files: dict[str, bytes]) -> SequenceModel:
-        if WEIGHTS_FILE not in files:
-            raise ChecksumMismatchError(f"model bundle lacks {WEIGHTS_FILE} or its checksum")
-        network = SequenceNet(SequenceConfig.model_validate(config))
-        state = load_weights(files[WEIGHTS_FILE])
-        network.load_state_dict(state)
-        return SequenceModel(network)
+    def job_for(self, network: nn.Module, job: FitJob) -> FitJob:
+        return dataclasses.replace(job, data=job.data.with_features(network.config.inputs()))
 
     def cost_hints(
         self, spec: FamilySpec, n_features: int, settings: TrainingSettings
@@ -302,24 +238,10 @@ class SequenceFamily(ModelFamily):
         )
         return production if same else "it has another architecture"
 
-    def training_key(self, spec: FamilySpec, settings: TrainingSettings) -> dict[str, Any]:
-        fields = (
-            "learning_rate",
-            "weight_decay",
-            "batch_size",
-            "max_batch_size",
-            "max_epochs",
-            "patience",
-            "seed",
-        )
-        return super().training_key(spec, settings) | {f: getattr(settings, f) for f in fields}
-
 
 def network_from_state(state: dict[str, Any]) -> SequenceNet:
     """The network saved in a checkpoint state."""
-    network = SequenceNet(SequenceConfig.model_validate(state["model_config"]))
-    network.load_state_dict(state["model"])
-    return network
+    return restore_network(SequenceNet, SequenceConfig, state)  # type: ignore[return-value]
 
 
 def settings_sequence_length() -> int:
