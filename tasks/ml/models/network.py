@@ -10,29 +10,21 @@ production model of its own family at ``warm_start_lr_factor`` times the learnin
 
 from __future__ import annotations
 
-import io
+import importlib
 from abc import abstractmethod
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-import torch
 from pydantic import BaseModel
-from torch import nn
 
 from infra.errors import ChecksumMismatchError
 from infra.settings import TrainingSettings
 from tasks.ml.calibration import Calibration
-from tasks.ml.models.base import (
-    CONFIG_FILE,
-    FamilySpec,
-    FitJob,
-    FitOutcome,
-    FittedModel,
-    ModelFamily,
-)
-from tasks.ml.network_fit import fit_network, outcome_record, state_dict_cpu
-from tasks.ml.training_loop import network_logits
-from tasks.ml.weights import load_weights
+from tasks.ml.models.base import FamilySpec, FitJob, FitOutcome, ModelFamily
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from tasks.ml.models.network_model import NetworkModel
 
 WEIGHTS_FILE = "model.pt"
 OPTIMISER_FIELDS = (
@@ -46,51 +38,22 @@ OPTIMISER_FIELDS = (
 )
 
 
-class NetworkModel(FittedModel):
-    """A trained network (in eval mode) as the seam sees it; ``network.config`` is its config."""
-
-    def __init__(self, network: nn.Module) -> None:
-        self.network = network.eval()
-
-    @property
-    def calibration(self) -> Calibration:
-        return self.network.config.calibration
-
-    def with_calibration(self, calibration: Calibration) -> NetworkModel:
-        self.network.config = self.network.config.model_copy(update={"calibration": calibration})
-        return self
-
-    def logits(self, x: np.ndarray) -> np.ndarray:
-        return network_logits(self.network, x)
-
-    def bundle_files(self) -> dict[str, bytes]:
-        buf = io.BytesIO()
-        torch.save(state_dict_cpu(self.network), buf)
-        return {
-            CONFIG_FILE: self.network.config.model_dump_json(indent=2).encode(),
-            WEIGHTS_FILE: buf.getvalue(),
-        }
-
-    @property
-    def n_parameters(self) -> int:
-        return sum(p.numel() for p in self.network.parameters())
-
-
-def restore_network(
-    network_type: type[nn.Module], config_type: type[BaseModel], state: dict[str, Any]
-) -> nn.Module:
-    """The network saved in a checkpoint state (``model_config`` + ``model``)."""
-    network = network_type(config_type.model_validate(state["model_config"]))
-    network.load_state_dict(state["model"])
-    return network
-
-
 class NetworkFamily(ModelFamily):
     """Fit, load and warm start for a family whose model is a :class:`NetworkModel`."""
 
-    network_type: ClassVar[type[nn.Module]]
     config_type: ClassVar[type[BaseModel]]
-    model_type: ClassVar[type[NetworkModel]]
+    network_module: ClassVar[str]
+    """The module (torch) that defines the family's ``NETWORK_TYPE`` (the ``nn.Module``) and
+    ``MODEL_TYPE`` (its :class:`NetworkModel`), imported on first use: the family's spec and
+    cost hints, which routing reads before any stage, need no torch."""
+
+    @property
+    def network_type(self) -> type[nn.Module]:
+        return importlib.import_module(self.network_module).NETWORK_TYPE
+
+    @property
+    def model_type(self) -> type[NetworkModel]:
+        return importlib.import_module(self.network_module).MODEL_TYPE
 
     @abstractmethod
     def build(self, spec: Any, job: FitJob) -> nn.Module:
@@ -101,9 +64,13 @@ class NetworkFamily(ModelFamily):
         return job
 
     def network_from_state(self, state: dict[str, Any]) -> nn.Module:
+        from tasks.ml.models.network_model import restore_network
+
         return restore_network(self.network_type, self.config_type, state)
 
     def fit(self, spec: FamilySpec, job: FitJob) -> FitOutcome:
+        from tasks.ml.network_fit import fit_network, outcome_record
+
         assert isinstance(spec, self.spec_type)
         settings = job.settings
         if isinstance(job.start, self.model_type):
@@ -128,6 +95,8 @@ class NetworkFamily(ModelFamily):
         )
 
     def load(self, config: dict[str, Any], files: dict[str, bytes]) -> NetworkModel:
+        from tasks.ml.weights import load_weights
+
         if WEIGHTS_FILE not in files:
             raise ChecksumMismatchError(f"model bundle lacks {WEIGHTS_FILE} or its checksum")
         network = self.network_type(self.config_type.model_validate(config))
@@ -137,3 +106,12 @@ class NetworkFamily(ModelFamily):
     def training_key(self, spec: FamilySpec, settings: TrainingSettings) -> dict[str, Any]:
         fields = {f: getattr(settings, f) for f in OPTIMISER_FIELDS}
         return super().training_key(spec, settings) | fields
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`NetworkModel` and :func:`restore_network` (torch), imported on first use."""
+    if name in ("NetworkModel", "restore_network"):
+        from tasks.ml.models import network_model
+
+        return getattr(network_model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
