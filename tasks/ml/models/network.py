@@ -23,11 +23,10 @@ from infra.errors import ChecksumMismatchError
 from infra.settings import TrainingSettings
 from tasks.ml.calibration import Calibration
 from tasks.ml.models.base import (
-    CONFIG_FILE,
+    ConfiguredModel,
     FamilySpec,
     FitJob,
     FitOutcome,
-    FittedModel,
     ModelFamily,
 )
 from tasks.ml.network_fit import fit_network, outcome_record, state_dict_cpu
@@ -46,19 +45,19 @@ OPTIMISER_FIELDS = (
 )
 
 
-class NetworkModel(FittedModel):
+class NetworkModel(ConfiguredModel):
     """A trained network (in eval mode) as the seam sees it; ``network.config`` is its config."""
 
     def __init__(self, network: nn.Module) -> None:
         self.network = network.eval()
 
-    @property
-    def calibration(self) -> Calibration:
-        return self.network.config.calibration
+    @property  # type: ignore[override]
+    def config(self) -> Any:
+        return self.network.config
 
-    def with_calibration(self, calibration: Calibration) -> NetworkModel:
-        self.network.config = self.network.config.model_copy(update={"calibration": calibration})
-        return self
+    @config.setter
+    def config(self, config: Any) -> None:
+        self.network.config = config
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         return network_logits(self.network, x)
@@ -66,10 +65,7 @@ class NetworkModel(FittedModel):
     def bundle_files(self) -> dict[str, bytes]:
         buf = io.BytesIO()
         torch.save(state_dict_cpu(self.network), buf)
-        return {
-            CONFIG_FILE: self.network.config.model_dump_json(indent=2).encode(),
-            WEIGHTS_FILE: buf.getvalue(),
-        }
+        return self.config_file() | {WEIGHTS_FILE: buf.getvalue()}
 
     @property
     def n_parameters(self) -> int:
