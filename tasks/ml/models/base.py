@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -95,6 +95,29 @@ class FittedModel(ABC):
         """A lower-overhead path for single requests giving the same probabilities as
         :func:`predict_proba` (the endpoint checks that on its warm-up batch); None: use it."""
         return None
+
+
+class ConfiguredModel(FittedModel):
+    """A fitted model whose pydantic :attr:`config` (``model.json``) holds its features and its
+    calibration."""
+
+    config: Any
+
+    @property
+    def features(self) -> list[str]:
+        return list(self.config.features)
+
+    @property
+    def calibration(self) -> Calibration:
+        return self.config.calibration
+
+    def with_calibration(self, calibration: Calibration) -> Self:
+        self.config = self.config.model_copy(update={"calibration": calibration})
+        return self
+
+    def config_file(self) -> dict[str, bytes]:
+        """``model.json``: the config as the bundle stores it."""
+        return {CONFIG_FILE: self.config.model_dump_json(indent=2).encode()}
 
 
 @dataclass

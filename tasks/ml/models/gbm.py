@@ -24,7 +24,7 @@ from infra.errors import ChecksumMismatchError
 from infra.settings import TrainingSettings
 from tasks.ml.calibration import Calibration
 from tasks.ml.models.base import (
-    CONFIG_FILE,
+    ConfiguredModel,
     CostHints,
     FamilySpec,
     FitJob,
@@ -63,7 +63,7 @@ class GBMConfig(BaseModel):
     calibration: Calibration = Field(default_factory=Calibration)
 
 
-class GBMModel(FittedModel):
+class GBMModel(ConfiguredModel):
     """A LightGBM booster; logits are its raw scores."""
 
     kind = "gbm"
@@ -74,18 +74,6 @@ class GBMModel(FittedModel):
         self.config = config
         self.trees_text = trees_text
         self.booster = lgb.Booster(model_str=trees_text)
-
-    @property
-    def features(self) -> list[str]:
-        return list(self.config.features)
-
-    @property
-    def calibration(self) -> Calibration:
-        return self.config.calibration
-
-    def with_calibration(self, calibration: Calibration) -> GBMModel:
-        self.config = self.config.model_copy(update={"calibration": calibration})
-        return self
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float64)
@@ -98,10 +86,7 @@ class GBMModel(FittedModel):
         return np.asarray(raw, dtype=np.float64)
 
     def bundle_files(self) -> dict[str, bytes]:
-        return {
-            CONFIG_FILE: self.config.model_dump_json(indent=2).encode(),
-            TREES_FILE: self.trees_text.encode(),
-        }
+        return self.config_file() | {TREES_FILE: self.trees_text.encode()}
 
     @property
     def n_parameters(self) -> int:

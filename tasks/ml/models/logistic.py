@@ -25,7 +25,7 @@ from tasks.ml.calibration import Calibration
 from tasks.ml.logistic import sigmoid
 from tasks.ml.metrics import log_loss
 from tasks.ml.models.base import (
-    CONFIG_FILE,
+    ConfiguredModel,
     CostHints,
     FamilySpec,
     FitJob,
@@ -67,7 +67,7 @@ class LogisticConfig(BaseModel):
     calibration: Calibration = Field(default_factory=Calibration)
 
 
-class LogisticModel(FittedModel):
+class LogisticModel(ConfiguredModel):
     """Logits = standardised ``signed_log1p`` features times the coefficients plus intercept."""
 
     kind = "logistic"
@@ -79,23 +79,11 @@ class LogisticModel(FittedModel):
         )
         self._w = np.asarray(config.coefficients, dtype=np.float64)
 
-    @property
-    def features(self) -> list[str]:
-        return list(self.config.features)
-
-    @property
-    def calibration(self) -> Calibration:
-        return self.config.calibration
-
-    def with_calibration(self, calibration: Calibration) -> LogisticModel:
-        self.config = self.config.model_copy(update={"calibration": calibration})
-        return self
-
     def logits(self, x: np.ndarray) -> np.ndarray:
         return self._normalizer.transform(x) @ self._w + self.config.intercept
 
     def bundle_files(self) -> dict[str, bytes]:
-        return {CONFIG_FILE: self.config.model_dump_json(indent=2).encode()}
+        return self.config_file()
 
     @property
     def n_parameters(self) -> int:

@@ -47,10 +47,6 @@ class MLPModel(NetworkModel):
     kind = "mlp"
     network: CustomerMLP
 
-    @property
-    def features(self) -> list[str]:
-        return list(self.network.config.features)
-
     def describe(self) -> str:
         widths = [len(self.features), *self.network.config.hidden_sizes, 1]
         return f"mlp {'-'.join(map(str, widths))}, {self.n_parameters:,} parameters"

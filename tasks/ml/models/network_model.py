@@ -12,26 +12,25 @@ import torch
 from pydantic import BaseModel
 from torch import nn
 
-from tasks.ml.calibration import Calibration
-from tasks.ml.models.base import CONFIG_FILE, FittedModel
+from tasks.ml.models.base import ConfiguredModel
 from tasks.ml.models.network import WEIGHTS_FILE
 from tasks.ml.network_fit import state_dict_cpu
 from tasks.ml.training_loop import network_logits
 
 
-class NetworkModel(FittedModel):
+class NetworkModel(ConfiguredModel):
     """A trained network (in eval mode) as the seam sees it; ``network.config`` is its config."""
 
     def __init__(self, network: nn.Module) -> None:
         self.network = network.eval()
 
-    @property
-    def calibration(self) -> Calibration:
-        return self.network.config.calibration
+    @property  # type: ignore[override]
+    def config(self) -> Any:
+        return self.network.config
 
-    def with_calibration(self, calibration: Calibration) -> NetworkModel:
-        self.network.config = self.network.config.model_copy(update={"calibration": calibration})
-        return self
+    @config.setter
+    def config(self, config: Any) -> None:
+        self.network.config = config
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         return network_logits(self.network, x)
@@ -39,10 +38,7 @@ class NetworkModel(FittedModel):
     def bundle_files(self) -> dict[str, bytes]:
         buf = io.BytesIO()
         torch.save(state_dict_cpu(self.network), buf)
-        return {
-            CONFIG_FILE: self.network.config.model_dump_json(indent=2).encode(),
-            WEIGHTS_FILE: buf.getvalue(),
-        }
+        return self.config_file() | {WEIGHTS_FILE: buf.getvalue()}
 
     @property
     def n_parameters(self) -> int:
