@@ -233,20 +233,23 @@ def settings_origins() -> Origins:
 
 
 def features_engine(
-    spark: SparkSession | SessionProvider,
+    spark: SparkSession | SessionProvider | None,
     store: ObjectStore,
     validated: ValidateResult,
     limit: int,
 ) -> EngineChoice:
     """The features stage's engine for the run's valid events (the one choice,
     :mod:`tasks.data.engine_choice`): their rows, whether they are clustered by customer and
-    whether Spark runs on a cluster (asked without starting a session)."""
+    whether Spark runs on a cluster."""
     manifest = read_dataset_manifest(store, validated.events_prefix)
     clustered = customer_clustered_files(manifest, EVENTS_KEY) is not None
+    # whether Spark runs on a cluster is asked only when Spark runs the stage anyway (the
+    # question may start a session; in-process callers may pass no session at all)
+    spark_runs = validated.rows_valid > limit and spark is not None
     inputs = EngineInputs(
         rows=validated.rows_valid,
         limit=limit,
-        cluster=local_cores(spark) is None,
+        cluster=spark_runs and local_cores(spark) is None,
         clustered_by_customer=clustered,
     )
     return choose_engine("features", inputs)
