@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -254,6 +255,7 @@ def main(results_dir: Path) -> list[dict]:
     customers = int(os.environ.get("BENCH_CLUSTER_CUSTOMERS", "50000"))
     inference_rows = int(os.environ.get("BENCH_CLUSTER_INFERENCE_ROWS", "1000000"))
     work = Path(tempfile.mkdtemp(prefix="hf-bench-cluster-"))
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request lines
     server, endpoint = start_moto()
     aws = {
         "AWS_ENDPOINT_URL": endpoint,

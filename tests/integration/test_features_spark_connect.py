@@ -143,7 +143,7 @@ def test_features_on_spark_connect_equal_duckdb():
         capture_output=True,
         text=True,
         env=env,
-        timeout=180,
+        timeout=420,  # three Connect jobs with Python workers, on a shared box
     )
     printed = {
         line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
