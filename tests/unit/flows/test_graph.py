@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[3]
 RESULT_TYPES = {s.result.__name__: s.name for s in STAGES}
 # the one reader of manifests by name, its definition, and the torchrun entry point given only a
 # run id (its READS is pinned to the train stage's reads below)
-MANIFEST_READERS = {"flows/dag.py", "tasks/stages/records.py", "tasks/stages/train_process.py"}
+MANIFEST_READERS = {"flows/dag.py", "tasks/reporting/records.py", "tasks/stages/train_process.py"}
 
 
 def upstream_parameters(runner) -> dict[str, str]:
