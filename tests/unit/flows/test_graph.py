@@ -81,3 +81,16 @@ def test_every_read_and_after_names_an_earlier_stage():
     for declared in STAGES:
         assert set(declared.reads) | set(declared.after) <= seen, declared.name
         seen.add(declared.name)
+
+
+# Runners the graph does not name as a Stage: the drift check (flows/drift.py runs it after a
+# pipeline and before a refresh) and the torchrun entry point of the train unit.
+RUNNERS_OUTSIDE_THE_GRAPH = {"drift.py", "train_process.py"}
+
+
+def test_tasks_stages_holds_the_graphs_runners_only():
+    """Engines, policy, reporting and plumbing live elsewhere (tasks/engines, tasks/policy,
+    tasks/reporting, tasks/ml, infra): every module in tasks/stages is a runner."""
+    runners = {s.runner.split(":")[0].rsplit("/", 1)[1] for s in [*STAGES, CONTENDER]}
+    modules = {p.name for p in (ROOT / "tasks" / "stages").glob("*.py") if p.name != "__init__.py"}
+    assert modules == runners | RUNNERS_OUTSIDE_THE_GRAPH
