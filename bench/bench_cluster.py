@@ -7,7 +7,7 @@ events), validated in process, then put into the S3 store ordered by time in fou
 every customer's events are spread over files and nothing records a bucket layout: what the
 executors leave when validate runs on a cluster with an S3 store. The features stage
 (``in_process_rows=0``) then runs as ``spark-per-partition`` (one shuffle by customer, DuckDB
-in each task, :mod:`tasks.stages.features_per_partition`); the "before" is what the stage ran
+in each task, :mod:`tasks.engines.spark.features_per_partition`); the "before" is what the stage ran
 on such events until then, Spark SQL (:mod:`tasks.data.features`) with the outputs written by
 the executors. DuckDB computes the same three outputs (training examples at T-H with labels,
 scoring features at T, the backtest's at T-2H) from the same events on local disk, with 2
@@ -54,10 +54,10 @@ EVENTS_END = dt.date(2025, 6, 30)
 
 def _valid_events(work: Path, customers: int):
     """Demo events validated in process (local store); their ValidateResult and files."""
-    from infra.datasets import read_dataset_manifest
+    from infra.compute.spark import SparkOnDemand
     from infra.settings import get_settings
-    from infra.spark import SparkOnDemand
-    from infra.store import LocalFolderStore
+    from infra.storage.datasets import read_dataset_manifest
+    from infra.storage.store import LocalFolderStore
     from tasks.data.demo_events import DemoDataParams, generate_demo_events
     from tasks.stages.validate import validate_stage
 
@@ -87,8 +87,8 @@ def _valid_events(work: Path, customers: int):
 
 def _to_s3_unclustered(store, files: list[Path], out: Path) -> int:
     """The events ordered by time in four files, into the store (no layout) and ``out``."""
-    from infra.datasets import new_data_prefix, publish_written_dataset
-    from infra.spark_io import spark_schema_metadata
+    from infra.compute.spark_io import spark_schema_metadata
+    from infra.storage.datasets import new_data_prefix, publish_written_dataset
 
     table = pa.concat_tables(pq.read_table(f) for f in files).sort_by("event_time")
     data_prefix = new_data_prefix(EVENTS_PREFIX)
@@ -115,9 +115,9 @@ def _torch_seconds(local_store, version: str) -> float:
     """Torch in memory on the features' rows with ``CORES`` threads: best of 3."""
     import torch
 
-    from infra.datasets import read_dataset_manifest
     from infra.layout import scoring_features_prefix
-    from infra.registry import ModelRegistry
+    from infra.storage.datasets import read_dataset_manifest
+    from infra.storage.registry import ModelRegistry
     from tasks.ml.models import load_model, predict_proba
 
     manifest, files = ModelRegistry(local_store).read_files(version)
@@ -135,44 +135,38 @@ def _torch_seconds(local_store, version: str) -> float:
 
 
 def _spark_sql_features(spark, store, validated, as_of) -> float:
-    """The way the stage computed unclustered events before: Spark SQL, executors writing."""
-    from infra.spark_io import read_dataset, write_dataset
+    """The way the stage computed unclustered events before: Spark SQL
+    (:class:`tasks.engines.spark.features.SparkFeatureFrame`), the executors writing."""
     from tasks.data.cutoffs import Origins, pipeline_cutoffs
-    from tasks.data.features import customer_features_at, cutoff_features, examples_features
-    from tasks.stages.feature_frame import FeatureOutput, distinct_cutoffs
+    from tasks.engines.feature_frame import FeatureOutput
+    from tasks.engines.spark.features import SparkFeatureFrame
 
     started = time.perf_counter()
     cutoffs = pipeline_cutoffs(as_of, HORIZON_DAYS, Origins(count=1))
-    outputs = [FeatureOutput(cutoffs.train, "x/t"), FeatureOutput((cutoffs.score,), "x/s")]
-    events = read_dataset(spark, store, validated.events_prefix)
-    wide = customer_features_at(
-        events, distinct_cutoffs([*outputs, FeatureOutput(cutoffs.backtest, "x/b")]), ALL_COLUMNS
-    ).persist()
-    try:
-        for name, frame in (
-            ("training", examples_features(wide, cutoffs.train, ALL_COLUMNS)),
-            ("scoring", cutoff_features(wide, cutoffs.score, ALL_COLUMNS)),
-            ("backtest", examples_features(wide, cutoffs.backtest, ALL_COLUMNS)),
-        ):
-            write_dataset(frame, store, f"bench/spark-sql/{name}")
-    finally:
-        wide.unpersist()
+    outputs = [
+        FeatureOutput(cutoffs.train, "bench/spark-sql/training"),
+        FeatureOutput((cutoffs.score,), "bench/spark-sql/scoring"),
+        FeatureOutput(cutoffs.backtest, "bench/spark-sql/backtest"),
+    ]
+    with SparkFeatureFrame(spark, store, validated.events_prefix, outputs, ALL_COLUMNS) as frame:
+        for output in outputs:
+            frame.publish(output)
     return time.perf_counter() - started
 
 
 def arm(validated_json: str, duck_dir: str, version: str) -> None:
     """One session's runs (the environment says which: HYBRIDFLOW_SPARK_REMOTE or _MASTER);
     prints one JSON line of timings."""
-    from infra.arrow_datasets import read_table
-    from infra.datasets import read_dataset_manifest
+    from infra.compute.spark import get_spark
     from infra.settings import get_settings
-    from infra.spark import get_spark
-    from infra.store import open_store
+    from infra.storage.arrow_datasets import read_table
+    from infra.storage.datasets import read_dataset_manifest
+    from infra.storage.store import open_store
     from tasks.data.cutoffs import Origins
     from tasks.definitions.feature_specs import feature_names
+    from tasks.reporting.records import ValidateResult
     from tasks.stages.batch_inference import batch_inference_stage
     from tasks.stages.features import build_features
-    from tasks.stages.records import ValidateResult
 
     settings = get_settings()
     store = open_store(settings.store)
@@ -248,7 +242,7 @@ def main(results_dir: Path) -> list[dict]:
         start_cluster,
         stop_cluster,
     )
-    from infra.store import LocalFolderStore, S3Store
+    from infra.storage.store import LocalFolderStore, S3Store
     from tasks.definitions.feature_specs import feature_names
     from tests.fixtures.moto_s3 import start_moto
 

@@ -11,18 +11,18 @@ import time
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
-from infra.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
+from infra.compute.spark import SessionProvider, local_cores, session_of
+from infra.compute.spark_io import (
+    EVENTS_KEY,
+    customer_clustered_files,
+)
 from infra.errors import HybridflowInputError
 from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
 from infra.settings import get_settings, in_process_limit
-from infra.spark import SessionProvider, local_cores, session_of
-from infra.spark_io import (
-    EVENTS_KEY,
-    customer_clustered_files,
-)
-from infra.stage_cache import load_cached, save_cached
-from infra.store import ObjectStore
+from infra.storage.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
+from infra.storage.stage_cache import load_cached, save_cached
+from infra.storage.store import ObjectStore
 from tasks.data.cutoffs import Cutoff, Origins, end_of_day, pipeline_cutoffs
 from tasks.data.engine_choice import (
     IN_PROCESS,
@@ -33,11 +33,12 @@ from tasks.data.engine_choice import (
     choose_engine,
 )
 from tasks.definitions.feature_specs import feature_names
-from tasks.stages.feature_frame import FeatureFrame, FeatureOutput
-from tasks.stages.features_in_process import InProcessFeatureFrame
-from tasks.stages.features_per_bucket import BucketFeatureFrame
-from tasks.stages.features_per_partition import PartitionFeatureFrame
-from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
+from tasks.engines.feature_frame import FeatureFrame, FeatureOutput
+from tasks.engines.in_process.features import InProcessFeatureFrame
+from tasks.engines.spark.features import SparkFeatureFrame
+from tasks.engines.spark.features_per_bucket import BucketFeatureFrame
+from tasks.engines.spark.features_per_partition import PartitionFeatureFrame
+from tasks.reporting.records import FeaturesResult, StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
 
@@ -266,11 +267,13 @@ def feature_frame(
 ) -> FeatureFrame:
     """The frame of the engine chosen for the run's events (``choice``, else chosen here with
     ``in_process_rows``, default: the setting): ``in-process``, DuckDB in this process
-    (:mod:`tasks.stages.features_in_process`); ``spark-per-bucket``, a Spark task per bucket
+    (:mod:`tasks.engines.in_process.features`); ``spark-per-bucket``, a Spark task per bucket
     of the events clustered by customer, each running DuckDB
-    (:mod:`tasks.stages.features_per_bucket`); ``spark-per-partition``, the events shuffled by
-    customer and a Spark task per partition running DuckDB
-    (:mod:`tasks.stages.features_per_partition`)."""
+    (:mod:`tasks.engines.spark.features_per_bucket`); ``spark-per-partition``, the events
+    shuffled by customer and a Spark task per partition running DuckDB
+    (:mod:`tasks.engines.spark.features_per_partition`); ``spark``, Spark SQL
+    (:class:`SparkFeatureFrame`: what the stage ran for unclustered events until 3 Dec 2026;
+    no rule chooses it now, ``bench cluster`` measures it as the before)."""
     choice = choice or features_engine(spark, store, validated, in_process_limit(in_process_rows))
     available = set(validated.available_columns)
     if choice.engine == IN_PROCESS:
@@ -283,16 +286,18 @@ def feature_frame(
         buckets = customer_clustered_files(manifest, EVENTS_KEY)
         assert buckets is not None  # what the choice saw
         return BucketFeatureFrame(session, store, buckets, outputs, available, sequence_length)
-    if choice.engine != SPARK_PER_PARTITION:
-        raise ValueError(f"the features stage has no {choice.engine} engine")
-    return PartitionFeatureFrame(
-        session,
-        store,
-        validated.events_prefix,
-        validated.rows_valid,
-        outputs,
-        available,
-        sequence_length,
+    if choice.engine == SPARK_PER_PARTITION:
+        return PartitionFeatureFrame(
+            session,
+            store,
+            validated.events_prefix,
+            validated.rows_valid,
+            outputs,
+            available,
+            sequence_length,
+        )
+    return SparkFeatureFrame(
+        session, store, validated.events_prefix, outputs, available, sequence_length
     )
 
 

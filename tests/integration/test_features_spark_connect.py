@@ -83,10 +83,10 @@ CHILD = textwrap.dedent(
     # the stage's Spark path: a task per bucket (one file here), DuckDB in each
     import tempfile
     import pyarrow.parquet as pq
-    from infra.arrow_datasets import read_table
-    from infra.store import LocalFolderStore
-    from tasks.stages.feature_frame import FeatureOutput
-    from tasks.stages.features_per_bucket import BucketFeatureFrame
+    from infra.storage.arrow_datasets import read_table
+    from infra.storage.store import LocalFolderStore
+    from tasks.engines.feature_frame import FeatureOutput
+    from tasks.engines.spark.features_per_bucket import BucketFeatureFrame
     store = LocalFolderStore(tempfile.mkdtemp())
     store.local_path("events").mkdir()
     pq.write_table(events.toArrow(), store.local_path("events/part-0.parquet"))
@@ -100,8 +100,8 @@ CHILD = textwrap.dedent(
     # the stage's path for events not clustered by customer: a shuffle by customer, then a
     # task per partition (three here) running DuckDB; every customer's events split between
     # two files
-    from infra.datasets import new_data_prefix, publish_written_dataset
-    from tasks.stages.features_per_partition import PartitionFeatureFrame
+    from infra.storage.datasets import new_data_prefix, publish_written_dataset
+    from tasks.engines.spark.features_per_partition import PartitionFeatureFrame
     table = events.toArrow()
     data = new_data_prefix("plain")
     keys = [f"{data}/part-{i}.parquet" for i in (0, 1)]
