@@ -22,6 +22,7 @@ from tasks.engines.snapshot_builder import SnapshotBuilder
 from tasks.engines.spark.drift import SparkDriftAggregator
 from tasks.engines.spark.features import SparkFeatureFrame
 from tasks.engines.spark.features_per_bucket import BucketFeatureFrame
+from tasks.engines.spark.features_per_partition import PartitionFeatureFrame
 from tasks.engines.spark.scoring import SparkScorer
 from tasks.engines.spark.snapshot import SparkSnapshotBuilder
 from tasks.engines.spark.validate import SparkValidator
@@ -30,7 +31,12 @@ from tasks.engines.validator import Validator
 ROOT = Path(__file__).resolve().parents[4]
 IMPLEMENTATIONS = {
     Validator: (InProcessValidator, SparkValidator),
-    FeatureFrame: (InProcessFeatureFrame, SparkFeatureFrame, BucketFeatureFrame),
+    FeatureFrame: (
+        InProcessFeatureFrame,
+        SparkFeatureFrame,
+        BucketFeatureFrame,
+        PartitionFeatureFrame,
+    ),
     SnapshotBuilder: (InProcessSnapshotBuilder, SparkSnapshotBuilder),
     DriftAggregator: (InProcessDriftAggregator, SparkDriftAggregator),
     Scorer: (InProcessScorer, SparkScorer),
