@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from infra.duckdb_session import duckdb_connection, parquet_files_sql, scratch_dir, sql_string
+from infra.compute.duckdb_session import (
+    duckdb_connection,
+    parquet_files_sql,
+    scratch_dir,
+    sql_string,
+)
 from tasks.data.cutoffs import Cutoff
 from tasks.data.feature_sql import SequenceSql, cutoff_sql, examples_sql, wide_sql
 from tasks.data.sequences import pad_sequences
@@ -37,11 +42,12 @@ class InProcessFeatures:
     has each customer's last N events before its cutoff (:mod:`tasks.data.sequences`).
     ``threads`` and ``memory`` bound DuckDB (default: every core, the ``in_process_memory``
     setting). DuckDB keeps the events in its own memory-bounded storage (see
-    :mod:`infra.duckdb_session`), so they are read once and never held in Arrow. The wide table goes to a Parquet file in a scratch folder of
-    its own (compressed, and each output reads only its cutoff's columns), not to memory: at
-    2M customers its ~115 columns are 2.2 GB in DuckDB's memory. More events than
-    ``events_per_pass`` (default :data:`EVENTS_PER_PASS`) are computed in passes over shares of
-    the customers (:func:`feature_passes`), so the aggregates' memory is a share's."""
+    :mod:`infra.compute.duckdb_session`), so they are read once and never held in Arrow. The
+    wide table goes to a Parquet file in a scratch folder of its own (compressed, and each output
+    reads only its cutoff's columns), not to memory: at 2M customers its ~115 columns are 2.2 GB
+    in DuckDB's memory. More events than ``events_per_pass`` (default :data:`EVENTS_PER_PASS`)
+    are computed in passes over shares of the customers (:func:`feature_passes`), so the
+    aggregates' memory is a share's."""
 
     def __init__(
         self,

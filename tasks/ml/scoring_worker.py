@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from infra.store import ObjectStore
+from infra.storage.store import ObjectStore
 from tasks.ml.model_inputs import input_matrix, source_columns
 
 if TYPE_CHECKING:

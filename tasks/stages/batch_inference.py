@@ -22,19 +22,19 @@ from pyspark import Accumulator
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
-from infra.datasets import (
-    DatasetManifest,
-    new_data_prefix,
-    publish_written_dataset,
-)
+from infra.compute.spark import SessionProvider, conf_value, local_cores, session_of
+from infra.compute.spark_io import SparkJobs, check_cluster_sees
 from infra.errors import HybridflowInputError
 from infra.layout import predictions_prefix
 from infra.progress import ProgressReporter, ProgressSink, SparkRowProgress, spark_counter
 from infra.settings import in_process_limit
-from infra.snapshots import scoring_features_for
-from infra.spark import SessionProvider, conf_value, local_cores, session_of
-from infra.spark_io import SparkJobs, check_cluster_sees
-from infra.store import ObjectStore, open_store
+from infra.storage.datasets import (
+    DatasetManifest,
+    new_data_prefix,
+    publish_written_dataset,
+)
+from infra.storage.snapshots import scoring_features_for
+from infra.storage.store import ObjectStore, open_store
 from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.ml.scoring_model import load_scoring_model
 from tasks.ml.scoring_worker import (
@@ -46,10 +46,10 @@ from tasks.ml.scoring_worker import (
     score_units,
     torch_threads_per_task,
 )
-from tasks.stages.records import FeaturesResult, InferenceResult, StageReport
+from tasks.reporting.records import FeaturesResult, InferenceResult, StageReport
 
 log = logging.getLogger(__name__)
-# HYBRIDFLOW_SPARK_ARROW_BATCH_SIZE: rows a scoring task holds at once (infra/spark.py sets it)
+# HYBRIDFLOW_SPARK_ARROW_BATCH_SIZE: rows a scoring task holds at once (infra/compute/spark.py sets it)
 ARROW_BATCH_KEY = "spark.sql.execution.arrow.maxRecordsPerBatch"
 # Enough rows that a task's work outweighs starting its Python worker and importing torch.
 ROWS_PER_SCORING_TASK = 250_000
@@ -84,7 +84,7 @@ def score_dataset(
     job, no Python worker to start.
 
     Returns that folder, the keys written and the rows scored (publish them with
-    :func:`infra.datasets.publish_written`). A task reads, scores and writes ``batch_rows``
+    :func:`infra.storage.datasets.publish_written`). A task reads, scores and writes ``batch_rows``
     rows at a time (its memory bound). ``rows_done`` / ``model_loads``: optional
     accumulators the tasks add scored rows and model loads to (progress reporting, and proof
     that each Python worker loads the model once).

@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from infra.arrow_datasets import read_table, write_table
-from infra.datasets import DatasetManifest, find_dataset, read_dataset_manifest
+from infra.compute.spark import SessionProvider
+from infra.compute.spark_io import read_dataset, write_dataset
 from infra.errors import HybridflowInputError, StoreError
 from infra.layout import (
     drift_customers_prefix,
@@ -36,21 +36,21 @@ from infra.layout import (
     predictions_prefix,
     snapshot_prefix,
 )
-from infra.registry import ModelRegistry
 from infra.settings import DriftSettings, in_process_limit
-from infra.snapshots import scoring_features_for
-from infra.spark import SessionProvider
-from infra.spark_io import read_dataset, write_dataset
-from infra.store import ObjectStore
+from infra.storage.arrow_datasets import read_table, write_table
+from infra.storage.datasets import DatasetManifest, find_dataset, read_dataset_manifest
+from infra.storage.registry import ModelRegistry
+from infra.storage.snapshots import scoring_features_for
+from infra.storage.store import ObjectStore
 from tasks.data.drift import bin_counts, quantile_edges, unseen_count
 from tasks.data.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
 from tasks.data.engine_choice import IN_PROCESS, EngineChoice, EngineInputs, choose_engine
 from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts, score_band_edges
 from tasks.definitions.examples import split_element
+from tasks.engines.in_process.scoring import scores_in_process, scores_of_table
 from tasks.ml.model_inputs import source_columns
 from tasks.ml.scoring_model import load_scoring_model, resolve_model_version
 from tasks.ml.scoring_worker import ScoringModel
-from tasks.stages.scoring_frame import scores_in_process, scores_of_table
 
 log = logging.getLogger(__name__)
 SCORE = "score"

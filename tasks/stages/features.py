@@ -13,13 +13,8 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from infra.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
-from infra.errors import HybridflowInputError
-from infra.fingerprint import code_modules, code_version, stage_fingerprint
-from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
-from infra.settings import get_settings, in_process_limit
-from infra.spark import SessionProvider, session_of
-from infra.spark_io import (
+from infra.compute.spark import SessionProvider, session_of
+from infra.compute.spark_io import (
     EVENTS_KEY,
     SparkJobs,
     customer_clustered_files,
@@ -27,8 +22,13 @@ from infra.spark_io import (
     write_dataset,
     write_observed,
 )
-from infra.stage_cache import load_cached, save_cached
-from infra.store import ObjectStore
+from infra.errors import HybridflowInputError
+from infra.fingerprint import code_modules, code_version, stage_fingerprint
+from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
+from infra.settings import get_settings, in_process_limit
+from infra.storage.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
+from infra.storage.stage_cache import load_cached, save_cached
+from infra.storage.store import ObjectStore
 from tasks.data.cutoffs import Cutoff, Origins, end_of_day, pipeline_cutoffs
 from tasks.data.engine_choice import (
     IN_PROCESS,
@@ -39,10 +39,10 @@ from tasks.data.engine_choice import (
 )
 from tasks.data.features import customer_features_at, cutoff_features, examples_features
 from tasks.definitions.feature_specs import feature_names
-from tasks.stages.feature_frame import FeatureFrame, FeatureOutput, distinct_cutoffs
-from tasks.stages.features_in_process import InProcessFeatureFrame
-from tasks.stages.features_per_bucket import BucketFeatureFrame
-from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
+from tasks.engines.feature_frame import FeatureFrame, FeatureOutput, distinct_cutoffs
+from tasks.engines.in_process.features import InProcessFeatureFrame
+from tasks.engines.spark.features_per_bucket import BucketFeatureFrame
+from tasks.reporting.records import FeaturesResult, StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
 
@@ -259,9 +259,9 @@ def feature_frame(
 ) -> FeatureFrame:
     """The frame of the engine chosen for the run's events (``choice``, else chosen here with
     ``in_process_rows``, default: the setting): ``in-process``, DuckDB in this process
-    (:mod:`tasks.stages.features_in_process`); ``spark-per-bucket``, a Spark task per bucket
+    (:mod:`tasks.engines.in_process.features`); ``spark-per-bucket``, a Spark task per bucket
     of the events clustered by customer, each running DuckDB
-    (:mod:`tasks.stages.features_per_bucket`); ``spark``, Spark SQL (:class:`SparkFeatureFrame`)."""
+    (:mod:`tasks.engines.spark.features_per_bucket`); ``spark``, Spark SQL (:class:`SparkFeatureFrame`)."""
     choice = choice or features_engine(store, validated, in_process_limit(in_process_rows))
     available = set(validated.available_columns)
     if choice.engine == IN_PROCESS:

@@ -14,15 +14,15 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from infra.datasets import DatasetManifest, read_dataset_manifest
+from infra.compute.spark import SessionProvider, session_of
+from infra.compute.spark_io import SparkJobs, read_dataset, write_observed
 from infra.errors import HybridflowInputError
 from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_snapshot_prefix, snapshot_prefix
 from infra.settings import in_process_limit
-from infra.spark import SessionProvider, session_of
-from infra.spark_io import SparkJobs, read_dataset, write_observed
-from infra.stage_cache import load_cached, save_cached
-from infra.store import ObjectStore, sha256_bytes
+from infra.storage.datasets import DatasetManifest, read_dataset_manifest
+from infra.storage.stage_cache import load_cached, save_cached
+from infra.storage.store import ObjectStore, sha256_bytes
 from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.data.split import (
     SPLITS,
@@ -35,9 +35,9 @@ from tasks.data.split import (
     split_count_columns,
 )
 from tasks.definitions.examples import ORIGIN, sequence_columns
+from tasks.engines.in_process.snapshot import publish_snapshot_in_process
 from tasks.ml.normalizer import Normalizer
-from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
-from tasks.stages.snapshot_in_process import publish_snapshot_in_process
+from tasks.reporting.records import FeaturesResult, PreprocessResult, StageReport
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ def publish_snapshot(
     every origin), fit the normaliser on the train split and publish them at ``out_prefix``
     (``origins``, newest first, recorded in its metadata): the dataset and its rows per split,
     from the one job that writes it, or in this process
-    (:mod:`tasks.stages.snapshot_in_process`) for up to ``in_process_rows`` examples (``spark``
+    (:mod:`tasks.engines.in_process.snapshot`) for up to ``in_process_rows`` examples (``spark``
     may then be None)."""
 
     def metadata(values: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,15 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from infra.datasets import DatasetManifest
+from infra.compute.spark import SessionProvider, session_of
+from infra.compute.spark_io import (
+    EVENTS_KEY,
+    ClusteredLayout,
+    SparkJobs,
+    bucket_count,
+    check_cluster_sees,
+    write_observed,
+)
 from infra.errors import HybridflowInputError
 from infra.fingerprint import (
     code_modules,
@@ -26,17 +34,9 @@ from infra.fingerprint import (
 )
 from infra.layout import run_dataset_prefix
 from infra.settings import get_settings, in_process_limit
-from infra.spark import SessionProvider, session_of
-from infra.spark_io import (
-    EVENTS_KEY,
-    ClusteredLayout,
-    SparkJobs,
-    bucket_count,
-    check_cluster_sees,
-    write_observed,
-)
-from infra.stage_cache import load_cached, save_cached
-from infra.store import ObjectStore
+from infra.storage.datasets import DatasetManifest
+from infra.storage.stage_cache import load_cached, save_cached
+from infra.storage.store import ObjectStore
 from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
 from tasks.data.input_formats import (
     EventsInput,
@@ -54,11 +54,11 @@ from tasks.definitions.contract import (
     QUARANTINE_REASONS,
     REASON_EVENT_TIME_IN_FUTURE,
 )
-from tasks.stages.records import StageReport, ValidateResult
-from tasks.stages.validate_in_process import (
+from tasks.engines.in_process.validate import (
     CsvNotReadInProcessError,
     publish_validated_in_process,
 )
+from tasks.reporting.records import StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def validate_stage(
     """Read, validate and publish the run's good events and its quarantine.
 
     Input of up to ``in_process_rows`` rows (default: the setting), CSV or Parquet of one
-    schema, is validated in this process (:mod:`tasks.stages.validate_in_process`) unless a
+    schema, is validated in this process (:mod:`tasks.engines.in_process.validate`) unless a
     column needs a parser only Spark has (:func:`validates_in_process`); anything else by
     Spark, started only then (also for a CSV file DuckDB's reader refuses). Rows outside
     ``bounds`` (default: :func:`event_time_bounds` of now) are quarantined. Unchanged input files, options, floor,

@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from infra.datasets import local_dataset_dir, read_dataset_manifest
 from infra.settings import TrainingSettings
-from infra.store import LocalFolderStore
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+from infra.storage.store import LocalFolderStore
 from tasks.ml import backtest as backtest_module
 from tasks.ml.backtest import backtest_sample, train_backtest_model
 from tasks.ml.normalizer import Normalizer

@@ -10,12 +10,12 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from infra.arrow_datasets import write_table
-from infra.datasets import find_dataset
+from infra.compute.spark_io import spark_schema_metadata
 from infra.errors import HybridflowInputError
-from infra.spark_io import spark_schema_metadata
+from infra.storage.arrow_datasets import write_table
+from infra.storage.datasets import find_dataset
 from tasks.data.validation_sql import RowBounds
-from tasks.stages.features_in_process import check_finite
+from tasks.engines.in_process.features import check_finite
 from tasks.stages.preprocess import publish_snapshot
 from tasks.stages.validate import validate_stage
 from tests.unit.tasks.stages.test_event_time_bounds import NOW, _events

@@ -11,9 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from infra.arrow_datasets import read_table, write_table
-from infra.datasets import local_dataset_dir, read_dataset_manifest
-from infra.spark_io import spark_schema_metadata
+from infra.compute.spark_io import spark_schema_metadata
+from infra.storage.arrow_datasets import read_table, write_table
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.stages.preprocess import publish_snapshot
 
