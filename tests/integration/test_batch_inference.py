@@ -120,9 +120,10 @@ def test_batch_inference_end_to_end(
     from flows.prepare import prepare_flow
     from infra.layout import predictions_prefix
     from infra.settings import get_settings
+    from tasks.engines.spark.scoring import score_dataset
+    from tasks.ml.scoring_model import load_scoring_model
     from tasks.ml.scoring_worker import ScoringModel
     from tasks.reporting.records import FeaturesResult, read_stage_manifest
-    from tasks.stages.batch_inference import load_scoring_model, score_dataset
 
     store_uri = str(tmp_path / "store")
     monkeypatch.setenv("HYBRIDFLOW_STORE", store_uri)

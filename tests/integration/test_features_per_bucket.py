@@ -14,9 +14,10 @@ from tasks.data.cutoffs import Origins, end_of_day, micros, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.engines.feature_frame import FeatureOutput
 from tasks.engines.in_process.features import InProcessFeatureFrame
+from tasks.engines.spark.features import SparkFeatureFrame
 from tasks.engines.spark.features_per_bucket import BucketFeatureFrame, bucket_features
 from tasks.reporting.records import ValidateResult
-from tasks.stages.features import SparkFeatureFrame, feature_frame, features_stage
+from tasks.stages.features import feature_frame, features_stage
 from tasks.stages.validate import validate_stage
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from serving_process import metric_value, running_server, wait_for
 from infra.storage.events_log import EventsLog
 from infra.storage.store import S3Store
 from serving.online.state import DAY_US
-from tasks.engines.in_process.scoring import scores_of_table
+from tasks.engines.scorer import scores_of_table
 from tasks.stages.batch_inference import load_scoring_model
 from tests.fixtures.moto_s3 import BUCKET
 from tests.fixtures.online_events import BASE, BASE_DAY, events_table, random_stream

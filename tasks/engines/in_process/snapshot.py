@@ -5,7 +5,6 @@ Spark job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from infra.compute.executor_io import dataset_arrow_schema
@@ -15,6 +14,25 @@ from infra.storage.datasets import DatasetManifest
 from infra.storage.store import ObjectStore
 from tasks.data.split_in_process import assign_split, split_values
 from tasks.definitions.examples import ORIGIN, sequence_columns
+from tasks.engines.snapshot_builder import Metadata
+
+
+class InProcessSnapshotBuilder:
+    """The preprocess stage's :class:`~tasks.engines.snapshot_builder.SnapshotBuilder` in this
+    process (pyarrow + numpy; no Spark job)."""
+
+    spark_jobs: int | None = 0
+
+    def publish(
+        self,
+        store: ObjectStore,
+        examples: DatasetManifest,
+        out_prefix: str,
+        features: list[str],
+        seed: int,
+        metadata: Metadata,
+    ) -> tuple[DatasetManifest, dict[str, Any]]:
+        return publish_snapshot_in_process(store, examples, out_prefix, features, seed, metadata)
 
 
 def publish_snapshot_in_process(
@@ -23,7 +41,7 @@ def publish_snapshot_in_process(
     out_prefix: str,
     features: list[str],
     seed: int,
-    metadata: Callable[[dict[str, Any]], dict[str, Any]],
+    metadata: Metadata,
 ) -> tuple[DatasetManifest, dict[str, Any]]:
     """Split ``examples`` by customer and publish them at ``out_prefix`` with
     ``metadata(values)``; returns the dataset and the values (split counts, the normaliser's

@@ -18,7 +18,12 @@ from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
 from infra.storage.datasets import DatasetManifest, publish_dataset
 from infra.storage.store import ObjectStore
-from tasks.data.input_formats import EventsInput, choose_timestamp_format, warn_extra_columns
+from tasks.data.input_formats import (
+    EventsInput,
+    InputOptions,
+    choose_timestamp_format,
+    warn_extra_columns,
+)
 from tasks.data.validation_duckdb import (
     GOOD_EVENTS_SCHEMA,
     InProcessValidation,
@@ -26,6 +31,33 @@ from tasks.data.validation_duckdb import (
     validation_passes,
 )
 from tasks.data.validation_sql import RowBounds
+from tasks.definitions.contract import CONTRACT_COLUMNS
+from tasks.engines.validator import ValidatedOutputs
+
+
+class InProcessValidator:
+    """The validate stage's :class:`~tasks.engines.validator.Validator` in this process
+    (DuckDB); raises :class:`CsvNotReadInProcessError` for a CSV its reader refuses."""
+
+    def validate(
+        self,
+        store: ObjectStore,
+        run_id: str,
+        found: EventsInput,
+        options: InputOptions,
+        bounds: RowBounds | None,
+    ) -> ValidatedOutputs:
+        events, quarantine, figures = publish_validated_in_process(
+            store, run_id, found, bounds, options.timestamp_format
+        )
+        return ValidatedOutputs(
+            events=events,
+            quarantine=quarantine,
+            reasons=figures.quarantined,
+            present=sorted(c for c in CONTRACT_COLUMNS if c in found.columns),
+            span_micros=(figures.first_micros, figures.last_micros),
+            spark_jobs=0,
+        )
 
 
 class CsvNotReadInProcessError(Exception):
