@@ -20,7 +20,7 @@ from infra.compute.spark import SessionProvider, conf_value, local_cores
 from infra.errors import HybridflowInputError
 from infra.layout import predictions_prefix
 from infra.progress import ProgressReporter, ProgressSink
-from infra.settings import in_process_limit
+from infra.settings import in_process_rows_or_default
 from infra.storage.datasets import publish_written_dataset
 from infra.storage.snapshots import scoring_features_for
 from infra.storage.store import ObjectStore
@@ -87,7 +87,7 @@ def batch_inference_stage(
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"
         )
-    limit = in_process_limit(in_process_rows)
+    limit = in_process_rows_or_default(in_process_rows)
     threads = torch_threads_per_task(conf_value(spark, "spark.task.cpus", "1"))
     batch_rows = int(conf_value(spark, ARROW_BATCH_KEY, str(SCORING_BATCH_ROWS)))
     reporter = ProgressReporter(

@@ -28,7 +28,7 @@ from infra.layout import (
     predictions_prefix,
     snapshot_prefix,
 )
-from infra.settings import DriftSettings, in_process_limit
+from infra.settings import DriftSettings, in_process_rows_or_default
 from infra.storage.datasets import find_dataset, read_dataset_manifest
 from infra.storage.registry import ModelRegistry
 from infra.storage.snapshots import scoring_features_for
@@ -208,7 +208,7 @@ def drift_status_line(report: DriftReport) -> str:
 def drift_engine(settings: DriftSettings, *rows: int) -> EngineChoice:
     """The engine that aggregates datasets of ``rows`` rows (the one choice,
     :mod:`tasks.data.engine_choice`; the limit: ``in_process_rows``, unset: the stages')."""
-    limit = in_process_limit(settings.in_process_rows)
+    limit = in_process_rows_or_default(settings.in_process_rows)
     return choose_engine("drift", EngineInputs(rows=max(rows), limit=limit))
 
 

@@ -19,7 +19,7 @@ from infra.compute.spark_io import (
 from infra.errors import HybridflowInputError
 from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
-from infra.settings import get_settings, in_process_limit
+from infra.settings import HybridflowSettings, in_process_rows_or_default, settings_defaults
 from infra.storage.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
 from infra.storage.stage_cache import load_cached, save_cached
 from infra.storage.store import ObjectStore
@@ -46,15 +46,19 @@ def resolve_as_of(
     as_of: dt.date | None,
     horizon_days: int,
     after_events: bool = False,
+    grace_days: int | None = None,
 ) -> dt.date:
     """T (default: the last valid event's date), checked against the span of the events: a T
-    more than the ``as_of_grace_days`` setting after the last event's day needs
-    ``after_events`` (its label window is cut short)."""
+    more than ``grace_days`` (the flow passes the ``as_of_grace_days`` setting; default: its
+    declared default) after the last event's day needs ``after_events`` (its label window is
+    cut short)."""
     if validated.first_event is None or validated.last_event is None:
         raise HybridflowInputError("no valid events to compute features from")
     as_of = as_of or validated.last_event.date()
     note = label_window_note(validated, as_of, horizon_days)
-    grace = dt.timedelta(days=get_settings().as_of_grace_days)
+    if grace_days is None:
+        grace_days = settings_defaults().as_of_grace_days
+    grace = dt.timedelta(days=grace_days)
     if note is not None and as_of > validated.last_event.date() + grace and not after_events:
         raise HybridflowInputError(f"{note}; pass --as-of-after-events to train on it anyway")
     first_day = validated.first_event.date()
@@ -98,21 +102,23 @@ def features_stage(
     origins: Origins | None = None,
     sequence_length: int | None = None,
     as_of_after_events: bool = False,
+    as_of_grace_days: int | None = None,
 ) -> FeaturesResult:
     """Compute and publish training examples (features at each origin T-H-ks, labels in the
     horizon after it) and the scoring features at T, with each customer's last
     ``sequence_length`` events before the cutoff. ``as_of`` defaults to the date of the last
-    valid event, ``origins`` and ``sequence_length`` to the settings. The same events
+    valid event, ``origins``, ``sequence_length``, ``in_process_rows`` and ``as_of_grace_days`` to the
+    declared settings (a flow passes its run's settings down). The same events
     generation, as-of, horizon, origins, sequence length and code reuse an earlier run's
     output. An ``as_of`` after the last event's day needs ``as_of_after_events`` (the result's
     ``label_window_note`` then says what the label window holds)."""
-    as_of = resolve_as_of(validate, as_of, horizon_days, as_of_after_events)
+    as_of = resolve_as_of(validate, as_of, horizon_days, as_of_after_events, as_of_grace_days)
     note = label_window_note(validate, as_of, horizon_days)
     if note is not None:
         log.warning("%s", note)
-    origins = origins or settings_origins()
+    origins = origins or settings_origins(settings_defaults())
     if sequence_length is None:
-        sequence_length = get_settings().sequence_length
+        sequence_length = settings_defaults().sequence_length
     fingerprint = stage_fingerprint(
         "features",
         events=read_dataset_manifest(store, validate.events_prefix).data_prefix,
@@ -171,7 +177,9 @@ def build_features(
     """
     started = time.perf_counter()
     first = validated.first_event.date() if validated.first_event else None
-    cutoffs = pipeline_cutoffs(as_of, horizon_days, origins or settings_origins(), first)
+    cutoffs = pipeline_cutoffs(
+        as_of, horizon_days, origins or settings_origins(settings_defaults()), first
+    )
     too_short = _history_too_short(validated, cutoffs.backtest[0])
     training = FeatureOutput(cutoffs.train, run_dataset_prefix(run_id, "training_examples"))
     events = read_dataset_manifest(store, validated.events_prefix)
@@ -183,7 +191,7 @@ def build_features(
     scoring_output = FeatureOutput((cutoffs.score,), scoring_features_prefix(as_of, run_id), source)
     backtest_output = FeatureOutput(cutoffs.backtest, backtest_examples_prefix(run_id))
     outputs = [training, scoring_output] + ([] if too_short else [backtest_output])
-    choice = features_engine(store, validated, in_process_limit(in_process_rows))
+    choice = features_engine(store, validated, in_process_rows_or_default(in_process_rows))
     log.info("features: %s (%s)", choice.engine, choice.reason)
     with feature_frame(
         spark, store, validated, outputs, in_process_rows, sequence_length, choice
@@ -225,9 +233,8 @@ def build_features(
     )
 
 
-def settings_origins() -> Origins:
-    """The training origins the settings ask for."""
-    settings = get_settings()
+def settings_origins(settings: HybridflowSettings) -> Origins:
+    """The training origins ``settings`` ask for."""
     return Origins(count=settings.training_origins, stride_days=settings.origin_stride_days)
 
 
@@ -256,7 +263,9 @@ def feature_frame(
     (:mod:`tasks.engines.in_process.features`); ``spark-per-bucket``, a Spark task per bucket
     of the events clustered by customer, each running DuckDB
     (:mod:`tasks.engines.spark.features_per_bucket`); ``spark``, Spark SQL (:class:`SparkFeatureFrame`)."""
-    choice = choice or features_engine(store, validated, in_process_limit(in_process_rows))
+    choice = choice or features_engine(
+        store, validated, in_process_rows_or_default(in_process_rows)
+    )
     available = set(validated.available_columns)
     if choice.engine == IN_PROCESS:
         return InProcessFeatureFrame(

@@ -18,7 +18,7 @@ from infra.compute.spark import SessionProvider
 from infra.errors import HybridflowInputError
 from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_snapshot_prefix, snapshot_prefix
-from infra.settings import in_process_limit
+from infra.settings import in_process_rows_or_default
 from infra.storage.datasets import DatasetManifest, read_dataset_manifest
 from infra.storage.stage_cache import load_cached, save_cached
 from infra.storage.store import ObjectStore, sha256_bytes
@@ -88,7 +88,7 @@ def build_snapshot(
     statistics on the way; in this process instead for up to ``in_process_rows`` examples
     (default: the setting)."""
     started = time.perf_counter()
-    limit = in_process_limit(in_process_rows)
+    limit = in_process_rows_or_default(in_process_rows)
     sources = [features.training_prefix] + (
         [features.backtest_prefix] if features.backtest_prefix else []
     )

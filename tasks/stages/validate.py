@@ -20,7 +20,7 @@ from infra.fingerprint import (
     files_fingerprint,
     stage_fingerprint,
 )
-from infra.settings import get_settings, in_process_limit
+from infra.settings import HybridflowSettings, in_process_rows_or_default, settings_defaults
 from infra.storage.stage_cache import load_cached, save_cached
 from infra.storage.store import ObjectStore
 from tasks.data.engine_choice import IN_PROCESS, Engine, EngineInputs, choose_engine
@@ -56,18 +56,20 @@ def validate_stage(
 ) -> ValidateResult:
     """Read, validate and publish the run's good events and its quarantine.
 
-    Input of up to ``in_process_rows`` rows (default: the setting), CSV or Parquet of one
+    Input of up to ``in_process_rows`` rows (the flow passes the run's setting; default: the
+    declared default), CSV or Parquet of one
     schema, is validated in this process (:mod:`tasks.engines.in_process.validate`) unless a
     column needs a parser only Spark has (:func:`validates_in_process`); anything else by
     Spark, started only then (also for a CSV file DuckDB's reader refuses). Rows outside
-    ``bounds`` (default: :func:`event_time_bounds` of now) are quarantined. Unchanged input files, options, floor,
+    ``bounds`` (the flow passes :func:`event_time_bounds` of the run's settings; default: of
+    the declared defaults, now) are quarantined. Unchanged input files, options, floor,
     lead and code reuse an earlier run's output (``report.cached``) when it holds for the
     bounds of now too (:func:`cached_within`). The quarantine is published even when the bad
     fraction is over ``max_bad_fraction``, so the user can look at it (``on_quarantine`` gets
     the result first); then the stage fails with an input error.
     """
     options = options or InputOptions()
-    bounds = bounds or event_time_bounds()
+    bounds = bounds or event_time_bounds(settings_defaults())
     path = resolve_events_path(events_path)
     files = list_event_files(path)
     fingerprint = stage_fingerprint(
@@ -89,7 +91,7 @@ def validate_stage(
             "validate",
             engine_inputs(
                 found,
-                in_process_limit(in_process_rows),
+                in_process_rows_or_default(in_process_rows),
                 timestamp_format=options.timestamp_format,
             ),
         )
@@ -123,11 +125,10 @@ def validate_stage(
     return result
 
 
-def event_time_bounds(now: dt.datetime | None = None) -> RowBounds:
+def event_time_bounds(settings: HybridflowSettings, now: dt.datetime | None = None) -> RowBounds:
     """The values a run validated ``now`` (default: this machine's clock) accepts: event times
     from the ``event_time_floor`` setting to ``event_time_max_lead_hours`` after ``now``,
     amounts up to ``max_amount``."""
-    settings = get_settings()
     return RowBounds.around(
         now or dt.datetime.now(dt.UTC),
         dt.timedelta(hours=settings.event_time_max_lead_hours),
