@@ -11,7 +11,7 @@ import time
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
 
-from infra.compute.spark import SessionProvider, session_of
+from infra.compute.spark import SessionProvider
 from infra.compute.spark_io import (
     EVENTS_KEY,
     customer_clustered_files,
@@ -25,17 +25,13 @@ from infra.storage.stage_cache import load_cached, save_cached
 from infra.storage.store import ObjectStore
 from tasks.data.cutoffs import Cutoff, Origins, end_of_day, pipeline_cutoffs
 from tasks.data.engine_choice import (
-    IN_PROCESS,
-    SPARK_PER_BUCKET,
     EngineChoice,
     EngineInputs,
     choose_engine,
 )
 from tasks.definitions.feature_specs import feature_names
+from tasks.engines import registry as engines
 from tasks.engines.feature_frame import FeatureFrame, FeatureOutput
-from tasks.engines.in_process.features import InProcessFeatureFrame
-from tasks.engines.spark.features import SparkFeatureFrame
-from tasks.engines.spark.features_per_bucket import BucketFeatureFrame
 from tasks.reporting.records import FeaturesResult, StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
@@ -266,19 +262,14 @@ def feature_frame(
     choice = choice or features_engine(
         store, validated, in_process_rows_or_default(in_process_rows)
     )
-    available = set(validated.available_columns)
-    if choice.engine == IN_PROCESS:
-        return InProcessFeatureFrame(
-            store, validated.events_prefix, outputs, available, sequence_length
-        )
-    session = session_of(spark)
-    if choice.engine == SPARK_PER_BUCKET:
-        manifest = read_dataset_manifest(store, validated.events_prefix)
-        buckets = customer_clustered_files(manifest, EVENTS_KEY)
-        assert buckets is not None  # what the choice saw
-        return BucketFeatureFrame(session, store, buckets, outputs, available, sequence_length)
-    return SparkFeatureFrame(
-        session, store, validated.events_prefix, outputs, available, sequence_length
+    return engines.feature_frame(
+        choice.engine,
+        spark,
+        store,
+        validated.events_prefix,
+        outputs,
+        set(validated.available_columns),
+        sequence_length,
     )
 
 

@@ -22,11 +22,10 @@ from infra.settings import in_process_rows_or_default
 from infra.storage.datasets import DatasetManifest, read_dataset_manifest
 from infra.storage.stage_cache import load_cached, save_cached
 from infra.storage.store import ObjectStore, sha256_bytes
-from tasks.data.engine_choice import IN_PROCESS, Engine, EngineInputs, choose_engine
+from tasks.data.engine_choice import EngineInputs, choose_engine
 from tasks.data.split import SPLITS, SplitFractions, non_finite_features, normalizer_from
-from tasks.engines.in_process.snapshot import InProcessSnapshotBuilder
+from tasks.engines import registry as engines
 from tasks.engines.snapshot_builder import SnapshotBuilder
-from tasks.engines.spark.snapshot import SparkSnapshotBuilder
 from tasks.ml.normalizer import Normalizer
 from tasks.reporting.records import FeaturesResult, PreprocessResult, StageReport
 
@@ -95,7 +94,7 @@ def build_snapshot(
     rows = max(read_dataset_manifest(store, prefix).rows for prefix in sources)
     choice = choose_engine("preprocess", EngineInputs(rows=rows, limit=limit))
     log.info("preprocess: %s (%s)", choice.engine, choice.reason)
-    builder = snapshot_builder(choice.engine, spark)
+    builder = engines.snapshot_builder(choice.engine, spark)
     snapshot, counts = publish_snapshot(
         builder,
         store,
@@ -148,14 +147,6 @@ def build_snapshot(
         backtest_split_counts=backtest_counts,
         backtest_skipped=skipped,
     )
-
-
-def snapshot_builder(engine: Engine, spark: SparkSession | SessionProvider) -> SnapshotBuilder:
-    """The preprocess stage's implementation on ``engine`` (``spark`` is started only by
-    Spark's, at its first publication)."""
-    if engine == IN_PROCESS:
-        return InProcessSnapshotBuilder()
-    return SparkSnapshotBuilder(spark)
 
 
 def publish_snapshot(

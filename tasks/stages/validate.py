@@ -23,7 +23,7 @@ from infra.fingerprint import (
 from infra.settings import HybridflowSettings, in_process_rows_or_default, settings_defaults
 from infra.storage.stage_cache import load_cached, save_cached
 from infra.storage.store import ObjectStore
-from tasks.data.engine_choice import IN_PROCESS, Engine, EngineInputs, choose_engine
+from tasks.data.engine_choice import SPARK, EngineInputs, choose_engine
 from tasks.data.input_formats import (
     EventsInput,
     InputOptions,
@@ -34,9 +34,8 @@ from tasks.data.input_formats import (
 from tasks.data.validation_duckdb import in_process_type_problem
 from tasks.data.validation_sql import RowBounds
 from tasks.definitions.contract import CONTRACT_COLUMNS, REASON_EVENT_TIME_IN_FUTURE
-from tasks.engines.in_process.validate import CsvNotReadInProcessError, InProcessValidator
-from tasks.engines.spark.validate import SparkValidator
-from tasks.engines.validator import ValidatedOutputs, Validator
+from tasks.engines import registry as engines
+from tasks.engines.validator import CsvNotReadInProcessError, ValidatedOutputs
 from tasks.reporting.records import StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
@@ -98,12 +97,14 @@ def validate_stage(
         log.info("validate: %s (%s)", choice.engine, choice.reason)
         started = time.perf_counter()
         try:
-            outputs = validator_for(choice.engine, spark).validate(
+            outputs = engines.validator(choice.engine, spark).validate(
                 store, run_id, found, options, bounds
             )
         except CsvNotReadInProcessError as exc:
             log.warning("DuckDB cannot read the CSV (%s): validating with Spark", exc)
-            outputs = SparkValidator(spark).validate(store, run_id, found, options, bounds)
+            outputs = engines.validator(SPARK, spark).validate(
+                store, run_id, found, options, bounds
+            )
         result = _validated(started, store, path, outputs)
         result = result.model_copy(
             update={
@@ -169,14 +170,6 @@ def engine_inputs(
     )
 
 
-def validator_for(engine: Engine, spark: SparkSession | SessionProvider) -> Validator:
-    """The validate stage's implementation on ``engine`` (``spark`` is started only by Spark's,
-    when it validates)."""
-    if engine == IN_PROCESS:
-        return InProcessValidator()
-    return SparkValidator(spark)
-
-
 def validate_events(
     spark: SparkSession,
     store: ObjectStore,
@@ -189,7 +182,7 @@ def validate_events(
     check): what the JVM class archive records Spark's validation with."""
     started = time.perf_counter()
     found = inspect_events(path, options)
-    outputs = SparkValidator(spark).validate(store, run_id, found, options, bounds)
+    outputs = engines.validator(SPARK, spark).validate(store, run_id, found, options, bounds)
     return _validated(started, store, path, outputs)
 
 
