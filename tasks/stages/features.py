@@ -23,11 +23,18 @@ from infra.settings import HybridflowSettings, in_process_rows_or_default, setti
 from infra.storage.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
 from infra.storage.stage_cache import load_cached, save_cached
 from infra.storage.store import ObjectStore
-from tasks.data.cutoffs import Cutoff, Origins, end_of_day, pipeline_cutoffs
+from tasks.data.cutoffs import Origins, pipeline_cutoffs
 from tasks.data.engine_choice import (
     EngineChoice,
     EngineInputs,
     choose_engine,
+)
+from tasks.data.time_windows import (
+    check_labels,
+    events_after_possible,
+    history_too_short,
+    label_window_note,
+    resolve_as_of,
 )
 from tasks.definitions.feature_specs import feature_names
 from tasks.engines import registry as engines
@@ -35,55 +42,6 @@ from tasks.engines.feature_frame import FeatureFrame, FeatureOutput
 from tasks.reporting.records import FeaturesResult, StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
-
-
-def resolve_as_of(
-    validated: ValidateResult,
-    as_of: dt.date | None,
-    horizon_days: int,
-    after_events: bool = False,
-    grace_days: int | None = None,
-) -> dt.date:
-    """T (default: the last valid event's date), checked against the span of the events: a T
-    more than ``grace_days`` (the flow passes the ``as_of_grace_days`` setting; default: its
-    declared default) after the last event's day needs ``after_events`` (its label window is
-    cut short)."""
-    if validated.first_event is None or validated.last_event is None:
-        raise HybridflowInputError("no valid events to compute features from")
-    as_of = as_of or validated.last_event.date()
-    note = label_window_note(validated, as_of, horizon_days)
-    if grace_days is None:
-        grace_days = settings_defaults().as_of_grace_days
-    grace = dt.timedelta(days=grace_days)
-    if note is not None and as_of > validated.last_event.date() + grace and not after_events:
-        raise HybridflowInputError(f"{note}; pass --as-of-after-events to train on it anyway")
-    first_day = validated.first_event.date()
-    if as_of < first_day:
-        raise HybridflowInputError(
-            f"as_of {as_of} is before the first event ({first_day}): nothing to learn from"
-        )
-    training_cutoff = end_of_day(as_of) - dt.timedelta(days=horizon_days)
-    if training_cutoff.date() < first_day:
-        raise HybridflowInputError(
-            f"as_of {as_of} minus horizon {horizon_days} days is before the first event "
-            f"({first_day}): no customer has an event in the training window"
-        )
-    return as_of
-
-
-def label_window_note(validated: ValidateResult, as_of: dt.date, horizon_days: int) -> str | None:
-    """What the label window (T-H, T] holds when T is after the last valid event's day (None
-    otherwise): the days of it that have events, out of the horizon."""
-    last = validated.last_event
-    if last is None or as_of <= last.date():
-        return None
-    start = as_of - dt.timedelta(days=horizon_days)
-    covered = max((last.date() - start).days, 0)
-    return (
-        f"as_of {as_of} is {(as_of - last.date()).days} day(s) after the last event "
-        f"({last.date()}): the label window ({start}, {as_of}] holds events on {covered} of "
-        f"its {horizon_days} days, so buyers after {last.date()} are labelled as non-buyers"
-    )
 
 
 def features_stage(
@@ -176,7 +134,7 @@ def build_features(
     cutoffs = pipeline_cutoffs(
         as_of, horizon_days, origins or settings_origins(settings_defaults()), first
     )
-    too_short = _history_too_short(validated, cutoffs.backtest[0])
+    too_short = history_too_short(validated, cutoffs.backtest[0])
     training = FeatureOutput(cutoffs.train, run_dataset_prefix(run_id, "training_examples"))
     events = read_dataset_manifest(store, validated.events_prefix)
     source = SourceEvents(
@@ -199,7 +157,7 @@ def build_features(
             if too_short
             else _publish_backtest(frame, backtest_output)
         )
-        after = frame.events_after() if _events_after_possible(validated, cutoffs.score) else 0
+        after = frame.events_after() if events_after_possible(validated, cutoffs.score) else 0
     if after:
         log.warning("ignoring %d event(s) after as_of %s (point-in-time features)", after, as_of)
     return FeaturesResult(
@@ -297,19 +255,6 @@ class BacktestExamples(BaseModel):
     skipped: str | None = None
 
 
-def _history_too_short(validated: ValidateResult, backtest: Cutoff) -> str | None:
-    """Why there is no backtest when its cutoff T-2H is before the first event (else None)."""
-    first = validated.first_event
-    if first is not None and backtest.at.date() >= first.date():
-        return None
-    reason = (
-        f"history too short for the backtest: it would train at as_of - 2 x horizon = "
-        f"{backtest.at.date()}, before the first event ({first.date() if first else '-'})"
-    )
-    log.warning("%s", reason)
-    return reason
-
-
 def _publish_backtest(frame: FeatureFrame, backtest: FeatureOutput) -> BacktestExamples:
     """Publish the examples a run H days earlier would have trained on (features at T-2H and
     its earlier origins, labels up to T-H); skipped, with the reason, when those labels have a
@@ -324,19 +269,3 @@ def _publish_backtest(frame: FeatureFrame, backtest: FeatureOutput) -> BacktestE
         log.warning("%s", reason)
         return BacktestExamples(skipped=reason)
     return BacktestExamples(prefix=examples.prefix, rows=examples.rows, positive_rate=rate)
-
-
-def _events_after_possible(validated: ValidateResult, score: Cutoff) -> bool:
-    """Whether the last valid event is after T (else there is nothing to count)."""
-    last = validated.last_event
-    return last is not None and last.astimezone(dt.UTC).replace(tzinfo=None) > score.at
-
-
-def check_labels(positive_rate: float, n: int, as_of: dt.date, horizon_days: int) -> None:
-    """Training needs both classes: a single class in the labels is an input error."""
-    if positive_rate in (0.0, 1.0):
-        raise HybridflowInputError(
-            f"all {n} training labels are {int(positive_rate)} for as_of {as_of} and "
-            f"horizon {horizon_days} days: the model needs both "
-            "buyers and non-buyers (try another --as-of or --horizon-days)"
-        )

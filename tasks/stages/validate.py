@@ -20,9 +20,10 @@ from infra.fingerprint import (
     files_fingerprint,
     stage_fingerprint,
 )
-from infra.settings import HybridflowSettings, in_process_rows_or_default, settings_defaults
+from infra.settings import in_process_rows_or_default, settings_defaults
 from infra.storage.stage_cache import load_cached, save_cached
 from infra.storage.store import ObjectStore
+from tasks.data.bad_rows import check_bad_fraction
 from tasks.data.engine_choice import SPARK, EngineInputs, choose_engine
 from tasks.data.input_formats import (
     EventsInput,
@@ -31,6 +32,7 @@ from tasks.data.input_formats import (
     list_event_files,
     resolve_events_path,
 )
+from tasks.data.time_windows import event_time_bounds
 from tasks.data.validation_duckdb import in_process_type_problem
 from tasks.data.validation_sql import RowBounds
 from tasks.definitions.contract import CONTRACT_COLUMNS, REASON_EVENT_TIME_IN_FUTURE
@@ -126,18 +128,6 @@ def validate_stage(
     return result
 
 
-def event_time_bounds(settings: HybridflowSettings, now: dt.datetime | None = None) -> RowBounds:
-    """The values a run validated ``now`` (default: this machine's clock) accepts: event times
-    from the ``event_time_floor`` setting to ``event_time_max_lead_hours`` after ``now``,
-    amounts up to ``max_amount``."""
-    return RowBounds.around(
-        now or dt.datetime.now(dt.UTC),
-        dt.timedelta(hours=settings.event_time_max_lead_hours),
-        settings.event_time_floor,
-        settings.max_amount,
-    )
-
-
 def cached_within(result: ValidateResult, bounds: RowBounds) -> bool:
     """Whether a cached result (same floor) is what ``bounds`` give: it kept nothing after
     their ceiling, and when it quarantined rows as in the future, its ceiling was no earlier
@@ -216,20 +206,6 @@ def _validated(
         first_event=_from_micros(outputs.span_micros[0]),
         last_event=_from_micros(outputs.span_micros[1]),
     )
-
-
-def check_bad_fraction(result: ValidateResult, max_bad_fraction: float) -> None:
-    """Fail (input error naming the quarantine) when too many rows are bad or none is good."""
-    bad_fraction = result.rows_quarantined / max(result.rows_read, 1)
-    if bad_fraction > max_bad_fraction:
-        raise HybridflowInputError(
-            f"{result.rows_quarantined} of {result.rows_read} event rows ({bad_fraction:.1%}) "
-            f"are bad, over --max-bad-fraction {max_bad_fraction:.1%}: see {result.quarantine_uri}"
-        )
-    if result.rows_valid == 0:
-        raise HybridflowInputError(
-            f"no valid events left after validation: see {result.quarantine_uri}"
-        )
 
 
 def _from_micros(value: int | None) -> dt.datetime | None:
