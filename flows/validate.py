@@ -10,8 +10,9 @@ from flows.dag import VALIDATE
 from flows.params import StageParams, resolve
 from infra.compute.spark import SparkOnDemand
 from infra.errors import HybridflowInputError
+from tasks.data.time_windows import event_time_bounds
 from tasks.reporting.records import ValidateResult
-from tasks.stages.validate import event_time_bounds, validate_stage
+from tasks.stages.validate import validate_stage
 
 
 @flow(name=VALIDATE.flow_name)
