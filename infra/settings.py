@@ -507,7 +507,14 @@ def get_settings() -> HybridflowSettings:
     return HybridflowSettings()
 
 
-def in_process_limit(override: int | None = None) -> int:
-    """The most rows a stage handles in the flow's process: ``override`` when given, else the
-    ``in_process_rows`` setting."""
-    return get_settings().in_process_rows if override is None else override
+def settings_defaults() -> HybridflowSettings:
+    """The settings as declared, without reading the environment: what a stage runner called
+    without a flow (a test, a benchmark) uses for a value its flow would have passed down from
+    the run's settings."""
+    return HybridflowSettings.model_construct()
+
+
+def in_process_rows_or_default(override: int | None) -> int:
+    """``override`` (a flow passes its run's ``in_process_rows`` setting), else the declared
+    default; never the environment."""
+    return settings_defaults().in_process_rows if override is None else override

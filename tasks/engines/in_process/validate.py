@@ -32,7 +32,7 @@ from tasks.data.validation_duckdb import (
 )
 from tasks.data.validation_sql import RowBounds
 from tasks.definitions.contract import CONTRACT_COLUMNS
-from tasks.engines.validator import ValidatedOutputs
+from tasks.engines.validator import CsvNotReadInProcessError, ValidatedOutputs
 
 
 class InProcessValidator:
@@ -58,11 +58,6 @@ class InProcessValidator:
             span_micros=(figures.first_micros, figures.last_micros),
             spark_jobs=0,
         )
-
-
-class CsvNotReadInProcessError(Exception):
-    """DuckDB's CSV reader refused a file Spark's permissive reader may still read (a row
-    whose quotes never close, text that is not UTF-8): validate it with Spark instead."""
 
 
 def publish_validated_in_process(
