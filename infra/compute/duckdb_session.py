@@ -39,6 +39,16 @@ def duckdb_connection(
     return connection
 
 
+def scratch_dir(purpose: str) -> Path:
+    """A new empty folder of this process under the work dir's spill folder, for files a
+    stage writes beside DuckDB's own spill (the caller removes it)."""
+    root = get_settings().work_dir / "spill"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{purpose}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    path.mkdir()
+    return path
+
+
 IN_PROCESS_REMEDY = (
     "raise HYBRIDFLOW_IN_PROCESS_MEMORY, or lower HYBRIDFLOW_IN_PROCESS_ROWS so that Spark "
     "computes it"

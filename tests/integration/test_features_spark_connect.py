@@ -112,7 +112,7 @@ CHILD = textwrap.dedent(
         def partitions(self):
             return 3
     outputs = [FeatureOutput((c,), f"part/{c.name}") for c in pipeline_cutoffs(dt.date(2025, 1, 27), 5)]
-    with ThreePartitions(spark, store, "plain", table.num_rows, outputs, available) as frame:
+    with ThreePartitions(spark, store, "plain", outputs, available) as frame:
         published = {o.cutoffs[0].name: frame.publish(o)[0] for o in outputs}
         after = frame.events_after()
     out = {name: {r["customer_id"]: r for r in read_table(store, m).to_pylist()}

@@ -26,6 +26,7 @@ from infra.compute.duckdb_session import task_memory_limit
 from infra.compute.executor_io import executor_store
 from infra.compute.spark import conf_value
 from infra.compute.spark_io import SparkJobs, bucket_count, read_dataset
+from infra.storage.datasets import read_dataset_manifest
 from infra.storage.store import ObjectStore
 from tasks.data.features_duckdb import EVENT_COLUMNS
 from tasks.engines.feature_frame import FeatureOutput
@@ -73,14 +74,13 @@ def partition_features(
 
 class PartitionFeatureFrame(TaskPartsFrame):
     """A :class:`tasks.engines.feature_frame.FeatureFrame` computed by one Spark job: the events
-    at ``events_prefix`` (``rows`` of them) shuffled by customer, a task per partition."""
+    at ``events_prefix`` shuffled by customer, a task per partition."""
 
     def __init__(
         self,
         spark: SparkSession,
         store: ObjectStore,
         events_prefix: str,
-        rows: int,
         outputs: list[FeatureOutput],
         available: set[str],
         sequence_length: int = 0,
@@ -88,13 +88,13 @@ class PartitionFeatureFrame(TaskPartsFrame):
         super().__init__(store, outputs)
         self._spark = spark
         self._events_prefix = events_prefix
-        self._rows = rows
         self._available = available
         self._sequence_length = sequence_length
 
     def partitions(self) -> int:
         """How many partitions the events are shuffled into (tasks of the job)."""
-        return bucket_count(self._spark, self._rows)
+        rows = read_dataset_manifest(self._store, self._events_prefix).rows
+        return bucket_count(self._spark, rows)
 
     def _run(self, data_prefixes: list[str]) -> list[dict]:
         """The job: read, shuffle by customer, a task per partition; what each wrote."""
