@@ -105,6 +105,7 @@ CHILD = textwrap.dedent(
     table = events.toArrow()
     data = new_data_prefix("plain")
     keys = [f"{data}/part-{i}.parquet" for i in (0, 1)]
+    store.local_path(data).mkdir(parents=True)
     for i, key in enumerate(keys):
         pq.write_table(table.take(list(range(i, table.num_rows, 2))), store.local_path(key))
     publish_written_dataset(store, "plain", data, keys, rows=table.num_rows)
