@@ -48,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "0 = no cluster, local[*] in the cpu-pool's flow runs)",
     )
     p.set_defaults(handler=run_up)
-    p = sub.add_parser("down", help="stop what `hybridflow up` started")
+    p = sub.add_parser(
+        "down", help="stop what `hybridflow up` started, and the warm Prefect API of `run`"
+    )
     p.set_defaults(handler=run_down)
     p = sub.add_parser("status", help="show what `hybridflow up` started and whether it runs")
     p.set_defaults(handler=run_status)
@@ -83,11 +85,12 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    """Stop the stack."""
+    """Stop the stack, and the warm Prefect API the embedded commands share."""
     from infra.settings import get_settings
     from infra.stack.lifecycle import down
+    from infra.warm_api import stop_warm_api
 
-    print("\n".join(down(get_settings())))
+    print("\n".join([*down(get_settings()), stop_warm_api()]))
     return EXIT_OK
 
 
