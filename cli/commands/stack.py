@@ -100,5 +100,19 @@ def run_status(args: argparse.Namespace) -> int:
     from infra.stack.lifecycle import status
 
     healthy, lines = status(get_settings())
-    print("\n".join(lines))
+    print("\n".join([*lines, warm_api_line()]))
     return EXIT_OK if healthy else EXIT_FAILURE
+
+
+def warm_api_line() -> str:
+    """The warm Prefect API of the embedded commands, if one runs (not part of the stack: it
+    does not change `status`'s exit code)."""
+    from infra.warm_api import running_record
+
+    record = running_record()
+    if record is None:
+        return "warm Prefect API of `hybridflow run`: not running"
+    return (
+        f"warm Prefect API of `hybridflow run`: {record.url} (pid {record.pid}; stops after "
+        f"{record.idle_seconds:.0f} s unused, or with `hybridflow down`)"
+    )
