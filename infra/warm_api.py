@@ -11,9 +11,10 @@ checks it and uses it at once.
 - One per Prefect home (so per database): every decision to reuse, replace or start one is
   taken under an exclusive ``flock`` on ``warm-api/api.lock``, so two commands racing start one.
 - A recorded server whose process is gone, whose PID now names another process, or that runs
-  another Prefect version, interpreter or database is replaced (stopped by its PID when it still
-  runs); so is one that does not answer its health check once it is older than the start-up
-  timeout, unless a live command still holds it.
+  another Prefect version, interpreter or database is replaced: stopped by its PID when it still
+  runs and no running command holds it (else it stops by itself once they end: the record no
+  longer names it); so is one that does not answer its health check once it is older than the
+  start-up timeout, unless a running command holds it.
 - Each command using it holds a lease (``warm-api/users/<pid>``, removed at exit; a dead
   holder's lease does not count). The server stops itself once no lease is live and it served
   no request for ``HYBRIDFLOW_WARM_API_IDLE_SECONDS`` (:mod:`infra.warm_api_server`);
@@ -169,28 +170,30 @@ def lease_path(folder: Path, pid: int) -> Path:
     return folder / USERS_DIR / str(pid)
 
 
-def take_lease(folder: Path) -> Path:
-    """Record that this process uses the server (its PID and start time)."""
+def take_lease(folder: Path, server_pid: int) -> Path:
+    """Record that this process (its PID and start time) uses the server ``server_pid``."""
     path = lease_path(folder, os.getpid())
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(str(start_ticks(os.getpid())))
+    path.write_text(f"{start_ticks(os.getpid())} {server_pid}")
     return path
 
 
-def live_leases(folder: Path) -> list[int]:
-    """PIDs of the processes holding a lease that still run; dead holders' leases are removed."""
+def live_leases(folder: Path, server_pid: int | None = None) -> list[int]:
+    """PIDs of the processes holding a lease (on ``server_pid``, when given) that still run;
+    dead holders' leases are removed."""
     live = []
     for path in sorted((folder / USERS_DIR).glob("*")):
         try:
-            pid, ticks = int(path.name), int(path.read_text() or "0")
+            ticks, server = (int(v) for v in path.read_text().split())
+            pid = int(path.name)
         except (OSError, ValueError):
             path.unlink(missing_ok=True)
             continue
         holder = ProcessRecord(name="lease", pid=pid, start_ticks=ticks, command=[], log_file="")
-        if is_alive(holder):
-            live.append(pid)
-        else:
+        if not is_alive(holder):
             path.unlink(missing_ok=True)
+        elif server_pid is None or server == server_pid:
+            live.append(pid)
     return live
 
 
@@ -210,7 +213,7 @@ def why_not_reuse(
         return None
     if time.time() - record.started_at < startup_timeout_s:
         return None  # still starting: the caller waits for it
-    if live_leases(folder):
+    if live_leases(folder, record.pid):
         return None  # hung or busy, but in use: not ours to stop
     return "it did not answer its health check"
 
@@ -313,14 +316,15 @@ def attach(idle_seconds: float, startup_timeout_s: float, home: Path | None = No
             reason = why_not_reuse(record, wanted, startup_timeout_s, folder)
             if reason is not None:
                 log.info("replacing the warm Prefect API (pid %s): %s", record.pid, reason)
-                stop(record.process(), grace_s=5.0)
+                if not live_leases(folder, record.pid):  # else it stops when they end
+                    stop(record.process(), grace_s=5.0)
         if reason is not None:
             seed_database(configured_sqlite_file(), template_path())
             record = launch(folder, idle_seconds, wanted)
             write_record(folder, record)
             started = True
         assert record is not None
-        take_lease(folder)
+        take_lease(folder, record.pid)
     return WarmApi(record, folder, started)
 
 

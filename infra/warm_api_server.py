@@ -49,7 +49,7 @@ def should_stop(folder: Path, activity: Activity, idle_seconds: float, pid: int)
     """Whether nobody needs this server any more; if so its record is removed (under the lock,
     so that no command takes a lease on it meanwhile)."""
     with locked(folder):
-        if live_leases(folder):
+        if live_leases(folder, pid):
             return False
         record = read_record(folder)
         if record is not None and record.pid == pid:

@@ -37,12 +37,14 @@ def record(folder, pid: int, **changes) -> WarmApiRecord:
 
 
 def test_a_dead_commands_lease_does_not_count_and_is_removed(tmp_path):
-    take_lease(tmp_path)
+    take_lease(tmp_path, server_pid=42)
     dead = tmp_path / "users" / str(os.getpid() + 1_000_000)
-    dead.write_text("1")
+    dead.write_text("1 42")
     reused = tmp_path / "users" / "1"
-    reused.write_text("999999999")  # PID 1 runs, but it started at another time
+    reused.write_text("999999999 42")  # PID 1 runs, but it started at another time
     assert live_leases(tmp_path) == [os.getpid()]
+    assert live_leases(tmp_path, server_pid=42) == [os.getpid()]
+    assert live_leases(tmp_path, server_pid=43) == [], "a lease holds its own server only"
     assert not dead.exists() and not reused.exists()
 
 
@@ -51,8 +53,11 @@ def test_an_idle_server_without_leases_stops_and_forgets_its_record(tmp_path):
     write_record(tmp_path, record(tmp_path, me))
     activity = Activity()
     assert not should_stop(tmp_path, activity, idle_seconds=3600, pid=me), "recently used"
-    take_lease(tmp_path)
+    take_lease(tmp_path, server_pid=me + 1)
     activity.last -= 7200
+    assert should_stop(tmp_path, activity, idle_seconds=3600, pid=me), "not a lease on it"
+    write_record(tmp_path, record(tmp_path, me))
+    take_lease(tmp_path, server_pid=me)
     assert not should_stop(tmp_path, activity, idle_seconds=3600, pid=me), "a command holds it"
     assert read_record(tmp_path) is not None
     (tmp_path / "users" / str(me)).unlink()
