@@ -35,7 +35,7 @@ FEATURES = 46
 
 
 def _snapshot(store, run_id: str, seed: int):
-    from infra.datasets import local_dataset_dir, read_dataset_manifest
+    from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
     from tasks.ml.normalizer import Normalizer
     from tasks.ml.snapshot_reader import SnapshotStream
     from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
@@ -210,7 +210,7 @@ def _backtest_rows(store, data, production) -> list[dict]:
 
 
 def main(results_dir: Path) -> list[dict]:
-    from infra.store import LocalFolderStore
+    from infra.storage.store import LocalFolderStore
 
     work = Path(tempfile.mkdtemp(prefix="hf-bench-scale-"))
     threads = torch.get_num_threads()

@@ -8,9 +8,9 @@ from flows.artifacts import ProgressArtifact, publish_predictions_link, publish_
 from flows.context import record_stage_result
 from flows.dag import BATCH_INFERENCE, upstream_results
 from flows.params import StageParams, resolve
-from infra.spark import SparkOnDemand
+from infra.compute.spark import SparkOnDemand
+from tasks.reporting.records import InferenceResult
 from tasks.stages.batch_inference import batch_inference_stage, scoring_as_of
-from tasks.stages.records import InferenceResult
 
 
 @flow(name=BATCH_INFERENCE.flow_name)

@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from infra.routing.pools import CPU_POOL, GPU_POOL
 from infra.routing.router import StageWork, WorkloadKind
-from infra.store import ObjectStore
-from tasks.stages.records import (
+from infra.storage.store import ObjectStore
+from tasks.reporting.records import (
     FeaturesResult,
     InferenceResult,
     PreprocessResult,

@@ -33,8 +33,8 @@ from flows.params import StageParams
 from infra import startup
 from infra.layout import stage_manifest_key
 from infra.settings import HybridflowSettings
-from infra.store import ObjectStore
-from tasks.stages.records import contender_stage
+from infra.storage.store import ObjectStore
+from tasks.reporting.records import contender_stage
 
 log = logging.getLogger(__name__)
 

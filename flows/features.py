@@ -8,9 +8,9 @@ from flows.artifacts import publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
 from flows.dag import FEATURES, upstream_results
 from flows.params import StageParams, resolve
-from infra.spark import SparkOnDemand
+from infra.compute.spark import SparkOnDemand
+from tasks.reporting.records import FeaturesResult
 from tasks.stages.features import features_stage
-from tasks.stages.records import FeaturesResult
 
 
 @flow(name=FEATURES.flow_name)

@@ -45,11 +45,11 @@ from infra.routing.accounting import account_run
 from infra.routing.planner import RoutingPlan
 from infra.routing.pools import CPU_POOL
 from infra.settings import HybridflowSettings
-from infra.store import ObjectStore
-from tasks.stages.planning import plan_pipeline
-from tasks.stages.records import PipelineSummary, contender_stage
-from tasks.stages.run_key import events_fingerprint, pipeline_run_key
-from tasks.stages.summary import StageOrigin, run_summary
+from infra.storage.store import ObjectStore
+from tasks.policy.planning import plan_pipeline
+from tasks.policy.run_key import events_fingerprint, pipeline_run_key
+from tasks.reporting.records import PipelineSummary, contender_stage
+from tasks.reporting.summary import StageOrigin, run_summary
 
 
 class PipelineParams(StageParams):

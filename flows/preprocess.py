@@ -8,9 +8,9 @@ from flows.artifacts import publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
 from flows.dag import PREPROCESS, upstream_results
 from flows.params import StageParams, resolve
-from infra.spark import SparkOnDemand
+from infra.compute.spark import SparkOnDemand
+from tasks.reporting.records import PreprocessResult
 from tasks.stages.preprocess import preprocess_stage
-from tasks.stages.records import PreprocessResult
 
 
 @flow(name=PREPROCESS.flow_name)

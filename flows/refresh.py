@@ -33,13 +33,11 @@ from flows.dag import FEATURES, REFRESH_UNITS, STAGE_KINDS, TRAIN, home_pools, s
 from flows.events import emit, model_promoted
 from flows.executors import dispatch_mode, run_in_process, run_on_pools
 from flows.params import ResolvedRun, RunInputs, StageParams, resolve
-from infra.registry import ModelRegistry
+from infra.compute.spark import SparkOnDemand
 from infra.routing.accounting import account_refresh, account_run, embedded_pool
 from infra.routing.costs import CostReport
-from infra.spark import SparkOnDemand
-from tasks.stages.drift import ensure_reference
-from tasks.stages.records import StageReport
-from tasks.stages.refresh import (
+from infra.storage.registry import ModelRegistry
+from tasks.policy.refresh import (
     PromoteMode,
     RefreshResult,
     RefreshTrigger,
@@ -48,6 +46,8 @@ from tasks.stages.refresh import (
     refresh_horizon,
     require_production,
 )
+from tasks.reporting.records import StageReport
+from tasks.stages.drift import ensure_reference
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from flows.artifacts import publish_quarantine_table, publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
 from flows.dag import VALIDATE
 from flows.params import StageParams, resolve
+from infra.compute.spark import SparkOnDemand
 from infra.errors import HybridflowInputError
-from infra.spark import SparkOnDemand
-from tasks.stages.records import ValidateResult
+from tasks.reporting.records import ValidateResult
 from tasks.stages.validate import validate_stage
 
 

@@ -477,7 +477,7 @@ class HybridflowSettings(BaseSettings):
         return conf
 
     def class_archive_dir(self) -> Path:
-        """The folder of the local driver's JVM class archive (:mod:`infra.jvm_archive`)."""
+        """The folder of the local driver's JVM class archive (:mod:`infra.compute.jvm_archive`)."""
         return self.spark_class_archive_dir or Path(sys.prefix) / "var" / "hybridflow" / "jvm"
 
     def public_dict(self) -> dict[str, Any]:

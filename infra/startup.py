@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 STEPS = (
@@ -22,6 +23,7 @@ STEPS = (
     ("planning", "first_stage"),
 )
 _marks: dict[str, float] = {}
+_at_first_stage: list[Callable[[], None]] = []
 
 
 def process_started_at() -> float:
@@ -46,8 +48,23 @@ def begin() -> None:
 
 
 def mark(name: str) -> None:
-    """Record the first time ``name`` is reached (later calls keep the first)."""
-    _marks.setdefault(name, time.time())
+    """Record the first time ``name`` is reached (later calls keep the first); the first
+    ``first_stage`` runs what :func:`at_first_stage` registered."""
+    if name in _marks:
+        return
+    _marks[name] = time.time()
+    if name == "first_stage":
+        while _at_first_stage:
+            _at_first_stage.pop(0)()
+
+
+def at_first_stage(action: Callable[[], None]) -> None:
+    """Run ``action`` once, when the first stage is dispatched (at once if it was): work that
+    would slow the way to it, e.g. importing what a later stage needs in the background."""
+    if "first_stage" in _marks:
+        action()
+    else:
+        _at_first_stage.append(action)
 
 
 def startup_breakdown() -> dict[str, float]:
@@ -77,5 +94,6 @@ def pipeline_started() -> None:
 
 
 def reset() -> None:
-    """Forget every mark."""
+    """Forget every mark (and what waits for the first stage)."""
     _marks.clear()
+    _at_first_stage.clear()

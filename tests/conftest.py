@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.prefect_env import configure_prefect_defaults  # noqa: E402 - before Prefect loads
+from infra.prefect_runtime.env import configure_prefect_defaults  # noqa: E402 - before Prefect loads
 
 configure_prefect_defaults(Path(tempfile.mkdtemp(prefix="hf-test-prefect-")))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -58,7 +58,7 @@ def settings():
 @pytest.fixture(scope="session")
 def spark(settings):
     """One local SparkSession for the whole test session."""
-    from infra.spark import get_spark
+    from infra.compute.spark import get_spark
 
     session = get_spark(settings)
     yield session
@@ -98,7 +98,7 @@ def prefect_harness():
     """A temporary Prefect API (SQLite) for every flow run in the session."""
     from prefect.testing.utilities import prefect_test_harness
 
-    from infra.prefect_env import heartbeats_only_for_a_server
+    from infra.prefect_runtime.env import heartbeats_only_for_a_server
 
     with heartbeats_only_for_a_server(), prefect_test_harness(server_startup_timeout=120):
         yield
@@ -107,7 +107,7 @@ def prefect_harness():
 @pytest.fixture
 def local_store(tmp_path):
     """A fresh folder store."""
-    from infra.store import LocalFolderStore
+    from infra.storage.store import LocalFolderStore
 
     return LocalFolderStore(tmp_path / "store")
 

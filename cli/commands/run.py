@@ -13,12 +13,13 @@ from cli.args import (
     run_inputs,
 )
 from cli.commands.plan import parse_pins
-from infra.prefect_api import prefect_api
+from infra import startup
+from infra.prefect_runtime.api import prefect_api
 from infra.warm_imports import start_warm_imports
 
 if TYPE_CHECKING:
     from flows.pipeline import PipelineParams
-    from tasks.stages.records import PipelineSummary
+    from tasks.reporting.records import PipelineSummary
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     check_events_and_start_engines(args)
     from flows.pipeline import pipeline_flow
 
-    start_warm_imports()  # what the train stage imports, while the Spark stages run
+    # what the train stage imports, in the background while the CPU stages run (not before
+    # the first stage: on a small box it would compete with the way there)
+    startup.at_first_stage(start_warm_imports)
     with prefect_api():
         summary = pipeline_flow(pipeline_params(args))
     print(summary.model_dump_json() if args.json else format_summary(summary))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from infra.duckdb_session import duckdb_connection, parquet_files_sql
+from infra.compute.duckdb_session import duckdb_connection, parquet_files_sql
 from tasks.data.cutoffs import Cutoff
 from tasks.data.feature_sql import SequenceSql, cutoff_sql, examples_sql, wide_sql
 from tasks.data.sequences import pad_sequences
@@ -30,7 +30,7 @@ class InProcessFeatures:
     has each customer's last N events before its cutoff (:mod:`tasks.data.sequences`).
     ``threads`` and ``memory`` bound DuckDB (default: every core, the ``in_process_memory``
     setting). DuckDB keeps the events in its own memory-bounded storage (see
-    :mod:`infra.duckdb_session`), so they are read once and never held in Arrow."""
+    :mod:`infra.compute.duckdb_session`), so they are read once and never held in Arrow."""
 
     def __init__(
         self,

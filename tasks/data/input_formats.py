@@ -21,9 +21,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
-from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from infra.errors import HybridflowInputError
 from tasks.data.timestamp_patterns import (
@@ -40,7 +37,9 @@ from tasks.definitions.contract import (
     letters_only,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # PySpark is imported where Spark reads the files: the CLI's checks need none
+    from pyspark.sql import DataFrame, SparkSession
+
     from infra.settings import HybridflowSettings
 
 log = logging.getLogger(__name__)
@@ -462,6 +461,8 @@ def read_events(
     Column names are matched case-insensitively; ``options.column_map`` renames the input's
     columns onto the contract. CSV values are read as strings and parsed by ``conform_events``.
     """
+    from pyspark.errors import PySparkException
+
     found = found or inspect_events(path, options)
     path = found.path
     if found.format == "parquet":
@@ -573,6 +574,9 @@ def check_column_types(df: DataFrame, path: Path) -> None:
 def detect_timestamp_format(df: DataFrame, path: Path) -> str | None:
     """For a string ``event_time``: None for ISO-8601 (Spark's own cast), else the candidate
     format that parses the most of a small sample. No parsable sample at all is an error."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
     if "event_time" not in df.columns or dict(df.dtypes)["event_time"] != "string":
         return None
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from infra.duckdb_session import (
+from infra.compute.duckdb_session import (
     csv_files_sql,
     duckdb_connection,
     parquet_files_sql,

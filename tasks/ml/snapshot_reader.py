@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
-from infra.store import sha256_bytes
+from infra.storage.store import sha256_bytes
 from tasks.definitions.examples import ORIGIN, SEQUENCE_PREFIX, sequence_element
 from tasks.ml.model_inputs import input_matrix, source_columns
 

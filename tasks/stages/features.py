@@ -9,26 +9,20 @@ import logging
 import time
 
 from pydantic import BaseModel
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
-from infra.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
+from infra.compute.spark import SessionProvider, session_of
+from infra.compute.spark_io import (
+    EVENTS_KEY,
+    customer_clustered_files,
+)
 from infra.errors import HybridflowInputError
 from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
 from infra.settings import get_settings, in_process_limit
-from infra.spark import SessionProvider, session_of
-from infra.spark_io import (
-    EVENTS_KEY,
-    SparkJobs,
-    customer_clustered_files,
-    read_dataset,
-    write_dataset,
-    write_observed,
-)
-from infra.stage_cache import load_cached, save_cached
-from infra.store import ObjectStore
+from infra.storage.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
+from infra.storage.stage_cache import load_cached, save_cached
+from infra.storage.store import ObjectStore
 from tasks.data.cutoffs import Cutoff, Origins, end_of_day, pipeline_cutoffs
 from tasks.data.engine_choice import (
     IN_PROCESS,
@@ -37,12 +31,12 @@ from tasks.data.engine_choice import (
     EngineInputs,
     choose_engine,
 )
-from tasks.data.features import customer_features_at, cutoff_features, examples_features
 from tasks.definitions.feature_specs import feature_names
-from tasks.stages.feature_frame import FeatureFrame, FeatureOutput, distinct_cutoffs
-from tasks.stages.features_in_process import InProcessFeatureFrame
-from tasks.stages.features_per_bucket import BucketFeatureFrame
-from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
+from tasks.engines.feature_frame import FeatureFrame, FeatureOutput
+from tasks.engines.in_process.features import InProcessFeatureFrame
+from tasks.engines.spark.features import SparkFeatureFrame
+from tasks.engines.spark.features_per_bucket import BucketFeatureFrame
+from tasks.reporting.records import FeaturesResult, StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
 
@@ -259,9 +253,9 @@ def feature_frame(
 ) -> FeatureFrame:
     """The frame of the engine chosen for the run's events (``choice``, else chosen here with
     ``in_process_rows``, default: the setting): ``in-process``, DuckDB in this process
-    (:mod:`tasks.stages.features_in_process`); ``spark-per-bucket``, a Spark task per bucket
+    (:mod:`tasks.engines.in_process.features`); ``spark-per-bucket``, a Spark task per bucket
     of the events clustered by customer, each running DuckDB
-    (:mod:`tasks.stages.features_per_bucket`); ``spark``, Spark SQL (:class:`SparkFeatureFrame`)."""
+    (:mod:`tasks.engines.spark.features_per_bucket`); ``spark``, Spark SQL (:class:`SparkFeatureFrame`)."""
     choice = choice or features_engine(store, validated, in_process_limit(in_process_rows))
     available = set(validated.available_columns)
     if choice.engine == IN_PROCESS:
@@ -277,72 +271,6 @@ def feature_frame(
     return SparkFeatureFrame(
         session, store, validated.events_prefix, outputs, available, sequence_length
     )
-
-
-class SparkFeatureFrame:
-    """The customer-level table of the outputs' cutoffs computed by Spark SQL and kept in
-    memory (then disk) inside the ``with`` block; ``spark_jobs`` counts the block's jobs once
-    it is left."""
-
-    def __init__(
-        self,
-        spark: SparkSession,
-        store: ObjectStore,
-        events_prefix: str,
-        outputs: list[FeatureOutput],
-        available: set[str],
-        sequence_length: int = 0,
-    ) -> None:
-        self._spark = spark
-        self._sequence_length = sequence_length
-        self._jobs = SparkJobs(spark)
-        self._store = store
-        self._events_prefix = events_prefix
-        self._cutoffs = distinct_cutoffs(outputs)
-        self._available = available
-        self._wide: DataFrame | None = None
-        self.spark_jobs: int | None = None
-
-    def __enter__(self) -> SparkFeatureFrame:
-        self._jobs.__enter__()
-        events = read_dataset(self._spark, self._store, self._events_prefix)
-        wide = customer_features_at(events, self._cutoffs, self._available, self._sequence_length)
-        self._wide = wide.persist(StorageLevel.MEMORY_AND_DISK)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._wide is not None:
-            self._wide.unpersist()
-        self._jobs.__exit__(*exc)
-        self.spark_jobs = self._jobs.count
-
-    def _frame(self) -> DataFrame:
-        if self._wide is None:
-            raise RuntimeError("use the frame inside its with block")
-        return self._wide
-
-    def publish(self, output: FeatureOutput) -> tuple[DatasetManifest, float]:
-        """Write the customers seen at the output's cutoff; their label rate (0.0 when
-        unlabelled) is observed by the write."""
-        n = self._sequence_length
-        if not output.labelled:
-            rows = cutoff_features(self._frame(), output.cutoffs[0], self._available, n)
-            return write_dataset(rows, self._store, output.prefix, metadata=output.metadata()), 0.0
-        rows = examples_features(self._frame(), output.cutoffs, self._available, n)
-        examples, observed = write_observed(
-            rows,
-            self._store,
-            output.prefix,
-            [F.sum("label").alias("positives")],
-            metadata=output.metadata(),
-        )
-        rate = float(observed["positives"]) / examples.rows if examples.rows else 0.0
-        return examples, rate
-
-    def events_after(self) -> int:
-        """Events after the latest cutoff, summed over the customers in memory."""
-        row = self._frame().agg(F.sum("events_after").alias("n")).first()
-        return int(row["n"] or 0) if row else 0
 
 
 def _publish_training(

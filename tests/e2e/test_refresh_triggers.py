@@ -182,8 +182,8 @@ def _events(api: str, name: str, flow_run_id) -> list[dict]:
 
 
 def _production(store: str) -> str:
-    from infra.registry import ModelRegistry
-    from infra.store import open_store
+    from infra.storage.registry import ModelRegistry
+    from infra.storage.store import open_store
 
     alias = ModelRegistry(open_store(store)).alias()
     assert alias is not None, "no production model"
@@ -192,8 +192,8 @@ def _production(store: str) -> str:
 
 def _gate_decided(store: str, api: str, refreshed, production: str) -> None:
     """The refresh's train stage went through the gate; a promotion says so in an event."""
-    from infra.store import open_store
-    from tasks.stages.records import TrainResult, read_stage_manifest
+    from infra.storage.store import open_store
+    from tasks.reporting.records import TrainResult, read_stage_manifest
 
     trained = read_stage_manifest(open_store(store), str(refreshed.id), "train", TrainResult)
     assert trained.decision_reason, "the gate gave no reason"

@@ -21,12 +21,12 @@ from flows.preprocess import preprocess_flow
 from flows.validate import validate_flow
 from infra.errors import StoreError
 from infra.layout import drift_customers_prefix, drift_reference_key, stage_manifest_key
-from infra.registry import ModelRegistry
 from infra.settings import get_settings
-from infra.store import LocalFolderStore
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
+from tasks.reporting.records import PreprocessResult, read_stage_manifest
 from tasks.stages.drift import build_reference, measure_drift
-from tasks.stages.records import PreprocessResult, read_stage_manifest
 from tests.e2e.stack_driver import wait_for
 
 pytestmark = pytest.mark.integration

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import pytest
 
-from infra.arrow_datasets import read_table
-from infra.datasets import SourceEvents, find_dataset, read_dataset_manifest
+from infra.compute.spark_io import ClusteredLayout, read_dataset, write_dataset, write_observed
 from infra.layout import run_dataset_prefix
-from infra.spark_io import ClusteredLayout, read_dataset, write_dataset, write_observed
+from infra.storage.arrow_datasets import read_table
+from infra.storage.datasets import SourceEvents, find_dataset, read_dataset_manifest
 from tasks.data.cutoffs import Origins, end_of_day, micros, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
-from tasks.stages.feature_frame import FeatureOutput
-from tasks.stages.features import SparkFeatureFrame, feature_frame, features_stage
-from tasks.stages.features_in_process import InProcessFeatureFrame
-from tasks.stages.features_per_bucket import BucketFeatureFrame, bucket_features
-from tasks.stages.records import ValidateResult
+from tasks.engines.feature_frame import FeatureOutput
+from tasks.engines.in_process.features import InProcessFeatureFrame
+from tasks.engines.spark.features import SparkFeatureFrame
+from tasks.engines.spark.features_per_bucket import BucketFeatureFrame, bucket_features
+from tasks.reporting.records import ValidateResult
+from tasks.stages.features import feature_frame, features_stage
 from tasks.stages.validate import validate_stage
 
 pytestmark = pytest.mark.integration

@@ -84,10 +84,10 @@ CHILD = textwrap.dedent(
     # the stage's Spark path: a task per bucket (one file here), DuckDB in each
     import tempfile
     import pyarrow.parquet as pq
-    from infra.arrow_datasets import read_table
-    from infra.store import LocalFolderStore
-    from tasks.stages.feature_frame import FeatureOutput
-    from tasks.stages.features_per_bucket import BucketFeatureFrame
+    from infra.storage.arrow_datasets import read_table
+    from infra.storage.store import LocalFolderStore
+    from tasks.engines.feature_frame import FeatureOutput
+    from tasks.engines.spark.features_per_bucket import BucketFeatureFrame
     store = LocalFolderStore(tempfile.mkdtemp())
     store.local_path("events").mkdir()
     pq.write_table(events.toArrow(), store.local_path("events/part-0.parquet"))

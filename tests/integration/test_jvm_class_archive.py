@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from infra.jvm_archive import archive_path
+from infra.compute.jvm_archive import archive_path
 from infra.settings import HybridflowSettings
 
 pytestmark = pytest.mark.integration
@@ -19,7 +19,7 @@ START = textwrap.dedent(
     """
     import os
     from infra.settings import get_settings
-    from infra.spark import get_spark
+    from infra.compute.spark import get_spark
 
     spark = get_spark(get_settings())
     assert spark.range(1000).selectExpr("sum(id)").first()[0] == 499500

@@ -1,4 +1,4 @@
-"""Prefect's temporary API started by the CLI (infra.prefect_api): flows reach it, it stops, and a
+"""Prefect's temporary API started by the CLI (infra.prefect_runtime.api): flows reach it, it stops, and a
 server that dies or never answers is an error that says so."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import infra.prefect_api as prefect_api_module
-from infra.prefect_api import TemporaryApi, prefect_api, start_temporary_api
+import infra.prefect_runtime.api as prefect_api_module
+from infra.prefect_runtime.api import TemporaryApi, prefect_api, start_temporary_api
 
 pytestmark = pytest.mark.integration
 
@@ -35,10 +35,12 @@ def test_a_home_seeded_with_the_installations_empty_database_serves_flows(no_api
 
     from prefect import flow
 
-    from infra.prefect_db import configured_sqlite_file, template_path
+    from infra.prefect_runtime.database import configured_sqlite_file, template_path
 
     template = template_path()
-    assert template.is_file(), f"make install records {template}: python -m infra.prefect_db"
+    assert template.is_file(), (
+        f"make install records {template}: python -m infra.prefect_runtime.database"
+    )
     database = configured_sqlite_file()
     assert database == tmp_path / "prefect-home" / "prefect.db" and not database.exists()
 

@@ -16,21 +16,22 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from infra.settings import TrainingSettings
 from tasks.ml.calibration import Calibration
-from tasks.ml.ddp import DistContext
 from tasks.ml.metrics import classification_metrics
 from tasks.ml.normalizer import Normalizer
-from tasks.ml.snapshot_reader import SnapshotStream
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch-free at import: planning asks families for cost hints (no torch)
+    import torch
+
     from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
+    from tasks.ml.ddp import DistContext
+    from tasks.ml.snapshot_reader import SnapshotStream
 
 CONFIG_FILE = "model.json"
 PARALLEL_FIT_ROWS = 200_000  # below this, one thread fits faster than a busy machine's cores
@@ -96,6 +97,29 @@ class FittedModel(ABC):
         return None
 
 
+class ConfiguredModel(FittedModel):
+    """A fitted model whose pydantic :attr:`config` (``model.json``) holds its features and its
+    calibration."""
+
+    config: Any
+
+    @property
+    def features(self) -> list[str]:
+        return list(self.config.features)
+
+    @property
+    def calibration(self) -> Calibration:
+        return self.config.calibration
+
+    def with_calibration(self, calibration: Calibration) -> Self:
+        self.config = self.config.model_copy(update={"calibration": calibration})
+        return self
+
+    def config_file(self) -> dict[str, bytes]:
+        """``model.json``: the config as the bundle stores it."""
+        return {CONFIG_FILE: self.config.model_dump_json(indent=2).encode()}
+
+
 @dataclass
 class FitJob:
     """What a family's ``fit`` gets: the snapshot, its normaliser and the training settings;
@@ -105,12 +129,24 @@ class FitJob:
     data: SnapshotStream
     normalizer: Normalizer
     settings: TrainingSettings
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    ctx: DistContext = field(default_factory=DistContext)
+    device: torch.device = field(default_factory=lambda: _cpu())
+    ctx: DistContext = field(default_factory=lambda: _single_process())
     start: FittedModel | None = None
     checkpoints: CheckpointStore | None = None
     checkpoint_policy: CheckpointPolicy | None = None
     stop_after_steps: int | None = None
+
+
+def _cpu() -> torch.device:
+    import torch
+
+    return torch.device("cpu")
+
+
+def _single_process() -> DistContext:
+    from tasks.ml.ddp import DistContext
+
+    return DistContext()
 
 
 @dataclass
@@ -169,7 +205,7 @@ def fit_threads(rows: int, setting: int = 0) -> int:
     """Threads for a CPU fit of ``rows`` rows: the setting (``HYBRIDFLOW_TRAIN__THREADS``),
     else one below :data:`PARALLEL_FIT_ROWS` (OpenMP/BLAS workers spinning on a shared 2-core
     box made a 12k-row fit 5-16x slower), else every available core."""
-    from infra.devices import available_cores
+    from infra.compute.devices import available_cores
 
     return setting or (1 if rows < PARALLEL_FIT_ROWS else available_cores())
 

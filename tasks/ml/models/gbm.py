@@ -18,14 +18,13 @@ import time
 from typing import Any, Literal
 
 import numpy as np
-import torch
 from pydantic import BaseModel, Field
 
 from infra.errors import ChecksumMismatchError
 from infra.settings import TrainingSettings
 from tasks.ml.calibration import Calibration
 from tasks.ml.models.base import (
-    CONFIG_FILE,
+    ConfiguredModel,
     CostHints,
     FamilySpec,
     FitJob,
@@ -64,7 +63,7 @@ class GBMConfig(BaseModel):
     calibration: Calibration = Field(default_factory=Calibration)
 
 
-class GBMModel(FittedModel):
+class GBMModel(ConfiguredModel):
     """A LightGBM booster; logits are its raw scores."""
 
     kind = "gbm"
@@ -76,31 +75,18 @@ class GBMModel(FittedModel):
         self.trees_text = trees_text
         self.booster = lgb.Booster(model_str=trees_text)
 
-    @property
-    def features(self) -> list[str]:
-        return list(self.config.features)
-
-    @property
-    def calibration(self) -> Calibration:
-        return self.config.calibration
-
-    def with_calibration(self, calibration: Calibration) -> GBMModel:
-        self.config = self.config.model_copy(update={"calibration": calibration})
-        return self
-
     def logits(self, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float64)
         if len(x) == 0:
             return np.empty(0, dtype=np.float64)
+        import torch
+
         # as many threads as this process gives torch: 1 inside a Spark task or the endpoint
         raw = self.booster.predict(x, raw_score=True, num_threads=torch.get_num_threads())
         return np.asarray(raw, dtype=np.float64)
 
     def bundle_files(self) -> dict[str, bytes]:
-        return {
-            CONFIG_FILE: self.config.model_dump_json(indent=2).encode(),
-            TREES_FILE: self.trees_text.encode(),
-        }
+        return self.config_file() | {TREES_FILE: self.trees_text.encode()}
 
     @property
     def n_parameters(self) -> int:

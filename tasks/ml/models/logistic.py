@@ -15,10 +15,9 @@ from production's coefficients (same features), which converges in fewer steps.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
 from pydantic import BaseModel, Field
 
 from infra.settings import TrainingSettings
@@ -26,7 +25,7 @@ from tasks.ml.calibration import Calibration
 from tasks.ml.logistic import sigmoid
 from tasks.ml.metrics import log_loss
 from tasks.ml.models.base import (
-    CONFIG_FILE,
+    ConfiguredModel,
     CostHints,
     FamilySpec,
     FitJob,
@@ -38,6 +37,9 @@ from tasks.ml.models.base import (
 )
 from tasks.ml.models.registry import register_family
 from tasks.ml.normalizer import Normalizer
+
+if TYPE_CHECKING:  # imported where a fit needs it: planning reads the cost hints only
+    import torch
 
 BLOCK_ROWS = 65_536
 NEWTON_PASSES_PER_ITERATION = 2  # gradient + Hessian, then the line search's loss
@@ -65,7 +67,7 @@ class LogisticConfig(BaseModel):
     calibration: Calibration = Field(default_factory=Calibration)
 
 
-class LogisticModel(FittedModel):
+class LogisticModel(ConfiguredModel):
     """Logits = standardised ``signed_log1p`` features times the coefficients plus intercept."""
 
     kind = "logistic"
@@ -77,23 +79,11 @@ class LogisticModel(FittedModel):
         )
         self._w = np.asarray(config.coefficients, dtype=np.float64)
 
-    @property
-    def features(self) -> list[str]:
-        return list(self.config.features)
-
-    @property
-    def calibration(self) -> Calibration:
-        return self.config.calibration
-
-    def with_calibration(self, calibration: Calibration) -> LogisticModel:
-        self.config = self.config.model_copy(update={"calibration": calibration})
-        return self
-
     def logits(self, x: np.ndarray) -> np.ndarray:
         return self._normalizer.transform(x) @ self._w + self.config.intercept
 
     def bundle_files(self) -> dict[str, bytes]:
-        return {CONFIG_FILE: self.config.model_dump_json(indent=2).encode()}
+        return self.config_file()
 
     @property
     def n_parameters(self) -> int:
@@ -110,6 +100,8 @@ class LogisticFamily(ModelFamily):
     spec_type = LogisticSpec
 
     def fit(self, spec: FamilySpec, job: FitJob) -> FitOutcome:
+        import torch
+
         assert isinstance(spec, LogisticSpec)
         started = time.perf_counter()
         norm = job.normalizer
@@ -201,6 +193,8 @@ def newton_logistic(
     ``block_rows`` with float64 sums, in torch (whose thread count the caller sets: numpy's
     BLAS threads cannot be told to stay out of a busy machine's way). Steps are halved while
     the loss rises."""
+    import torch
+
     n, k = z.shape
     if n == 0:
         raise ValueError("logistic regression needs at least one row")
@@ -236,6 +230,8 @@ def newton_logistic(
 
 
 def _with_intercept(block: torch.Tensor) -> torch.Tensor:
+    import torch
+
     ones = torch.ones((len(block), 1), dtype=torch.float64)
     return torch.cat([block.double(), ones], dim=1)
 
@@ -243,6 +239,8 @@ def _with_intercept(block: torch.Tensor) -> torch.Tensor:
 def _loss(
     z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, penalty: torch.Tensor, block: int
 ) -> float:
+    import torch
+
     total = 0.0
     for lo in range(0, len(y), block):
         s = _with_intercept(z[lo : lo + block]) @ w

@@ -9,34 +9,20 @@ architecture and features, at ``warm_start_lr_factor`` times the learning rate.
 
 from __future__ import annotations
 
-import io
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, Field
-from torch import nn
 
-from infra.errors import ChecksumMismatchError
 from infra.settings import TrainingSettings
 from tasks.ml.calibration import Calibration
-from tasks.ml.models.base import (
-    CONFIG_FILE,
-    CostHints,
-    FamilySpec,
-    FitJob,
-    FitOutcome,
-    FittedModel,
-    ModelFamily,
-    Scorer,
-)
+from tasks.ml.models.base import CostHints, FamilySpec, FitJob, FittedModel
+from tasks.ml.models.network import WEIGHTS_FILE, NetworkFamily
 from tasks.ml.models.registry import register_family
-from tasks.ml.network_fit import fit_network, outcome_record, state_dict_cpu
-from tasks.ml.training_loop import network_logits
-from tasks.ml.weights import load_weights
 
-WEIGHTS_FILE = "model.pt"
+if TYPE_CHECKING:
+    from tasks.ml.models.mlp_network import CustomerMLP
+
+__all__ = ["WEIGHTS_FILE", "MLPFamily", "MLPSpec", "ModelConfig"]  # and NETWORK_NAMES, lazily
 
 
 class MLPSpec(FamilySpec):
@@ -61,82 +47,20 @@ class ModelConfig(BaseModel):
     )
 
 
-class CustomerMLP(nn.Module):
-    """Raw features in, purchase logit out; the train-fitted normaliser is part of the model."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.config = config
-        n = len(config.features)
-        self.register_buffer("norm_mean", torch.tensor(config.norm_mean, dtype=torch.float32))
-        self.register_buffer("norm_std", torch.tensor(config.norm_std, dtype=torch.float32))
-        layers: list[nn.Module] = []
-        width = n
-        for h in config.hidden_sizes:
-            layers += [nn.Linear(width, h), nn.ReLU(), nn.Dropout(config.dropout)]
-            width = h
-        layers.append(nn.Linear(width, 1))
-        self.net = nn.Sequential(*layers)
-
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """``(signed_log1p(x) - mean) / std``, matching :mod:`tasks.data.split`."""
-        return (torch.sign(x) * torch.log1p(torch.abs(x)) - self.norm_mean) / self.norm_std
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(self.normalize(x)).squeeze(-1)
-
-
-class MLPModel(FittedModel):
-    """A trained :class:`CustomerMLP` (in eval mode) as the seam sees it."""
-
-    kind = "mlp"
-
-    def __init__(self, network: CustomerMLP) -> None:
-        self.network = network.eval()
-
-    @property
-    def features(self) -> list[str]:
-        return list(self.network.config.features)
-
-    @property
-    def calibration(self) -> Calibration:
-        return self.network.config.calibration
-
-    def with_calibration(self, calibration: Calibration) -> MLPModel:
-        self.network.config = self.network.config.model_copy(update={"calibration": calibration})
-        return self
-
-    def logits(self, x: np.ndarray) -> np.ndarray:
-        return network_logits(self.network, x)
-
-    def bundle_files(self) -> dict[str, bytes]:
-        buf = io.BytesIO()
-        torch.save(state_dict_cpu(self.network), buf)
-        return {
-            CONFIG_FILE: self.network.config.model_dump_json(indent=2).encode(),
-            WEIGHTS_FILE: buf.getvalue(),
-        }
-
-    @property
-    def n_parameters(self) -> int:
-        return sum(p.numel() for p in self.network.parameters())
-
-    def describe(self) -> str:
-        widths = [len(self.features), *self.network.config.hidden_sizes, 1]
-        return f"mlp {'-'.join(map(str, widths))}, {self.n_parameters:,} parameters"
-
-    def fast_scorer(self) -> Scorer | None:
-        return fast_scorer(self.network)
-
-
-class MLPFamily(ModelFamily):
+class MLPFamily(NetworkFamily):
     """Networks trained by :func:`tasks.ml.network_fit.fit_network` (checkpoints, DDP, CUDA)."""
 
     kind = "mlp"
     spec_type = MLPSpec
+    config_type = ModelConfig
+    network_module = "tasks.ml.models.mlp_network"
 
     def build(self, spec: MLPSpec, job: FitJob) -> CustomerMLP:
         """A fresh network for the snapshot's features and normaliser (seeded)."""
+        import torch
+
+        from tasks.ml.models.mlp_network import CustomerMLP
+
         torch.manual_seed(job.settings.seed)
         n = job.normalizer
         return CustomerMLP(
@@ -148,37 +72,6 @@ class MLPFamily(ModelFamily):
                 norm_std=n.std,
             )
         )
-
-    def fit(self, spec: FamilySpec, job: FitJob) -> FitOutcome:
-        assert isinstance(spec, MLPSpec)
-        settings = job.settings
-        if isinstance(job.start, MLPModel):
-            network = job.start.network
-            network.config = network.config.model_copy(update={"calibration": Calibration()})
-            network.train()
-            learning_rate = settings.learning_rate * settings.warm_start_lr_factor
-        else:
-            network = self.build(spec, job)
-            learning_rate = settings.learning_rate
-        outcome = fit_network(network, job, learning_rate, network_from_state)
-        trained = outcome.model.cpu().eval()
-        assert isinstance(trained, CustomerMLP)
-        return FitOutcome(
-            model=MLPModel(trained),
-            seconds=outcome.seconds,
-            record=outcome_record(outcome, learning_rate, job.ctx.world_size)
-            | {"checkpoints_written": outcome.checkpoints_written},
-            history=outcome.history,
-            interrupted=outcome.interrupted,
-        )
-
-    def load(self, config: dict[str, Any], files: dict[str, bytes]) -> MLPModel:
-        if WEIGHTS_FILE not in files:
-            raise ChecksumMismatchError(f"model bundle lacks {WEIGHTS_FILE} or its checksum")
-        network = CustomerMLP(ModelConfig.model_validate(config))
-        state = load_weights(files[WEIGHTS_FILE])
-        network.load_state_dict(state)
-        return MLPModel(network)
 
     def cost_hints(
         self, spec: FamilySpec, n_features: int, settings: TrainingSettings
@@ -193,29 +86,12 @@ class MLPFamily(ModelFamily):
         )
 
     def warm_start(self, production: FittedModel, spec: FamilySpec) -> FittedModel | str:
+        from tasks.ml.models.mlp_network import MLPModel
+
         assert isinstance(spec, MLPSpec) and isinstance(production, MLPModel)
         if production.network.config.hidden_sizes != spec.hidden_sizes:
             return "it has another architecture"
         return production
-
-    def training_key(self, spec: FamilySpec, settings: TrainingSettings) -> dict[str, Any]:
-        fields = (
-            "learning_rate",
-            "weight_decay",
-            "batch_size",
-            "max_batch_size",
-            "max_epochs",
-            "patience",
-            "seed",
-        )
-        return super().training_key(spec, settings) | {f: getattr(settings, f) for f in fields}
-
-
-def network_from_state(state: dict[str, Any]) -> CustomerMLP:
-    """The network saved in a checkpoint state."""
-    network = CustomerMLP(ModelConfig.model_validate(state["model_config"]))
-    network.load_state_dict(state["model"])
-    return network
 
 
 def mlp_parameters(n_features: int, hidden_sizes: list[int]) -> int:
@@ -227,37 +103,17 @@ def mlp_parameters(n_features: int, hidden_sizes: list[int]) -> int:
     return total
 
 
-def fast_scorer(network: CustomerMLP) -> Scorer | None:
-    """A module-call-free forward pass (for one request the ``nn.Module`` calls cost about 3x
-    the arithmetic) for a CPU network of Linear/ReLU/Dropout in eval mode, with the bundle's
-    calibration applied; None for any other structure."""
-    layers: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-    relu_after: list[bool] = []
-    for module in network.net:
-        if isinstance(module, nn.Linear):
-            bias = None if module.bias is None else module.bias.detach()
-            layers.append((module.weight.detach(), bias))
-            relu_after.append(False)
-        elif isinstance(module, nn.ReLU) and layers:
-            relu_after[-1] = True
-        elif not isinstance(module, nn.Dropout):
-            return None
-    if not layers or network.training or network.norm_mean.device.type != "cpu":
-        return None
-    mean, std = network.norm_mean.detach(), network.norm_std.detach()
-    calibration = network.config.calibration
+NETWORK_NAMES = ("CustomerMLP", "MLPModel", "fast_scorer", "network_from_state")
 
-    @torch.inference_mode()
-    def score(x: np.ndarray) -> np.ndarray:
-        h = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-        h = (torch.sign(h) * torch.log1p(torch.abs(h)) - mean) / std
-        for (weight, bias), relu in zip(layers, relu_after, strict=True):
-            h = F.linear(h, weight, bias)
-            if relu:
-                h = torch.relu(h)
-        return calibration.probabilities(h.squeeze(-1).float().numpy())
 
-    return score
+def __getattr__(name: str) -> Any:
+    """The network's names (:data:`NETWORK_NAMES`, in :mod:`tasks.ml.models.mlp_network`:
+    torch), imported on first use."""
+    if name in NETWORK_NAMES:
+        from tasks.ml.models import mlp_network
+
+        return getattr(mlp_network, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 register_family(MLPFamily())

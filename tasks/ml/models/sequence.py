@@ -19,33 +19,23 @@ architecture and inputs.
 from __future__ import annotations
 
 import dataclasses
-import io
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-import torch
 from pydantic import BaseModel, Field
-from torch import nn
 
-from infra.errors import ChecksumMismatchError, HybridflowInputError
+from infra.errors import HybridflowInputError
 from infra.settings import TrainingSettings
 from tasks.definitions.examples import CODE_BUCKETS, OTHER_EVENT_TYPE, split_element
 from tasks.ml.calibration import Calibration
-from tasks.ml.models.base import (
-    CONFIG_FILE,
-    CostHints,
-    FamilySpec,
-    FitJob,
-    FitOutcome,
-    FittedModel,
-    ModelFamily,
-)
+from tasks.ml.models.base import CostHints, FamilySpec, FitJob, FittedModel
+from tasks.ml.models.network import NetworkFamily
 from tasks.ml.models.registry import register_family
-from tasks.ml.network_fit import fit_network, outcome_record, state_dict_cpu
-from tasks.ml.training_loop import network_logits
-from tasks.ml.weights import load_weights
 
-WEIGHTS_FILE = "model.pt"
+if TYPE_CHECKING:
+    from torch import nn
+
+    from tasks.ml.models.sequence_network import SequenceNet
+
 GAP, AMOUNT, EVENT_TYPE = "seq_gap_days", "seq_amount", "seq_event_type"
 CODED = {"seq_category": 8, "seq_channel": 4}  # embedded code columns and their widths
 TYPE_WIDTH = 4
@@ -92,127 +82,14 @@ class SequenceConfig(BaseModel):
         ]
 
 
-class SequenceNet(nn.Module):
-    """Raw inputs (:meth:`SequenceConfig.inputs`) in, purchase logit out."""
-
-    def __init__(self, config: SequenceConfig) -> None:
-        super().__init__()
-        self.config = config
-        n, width = len(config.features), config.width
-        self.register_buffer("norm_mean", torch.tensor(config.norm_mean, dtype=torch.float32))
-        self.register_buffer("norm_std", torch.tensor(config.norm_std, dtype=torch.float32))
-        columns = config.sequence_columns
-        self.slot = {c: i for i, c in enumerate(columns)}
-        self.type_embedding = nn.Embedding(OTHER_EVENT_TYPE + 1, TYPE_WIDTH, padding_idx=0)
-        self.code_embeddings = nn.ModuleDict(
-            {
-                c: nn.Embedding(CODE_BUCKETS, w, padding_idx=0)
-                for c, w in CODED.items()
-                if c in columns
-            }
-        )
-        event_width = 2 + TYPE_WIDTH + sum(CODED[c] for c in self.code_embeddings)
-        self.event = nn.Linear(event_width, width)
-        if config.encoder == "gru":
-            self.gru = nn.GRU(width, width, num_layers=config.layers, batch_first=True)
-        else:
-            self.position = nn.Parameter(torch.zeros(config.length, width))
-            layer = nn.TransformerEncoderLayer(
-                width, config.heads, 2 * width, config.dropout, batch_first=True
-            )
-            self.transformer = nn.TransformerEncoder(
-                layer, config.layers, enable_nested_tensor=False
-            )
-        layers: list[nn.Module] = []
-        size = n + width
-        for h in config.hidden_sizes:
-            layers += [nn.Linear(size, h), nn.ReLU(), nn.Dropout(config.dropout)]
-            size = h
-        layers.append(nn.Linear(size, 1))
-        self.head = nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n, length = len(self.config.features), self.config.length
-        raw = x[:, :n]
-        features = (torch.sign(raw) * torch.log1p(torch.abs(raw)) - self.norm_mean) / self.norm_std
-        seq = x[:, n:].reshape(x.shape[0], len(self.slot), length)
-        kinds = seq[:, self.slot[EVENT_TYPE]].round().long().clamp(0, OTHER_EVENT_TYPE)
-        real = kinds > 0  # padding has event type 0
-        parts = [
-            torch.log1p(seq[:, self.slot[GAP]].clamp(min=0.0)) / LOG_SCALE,
-            torch.log1p(seq[:, self.slot[AMOUNT]].clamp(min=0.0)) / LOG_SCALE,
-        ]
-        events = [torch.stack(parts, dim=-1), self.type_embedding(kinds)]
-        for column, embedding in self.code_embeddings.items():
-            codes = seq[:, self.slot[column]].round().long().clamp(0, CODE_BUCKETS - 1)
-            events.append(embedding(codes))
-        steps = self.event(torch.cat(events, dim=-1)) * real.unsqueeze(-1)
-        summary = self._encode(steps, real)
-        return self.head(torch.cat([features, summary.to(features.dtype)], dim=-1)).squeeze(-1)
-
-    def _encode(self, steps: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """The events (most recent first, padding after) summarised in one vector each."""
-        if self.config.encoder == "gru":
-            # oldest to newest, the padding first: the last state has read the newest event
-            _, state = self.gru(torch.flip(steps, dims=[1]))
-            return state[-1]
-        # a row without events attends to its first (zero) slot rather than to nothing
-        keep = real.clone()
-        keep[:, 0] = True
-        encoded = self.transformer(steps + self.position, src_key_padding_mask=~keep)
-        weights = real.unsqueeze(-1).to(encoded.dtype)
-        return (encoded * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-
-
-class SequenceModel(FittedModel):
-    """A trained :class:`SequenceNet` (in eval mode) as the seam sees it."""
-
-    kind = "sequence"
-
-    def __init__(self, network: SequenceNet) -> None:
-        self.network = network.eval()
-
-    @property
-    def features(self) -> list[str]:
-        return self.network.config.inputs()
-
-    @property
-    def calibration(self) -> Calibration:
-        return self.network.config.calibration
-
-    def with_calibration(self, calibration: Calibration) -> SequenceModel:
-        self.network.config = self.network.config.model_copy(update={"calibration": calibration})
-        return self
-
-    def logits(self, x: np.ndarray) -> np.ndarray:
-        return network_logits(self.network, x)
-
-    def bundle_files(self) -> dict[str, bytes]:
-        buf = io.BytesIO()
-        torch.save(state_dict_cpu(self.network), buf)
-        return {
-            CONFIG_FILE: self.network.config.model_dump_json(indent=2).encode(),
-            WEIGHTS_FILE: buf.getvalue(),
-        }
-
-    @property
-    def n_parameters(self) -> int:
-        return sum(p.numel() for p in self.network.parameters())
-
-    def describe(self) -> str:
-        c = self.network.config
-        return (
-            f"sequence {c.encoder} {c.layers}x{c.width} over the last {c.length} events + "
-            f"{len(c.features)} features, {self.n_parameters:,} parameters"
-        )
-
-
-class SequenceFamily(ModelFamily):
+class SequenceFamily(NetworkFamily):
     """Sequence networks fitted by :func:`tasks.ml.network_fit.fit_network` on the snapshot's
     features and sequence columns (published when ``HYBRIDFLOW_SEQUENCE_LENGTH`` > 0)."""
 
     kind = "sequence"
     spec_type = SequenceSpec
+    config_type = SequenceConfig
+    network_module = "tasks.ml.models.sequence_network"
 
     def build(self, spec: SequenceSpec, job: FitJob) -> SequenceNet:
         """A fresh network for the snapshot's features, sequences and normaliser (seeded)."""
@@ -227,6 +104,10 @@ class SequenceFamily(ModelFamily):
         if missing:
             raise HybridflowInputError(f"the snapshot's sequences lack {missing}")
         used = [c for c in columns if c in (GAP, AMOUNT, EVENT_TYPE, *CODED)]
+        import torch
+
+        from tasks.ml.models.sequence_network import SequenceNet
+
         torch.manual_seed(job.settings.seed)
         n = job.normalizer
         return SequenceNet(
@@ -245,37 +126,8 @@ class SequenceFamily(ModelFamily):
             )
         )
 
-    def fit(self, spec: FamilySpec, job: FitJob) -> FitOutcome:
-        assert isinstance(spec, SequenceSpec)
-        settings = job.settings
-        if isinstance(job.start, SequenceModel):
-            network = job.start.network
-            network.config = network.config.model_copy(update={"calibration": Calibration()})
-            network.train()
-            learning_rate = settings.learning_rate * settings.warm_start_lr_factor
-        else:
-            network = self.build(spec, job)
-            learning_rate = settings.learning_rate
-        job = dataclasses.replace(job, data=job.data.with_features(network.config.inputs()))
-        outcome = fit_network(network, job, learning_rate, network_from_state)
-        trained = outcome.model.cpu().eval()
-        assert isinstance(trained, SequenceNet)
-        return FitOutcome(
-            model=SequenceModel(trained),
-            seconds=outcome.seconds,
-            record=outcome_record(outcome, learning_rate, job.ctx.world_size)
-            | {"checkpoints_written": outcome.checkpoints_written},
-            history=outcome.history,
-            interrupted=outcome.interrupted,
-        )
-
-    def load(self, config: dict[str, Any], files: dict[str, bytes]) -> SequenceModel:
-        if WEIGHTS_FILE not in files:
-            raise ChecksumMismatchError(f"model bundle lacks {WEIGHTS_FILE} or its checksum")
-        network = SequenceNet(SequenceConfig.model_validate(config))
-        state = load_weights(files[WEIGHTS_FILE])
-        network.load_state_dict(state)
-        return SequenceModel(network)
+    def job_for(self, network: nn.Module, job: FitJob) -> FitJob:
+        return dataclasses.replace(job, data=job.data.with_features(network.config.inputs()))
 
     def cost_hints(
         self, spec: FamilySpec, n_features: int, settings: TrainingSettings
@@ -291,6 +143,8 @@ class SequenceFamily(ModelFamily):
         )
 
     def warm_start(self, production: FittedModel, spec: FamilySpec) -> FittedModel | str:
+        from tasks.ml.models.sequence_network import SequenceModel
+
         assert isinstance(spec, SequenceSpec) and isinstance(production, SequenceModel)
         c = production.network.config
         same = (c.encoder, c.width, c.layers, c.heads, c.hidden_sizes) == (
@@ -301,25 +155,6 @@ class SequenceFamily(ModelFamily):
             spec.hidden_sizes,
         )
         return production if same else "it has another architecture"
-
-    def training_key(self, spec: FamilySpec, settings: TrainingSettings) -> dict[str, Any]:
-        fields = (
-            "learning_rate",
-            "weight_decay",
-            "batch_size",
-            "max_batch_size",
-            "max_epochs",
-            "patience",
-            "seed",
-        )
-        return super().training_key(spec, settings) | {f: getattr(settings, f) for f in fields}
-
-
-def network_from_state(state: dict[str, Any]) -> SequenceNet:
-    """The network saved in a checkpoint state."""
-    network = SequenceNet(SequenceConfig.model_validate(state["model_config"]))
-    network.load_state_dict(state["model"])
-    return network
 
 
 def settings_sequence_length() -> int:
@@ -361,6 +196,19 @@ def sequence_flops_per_row(spec: SequenceSpec, n_features: int, length: int) -> 
     per_event = 2.0 * (event_width * w + _encoder_parameters(spec))
     attention = 4.0 * spec.layers * length * w if spec.encoder == "transformer" else 0.0
     return length * (per_event + attention) + 2.0 * _head_parameters(spec, n_features)
+
+
+NETWORK_NAMES = ("SequenceNet", "SequenceModel", "network_from_state")
+
+
+def __getattr__(name: str) -> Any:
+    """The network's names (:data:`NETWORK_NAMES`, in :mod:`tasks.ml.models.sequence_network`:
+    torch), imported on first use."""
+    if name in NETWORK_NAMES:
+        from tasks.ml.models import sequence_network
+
+        return getattr(sequence_network, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 register_family(SequenceFamily())

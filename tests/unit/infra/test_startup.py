@@ -61,3 +61,15 @@ def test_a_pipeline_outside_the_cli_counts_from_its_flow_body_and_a_second_one_a
 def test_the_process_start_is_read_from_the_system():
     started = startup.process_started_at()
     assert started <= time.time() and time.time() - started < 24 * 3600
+
+
+def test_work_waiting_for_the_first_stage_runs_once_when_it_is_dispatched():
+    ran: list[str] = []
+    startup.at_first_stage(lambda: ran.append("warm imports"))
+    startup.mark("pipeline")
+    assert ran == [], "nothing runs on the way to the first stage"
+    startup.mark("first_stage")
+    startup.mark("first_stage")
+    assert ran == ["warm imports"]
+    startup.at_first_stage(lambda: ran.append("late"))
+    assert ran == ["warm imports", "late"], "registered after the first stage: runs at once"

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import types as T
 
+from infra.compute.spark_io import read_dataset
 from infra.errors import HybridflowInputError
-from infra.spark_io import read_dataset
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.features import customer_features
 from tasks.definitions.contract import CONTRACT_COLUMNS

@@ -9,8 +9,8 @@ import datetime as dt
 import pyarrow.parquet as pq
 import pytest
 
-from infra.datasets import read_dataset_manifest
-from infra.spark_io import SparkJobs, read_dataset
+from infra.compute.spark_io import SparkJobs, read_dataset
+from infra.storage.datasets import read_dataset_manifest
 from tasks.data.cutoffs import Origins, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.features import customer_features_at

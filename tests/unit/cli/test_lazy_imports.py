@@ -1,0 +1,57 @@
+"""A run's way to its first stage imports nothing heavy: torch, PySpark, LightGBM and
+scikit-learn are imported by the stages that use them (a fresh interpreter, since this one has
+them all)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("torch", "pyspark", "lightgbm", "sklearn")
+
+# what `hybridflow run` imports and runs before its first stage: the CLI and the run command,
+# its input pre-check and engine choice, Prefect's API helper, the pipeline flow and planning
+# with every family's cost hints
+BEFORE_THE_FIRST_STAGE = """
+import json, sys
+import cli.main, cli.commands.run, cli.args
+import flows.pipeline
+import infra.prefect_runtime.api, infra.compute.spark
+import tasks.data.engine_choice, tasks.data.input_formats
+from infra.settings import get_settings
+from tasks.ml.models import list_families
+from tasks.policy.planning import contender_costs, model_cost
+
+settings = get_settings()
+families = list_families()
+contender_costs(families, 20, settings)
+model_cost(families, 20, settings)
+heavy = set(sys.argv[1:])
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in heavy)
+print(json.dumps({"families": families, "loaded": loaded}))
+"""
+
+
+def test_nothing_heavy_is_imported_before_the_first_stage():
+    done = subprocess.run(
+        [sys.executable, "-c", BEFORE_THE_FIRST_STAGE, *HEAVY],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"logistic", "gbm", "mlp", "sequence"} <= set(found["families"])
+    assert found["loaded"] == [], f"imported before the first stage: {found['loaded'][:10]}"
+
+
+def test_the_network_classes_are_still_found_where_they_were():
+    """The torch halves of the network families are imported on first use by their old
+    names."""
+    from tasks.ml.models import mlp, sequence
+
+    assert mlp.CustomerMLP.__module__ == "tasks.ml.models.mlp_network"
+    assert mlp.MLPModel.__name__ == "MLPModel"
+    assert sequence.SequenceNet.__module__ == "tasks.ml.models.sequence_network"
+    assert callable(mlp.network_from_state) and callable(sequence.network_from_state)
