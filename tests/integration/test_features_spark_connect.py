@@ -57,7 +57,7 @@ CHILD = textwrap.dedent(
     port, rows = int(sys.argv[1]), json.loads(sys.stdin.read())
     from pyspark import SparkConf, SparkContext
     from pyspark.sql.connect.session import SparkSession as ConnectSession
-    from infra.spark import QUICK_JIT_OPTIONS
+    from infra.compute.spark import QUICK_JIT_OPTIONS
     conf = SparkConf().setMaster("local[2]").setAll([
         ("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin"),
         # the quick JIT tier, as hybridflow's own local drivers of small inputs run
