@@ -27,6 +27,7 @@ def batch_inference_flow(params: StageParams) -> InferenceResult:
         params.model_version,
         progress_interval_s=run.settings.progress_interval_s,
         progress_sink=ProgressArtifact("batch_inference"),
+        in_process_rows=run.settings.in_process_rows,
         **upstream,
     )
     result = record_stage_result(run.store, params.run_id, BATCH_INFERENCE.name, result)

@@ -190,6 +190,11 @@ def units_through(stage_name: str) -> tuple[DispatchUnit, ...]:
 REFRESH_UNITS: tuple[DispatchUnit, ...] = units_through(TRAIN.name)
 
 
+def routed_stages(units: tuple[DispatchUnit, ...]) -> tuple[StageWork, ...]:
+    """What the router sizes and places for ``units``: each of their stages' work."""
+    return tuple(stage.work for unit in units for stage in unit.stages)
+
+
 def home_pools(units: tuple[DispatchUnit, ...]) -> dict[str, str]:
     """Each unit on the pool its stages belong on (what a run without a routing plan uses)."""
     return {unit.flow_name: unit.pool for unit in units}

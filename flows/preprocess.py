@@ -24,6 +24,7 @@ def preprocess_flow(params: StageParams) -> PreprocessResult:
         seed=run.settings.train.seed,
         use_cache=run.use_cache,
         run_id=run_id,
+        in_process_rows=run.settings.in_process_rows,
         **upstream_results(run.store, run_id, PREPROCESS),
     )
     result = record_stage_result(run.store, run_id, PREPROCESS.name, result)

@@ -27,6 +27,11 @@ class ValidatedOutputs:
     spark_jobs: int | None
 
 
+class CsvNotReadInProcessError(Exception):
+    """DuckDB's CSV reader refused a file Spark's permissive reader may still read (a row
+    whose quotes never close, text that is not UTF-8): validate it with Spark instead."""
+
+
 class Validator(Protocol):
     """An engine that validates an inspected events input (``found``) and publishes the run's
     good events and quarantine, event times within ``bounds`` when given."""

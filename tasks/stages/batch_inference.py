@@ -20,14 +20,12 @@ from infra.compute.spark import SessionProvider, conf_value, local_cores
 from infra.errors import HybridflowInputError
 from infra.layout import predictions_prefix
 from infra.progress import ProgressReporter, ProgressSink
-from infra.settings import in_process_limit
+from infra.settings import in_process_rows_or_default
 from infra.storage.datasets import publish_written_dataset
 from infra.storage.snapshots import scoring_features_for
 from infra.storage.store import ObjectStore
-from tasks.data.engine_choice import IN_PROCESS, Engine, EngineInputs, choose_engine
-from tasks.engines.in_process.scoring import InProcessScorer
-from tasks.engines.scorer import Scorer
-from tasks.engines.spark.scoring import SparkScorer
+from tasks.data.engine_choice import EngineInputs, choose_engine
+from tasks.engines import registry as engines
 from tasks.ml.scoring_model import load_scoring_model
 from tasks.ml.scoring_worker import SCORING_BATCH_ROWS, torch_threads_per_task
 from tasks.reporting.records import FeaturesResult, InferenceResult, StageReport
@@ -87,7 +85,7 @@ def batch_inference_stage(
         raise HybridflowInputError(
             f"no features published for as_of {as_of}: run the features stage for that date first"
         )
-    limit = in_process_limit(in_process_rows)
+    limit = in_process_rows_or_default(in_process_rows)
     threads = torch_threads_per_task(conf_value(spark, "spark.task.cpus", "1"))
     batch_rows = int(conf_value(spark, ARROW_BATCH_KEY, str(SCORING_BATCH_ROWS)))
     reporter = ProgressReporter(
@@ -103,7 +101,9 @@ def batch_inference_stage(
         "batch_inference", EngineInputs(rows=published.rows, limit=limit, cluster=cluster)
     )
     log.info("batch_inference: %s (%s)", choice.engine, choice.reason)
-    scorer = scorer_for(choice.engine, spark, threads, batch_rows, limit)
+    scorer = engines.scorer(
+        choice.engine, spark, torch_threads=threads, batch_rows=batch_rows, in_process_rows=limit
+    )
     scored = scorer.score(store, published, model, as_of, target, reporter)
     out = publish_written_dataset(
         store,
@@ -130,17 +130,3 @@ def batch_inference_stage(
         model_loads=scored.model_loads,
         torch_threads=threads,
     )
-
-
-def scorer_for(
-    engine: Engine,
-    spark: SparkSession | SessionProvider,
-    torch_threads: int,
-    batch_rows: int,
-    in_process_rows: int,
-) -> Scorer:
-    """The batch-inference stage's implementation on ``engine`` (in process: a thread per
-    local core; Spark's session is started only when it scores)."""
-    if engine == IN_PROCESS:
-        return InProcessScorer(local_cores(spark) or 1, batch_rows)
-    return SparkScorer(spark, torch_threads, batch_rows, in_process_rows)

@@ -28,17 +28,16 @@ from infra.layout import (
     predictions_prefix,
     snapshot_prefix,
 )
-from infra.settings import DriftSettings, in_process_limit
+from infra.settings import DriftSettings, in_process_rows_or_default
 from infra.storage.datasets import find_dataset, read_dataset_manifest
 from infra.storage.registry import ModelRegistry
 from infra.storage.snapshots import scoring_features_for
 from infra.storage.store import ObjectStore
 from tasks.data.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
-from tasks.data.engine_choice import IN_PROCESS, Engine, EngineChoice, EngineInputs, choose_engine
+from tasks.data.engine_choice import EngineChoice, EngineInputs, choose_engine
 from tasks.data.stability import psi, sample_bin_counts, score_band_edges
+from tasks.engines import registry as engines
 from tasks.engines.drift_aggregator import SCORE, DriftAggregator
-from tasks.engines.in_process.drift import InProcessDriftAggregator
-from tasks.engines.spark.drift import SparkDriftAggregator
 from tasks.ml.scoring_model import load_scoring_model, resolve_model_version
 
 log = logging.getLogger(__name__)
@@ -80,7 +79,7 @@ def build_reference(
     model = load_scoring_model(store, version)
     target = drift_customers_prefix(version)
     choice = drift_engine(settings, published.rows)
-    aggregates = drift_aggregator(choice.engine, spark).snapshot(
+    aggregates = engines.drift_aggregator(choice.engine, spark).snapshot(
         store, published, model, target, settings
     )
     scores = aggregates.scores
@@ -134,7 +133,7 @@ def measure_drift(
     known = read_dataset_manifest(store, reference.customers_prefix)
     choice = drift_engine(settings, published.rows, known.rows)
     log.info("drift: %s (%s)", choice.engine, choice.reason)
-    aggregator = drift_aggregator(choice.engine, spark)
+    aggregator = engines.drift_aggregator(choice.engine, spark)
     counts, unseen_customers = aggregator.features(store, published, known, edges)
     rows = [
         DriftRow.measured(
@@ -208,13 +207,5 @@ def drift_status_line(report: DriftReport) -> str:
 def drift_engine(settings: DriftSettings, *rows: int) -> EngineChoice:
     """The engine that aggregates datasets of ``rows`` rows (the one choice,
     :mod:`tasks.data.engine_choice`; the limit: ``in_process_rows``, unset: the stages')."""
-    limit = in_process_limit(settings.in_process_rows)
+    limit = in_process_rows_or_default(settings.in_process_rows)
     return choose_engine("drift", EngineInputs(rows=max(rows), limit=limit))
-
-
-def drift_aggregator(engine: Engine, spark: SessionProvider) -> DriftAggregator:
-    """The drift check's implementation on ``engine`` (``spark`` is started only by Spark's,
-    when it aggregates)."""
-    if engine == IN_PROCESS:
-        return InProcessDriftAggregator()
-    return SparkDriftAggregator(spark)

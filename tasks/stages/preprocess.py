@@ -18,15 +18,14 @@ from infra.compute.spark import SessionProvider
 from infra.errors import HybridflowInputError
 from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_snapshot_prefix, snapshot_prefix
-from infra.settings import in_process_limit
+from infra.settings import in_process_rows_or_default
 from infra.storage.datasets import DatasetManifest, read_dataset_manifest
 from infra.storage.stage_cache import load_cached, save_cached
 from infra.storage.store import ObjectStore, sha256_bytes
-from tasks.data.engine_choice import IN_PROCESS, Engine, EngineInputs, choose_engine
+from tasks.data.engine_choice import EngineInputs, choose_engine
 from tasks.data.split import SPLITS, SplitFractions, non_finite_features, normalizer_from
-from tasks.engines.in_process.snapshot import InProcessSnapshotBuilder
+from tasks.engines import registry as engines
 from tasks.engines.snapshot_builder import SnapshotBuilder
-from tasks.engines.spark.snapshot import SparkSnapshotBuilder
 from tasks.ml.normalizer import Normalizer
 from tasks.reporting.records import FeaturesResult, PreprocessResult, StageReport
 
@@ -88,14 +87,14 @@ def build_snapshot(
     statistics on the way; in this process instead for up to ``in_process_rows`` examples
     (default: the setting)."""
     started = time.perf_counter()
-    limit = in_process_limit(in_process_rows)
+    limit = in_process_rows_or_default(in_process_rows)
     sources = [features.training_prefix] + (
         [features.backtest_prefix] if features.backtest_prefix else []
     )
     rows = max(read_dataset_manifest(store, prefix).rows for prefix in sources)
     choice = choose_engine("preprocess", EngineInputs(rows=rows, limit=limit))
     log.info("preprocess: %s (%s)", choice.engine, choice.reason)
-    builder = snapshot_builder(choice.engine, spark)
+    builder = engines.snapshot_builder(choice.engine, spark)
     snapshot, counts = publish_snapshot(
         builder,
         store,
@@ -148,14 +147,6 @@ def build_snapshot(
         backtest_split_counts=backtest_counts,
         backtest_skipped=skipped,
     )
-
-
-def snapshot_builder(engine: Engine, spark: SparkSession | SessionProvider) -> SnapshotBuilder:
-    """The preprocess stage's implementation on ``engine`` (``spark`` is started only by
-    Spark's, at its first publication)."""
-    if engine == IN_PROCESS:
-        return InProcessSnapshotBuilder()
-    return SparkSnapshotBuilder(spark)
 
 
 def publish_snapshot(

@@ -20,10 +20,11 @@ from infra.fingerprint import (
     files_fingerprint,
     stage_fingerprint,
 )
-from infra.settings import get_settings, in_process_limit
+from infra.settings import in_process_rows_or_default, settings_defaults
 from infra.storage.stage_cache import load_cached, save_cached
 from infra.storage.store import ObjectStore
-from tasks.data.engine_choice import IN_PROCESS, Engine, EngineInputs, choose_engine
+from tasks.data.bad_rows import check_bad_fraction
+from tasks.data.engine_choice import SPARK, EngineInputs, choose_engine
 from tasks.data.input_formats import (
     EventsInput,
     InputOptions,
@@ -31,12 +32,12 @@ from tasks.data.input_formats import (
     list_event_files,
     resolve_events_path,
 )
+from tasks.data.time_windows import event_time_bounds
 from tasks.data.validation_duckdb import in_process_type_problem
 from tasks.data.validation_sql import RowBounds
 from tasks.definitions.contract import CONTRACT_COLUMNS, REASON_EVENT_TIME_IN_FUTURE
-from tasks.engines.in_process.validate import CsvNotReadInProcessError, InProcessValidator
-from tasks.engines.spark.validate import SparkValidator
-from tasks.engines.validator import ValidatedOutputs, Validator
+from tasks.engines import registry as engines
+from tasks.engines.validator import CsvNotReadInProcessError, ValidatedOutputs
 from tasks.reporting.records import StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
@@ -56,18 +57,20 @@ def validate_stage(
 ) -> ValidateResult:
     """Read, validate and publish the run's good events and its quarantine.
 
-    Input of up to ``in_process_rows`` rows (default: the setting), CSV or Parquet of one
+    Input of up to ``in_process_rows`` rows (the flow passes the run's setting; default: the
+    declared default), CSV or Parquet of one
     schema, is validated in this process (:mod:`tasks.engines.in_process.validate`) unless a
     column needs a parser only Spark has (:func:`validates_in_process`); anything else by
     Spark, started only then (also for a CSV file DuckDB's reader refuses). Rows outside
-    ``bounds`` (default: :func:`event_time_bounds` of now) are quarantined. Unchanged input files, options, floor,
+    ``bounds`` (the flow passes :func:`event_time_bounds` of the run's settings; default: of
+    the declared defaults, now) are quarantined. Unchanged input files, options, floor,
     lead and code reuse an earlier run's output (``report.cached``) when it holds for the
     bounds of now too (:func:`cached_within`). The quarantine is published even when the bad
     fraction is over ``max_bad_fraction``, so the user can look at it (``on_quarantine`` gets
     the result first); then the stage fails with an input error.
     """
     options = options or InputOptions()
-    bounds = bounds or event_time_bounds()
+    bounds = bounds or event_time_bounds(settings_defaults())
     path = resolve_events_path(events_path)
     files = list_event_files(path)
     fingerprint = stage_fingerprint(
@@ -89,19 +92,21 @@ def validate_stage(
             "validate",
             engine_inputs(
                 found,
-                in_process_limit(in_process_rows),
+                in_process_rows_or_default(in_process_rows),
                 timestamp_format=options.timestamp_format,
             ),
         )
         log.info("validate: %s (%s)", choice.engine, choice.reason)
         started = time.perf_counter()
         try:
-            outputs = validator_for(choice.engine, spark).validate(
+            outputs = engines.validator(choice.engine, spark).validate(
                 store, run_id, found, options, bounds
             )
         except CsvNotReadInProcessError as exc:
             log.warning("DuckDB cannot read the CSV (%s): validating with Spark", exc)
-            outputs = SparkValidator(spark).validate(store, run_id, found, options, bounds)
+            outputs = engines.validator(SPARK, spark).validate(
+                store, run_id, found, options, bounds
+            )
         result = _validated(started, store, path, outputs)
         result = result.model_copy(
             update={
@@ -121,19 +126,6 @@ def validate_stage(
         on_quarantine(result)
     check_bad_fraction(result, max_bad_fraction)
     return result
-
-
-def event_time_bounds(now: dt.datetime | None = None) -> RowBounds:
-    """The values a run validated ``now`` (default: this machine's clock) accepts: event times
-    from the ``event_time_floor`` setting to ``event_time_max_lead_hours`` after ``now``,
-    amounts up to ``max_amount``."""
-    settings = get_settings()
-    return RowBounds.around(
-        now or dt.datetime.now(dt.UTC),
-        dt.timedelta(hours=settings.event_time_max_lead_hours),
-        settings.event_time_floor,
-        settings.max_amount,
-    )
 
 
 def cached_within(result: ValidateResult, bounds: RowBounds) -> bool:
@@ -168,14 +160,6 @@ def engine_inputs(
     )
 
 
-def validator_for(engine: Engine, spark: SparkSession | SessionProvider) -> Validator:
-    """The validate stage's implementation on ``engine`` (``spark`` is started only by Spark's,
-    when it validates)."""
-    if engine == IN_PROCESS:
-        return InProcessValidator()
-    return SparkValidator(spark)
-
-
 def validate_events(
     spark: SparkSession,
     store: ObjectStore,
@@ -188,7 +172,7 @@ def validate_events(
     check): what the JVM class archive records Spark's validation with."""
     started = time.perf_counter()
     found = inspect_events(path, options)
-    outputs = SparkValidator(spark).validate(store, run_id, found, options, bounds)
+    outputs = engines.validator(SPARK, spark).validate(store, run_id, found, options, bounds)
     return _validated(started, store, path, outputs)
 
 
@@ -222,20 +206,6 @@ def _validated(
         first_event=_from_micros(outputs.span_micros[0]),
         last_event=_from_micros(outputs.span_micros[1]),
     )
-
-
-def check_bad_fraction(result: ValidateResult, max_bad_fraction: float) -> None:
-    """Fail (input error naming the quarantine) when too many rows are bad or none is good."""
-    bad_fraction = result.rows_quarantined / max(result.rows_read, 1)
-    if bad_fraction > max_bad_fraction:
-        raise HybridflowInputError(
-            f"{result.rows_quarantined} of {result.rows_read} event rows ({bad_fraction:.1%}) "
-            f"are bad, over --max-bad-fraction {max_bad_fraction:.1%}: see {result.quarantine_uri}"
-        )
-    if result.rows_valid == 0:
-        raise HybridflowInputError(
-            f"no valid events left after validation: see {result.quarantine_uri}"
-        )
 
 
 def _from_micros(value: int | None) -> dt.datetime | None:

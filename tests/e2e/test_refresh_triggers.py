@@ -1,7 +1,7 @@
 """Refresh when it matters, on the deployed stack: `hybridflow up` installs model-refresh's
 triggers; a pipeline run on unshifted data starts no refresh; a pipeline run on shifted data
 emits hybridflow.drift.detected and the trigger starts model-refresh without anyone calling it;
-the refresh dispatches its prepare-data unit to cpu-pool and only its training to gpu-pool, goes
+the refresh dispatches its prepare-data unit to cpu-pool and its training where its routing plan puts it, goes
 through the gate and the endpoint serves whatever production is
 then. (Both pipeline runs are `hybridflow run` against the stack's server: the same flow and the
 same events as a run of the pipeline deployment, in one process instead of one per dispatched
@@ -76,6 +76,24 @@ def test_drift_starts_a_refresh_through_a_trigger_and_serving_follows(
     assert "server" in down and not leftovers, f"still running after down: {leftovers}"
 
 
+def _planned_pool(client, flow_run_id, stage: str) -> str:
+    """The pool the routing plan a flow run published (its ``routing-plan`` table) gives
+    ``stage``."""
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+
+    (plan,) = client.read_artifacts(
+        artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["routing-plan"])),
+        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+    )
+    rows = json.loads(plan.data) if isinstance(plan.data, str) else plan.data
+    return next(r["pool"] for r in rows if r["stage"] == stage)
+
+
 def _drive(stack_env, base: Path, shifted: Path, tmp_path: Path) -> dict[str, float]:
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -114,13 +132,13 @@ def _drive(stack_env, base: Path, shifted: Path, tmp_path: Path) -> dict[str, fl
                 every=2.0,
             )
             assert refreshed.state_type.value == "COMPLETED", refreshed.state
-            # the refresh only orchestrates (cpu-pool): its CPU stages ran on cpu-pool and
-            # only its training on gpu-pool
+            # the refresh only orchestrates (cpu-pool): its CPU stages ran on cpu-pool and its
+            # training where the router put it (the refresh's own routing plan)
             assert refreshed.work_pool_name == "cpu-pool"
             children = child_runs(client, refreshed.id)
             assert set(children) == {"prepare-data", "train"}, children
             assert children["prepare-data"].work_pool_name == "cpu-pool"
-            assert children["train"].work_pool_name == "gpu-pool"
+            assert children["train"].work_pool_name == _planned_pool(client, refreshed.id, "train")
             assert all(c.state_type.value == "COMPLETED" for c in children.values())
             # the UI's "created by" of the run names the automation the trigger installed
             assert refreshed.created_by and refreshed.created_by.type == "AUTOMATION"

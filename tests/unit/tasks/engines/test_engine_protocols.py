@@ -94,6 +94,18 @@ def test_a_cpu_runner_holds_no_engine_code(runner):
 
 
 @pytest.mark.parametrize("runner", CPU_RUNNERS)
+def test_a_cpu_runner_names_no_engine_only_the_registry(runner):
+    """Adding an engine adds its folder and its lines in tasks/engines/registry.py: no runner
+    imports an engine's implementations."""
+    imported = _imports(ROOT / "tasks" / "stages" / f"{runner}.py")
+    named = {
+        m for m in imported if m.startswith(("tasks.engines.in_process", "tasks.engines.spark"))
+    }
+    assert not named, sorted(named)
+    assert "tasks.engines.registry" in imported
+
+
+@pytest.mark.parametrize("runner", CPU_RUNNERS)
 def test_a_cpu_runner_asks_the_engine_choice_in_one_place(runner):
     tree = ast.parse((ROOT / "tasks" / "stages" / f"{runner}.py").read_text())
     calls = [
