@@ -73,6 +73,12 @@ class TrainingSettings(BaseSettings):
         description="CPU threads of a fit (0: from the cores the stage owns and the work: a "
         "network one per 200M FLOPs of a step, a CPU family one below 200,000 rows)",
     )
+    backtest_max_rows: int = Field(
+        default=500_000,
+        ge=0,
+        description="the backtest refits each family at T-2H on a label-free sample of at most "
+        "this many training rows (customers chosen by a hash of their id; 0: all rows)",
+    )
     ddp_processes: int = Field(
         default=1, ge=1, description="GPUs on the worker: >1 launches torchrun DDP training"
     )

@@ -1,10 +1,12 @@
 """The validate stage's outputs computed in this process: DuckDB reads the Parquet files where
 they lie, checks and de-duplicates the rows (:mod:`tasks.data.validation_duckdb`) and streams
 both outputs into Parquet files, published with their Spark schema recorded. No Spark job, no
-JVM; memory holds the de-duplicated rows, not the input or the outputs."""
+JVM; memory holds the de-duplicated rows, not the input or the outputs: all of them, or above
+:data:`tasks.data.validation_duckdb.EVENTS_PER_PASS` rows a share of the customers' at a time."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from functools import partial
 
@@ -14,8 +16,7 @@ from infra.compute.duckdb_session import memory_bounded
 from infra.compute.spark_io import spark_schema_metadata
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
-from infra.storage.arrow_datasets import PART_FILE, publish_written
-from infra.storage.datasets import DatasetManifest
+from infra.storage.datasets import DatasetManifest, publish_dataset
 from infra.storage.store import ObjectStore
 from tasks.data.input_formats import (
     EventsInput,
@@ -27,6 +28,7 @@ from tasks.data.validation_duckdb import (
     GOOD_EVENTS_SCHEMA,
     InProcessValidation,
     ValidationFigures,
+    validation_passes,
 )
 from tasks.data.validation_sql import RowBounds
 from tasks.definitions.contract import CONTRACT_COLUMNS
@@ -81,24 +83,29 @@ def publish_validated_in_process(
             if found.format == "csv":
                 raise CsvNotReadInProcessError(f"{found.path}: {first}") from None
             raise HybridflowInputError(f"cannot read events at {found.path}: {first}") from None
+        good, bad = store.staging_dir(), store.staging_dir()
         try:
-            figures = checked.figures()
-            events = publish_written(
+            (good / "data").mkdir(parents=True)
+            (bad / "data").mkdir(parents=True)
+            figures = checked.write_outputs(good / "data", bad / "data")
+            events = publish_dataset(
                 store,
+                good / "data",
                 run_dataset_prefix(run_id, "events"),
-                lambda out: checked.write_good(out / PART_FILE),
                 rows=figures.rows_valid,
                 metadata=spark_schema_metadata(GOOD_EVENTS_SCHEMA),
             )
-            quarantine = publish_written(
+            quarantine = publish_dataset(
                 store,
+                bad / "data",
                 run_dataset_prefix(run_id, "quarantine"),
-                lambda out: checked.write_quarantine(out / PART_FILE),
                 rows=figures.rows_quarantined,
                 metadata=spark_schema_metadata(checked.quarantine_schema()),
             )
         finally:
             checked.close()
+            shutil.rmtree(good, ignore_errors=True)
+            shutil.rmtree(bad, ignore_errors=True)
     return events, quarantine, figures
 
 
@@ -108,6 +115,7 @@ def _checked(
     timestamp_format: str | None,
     detect: Callable[[list[str]], str | None] | None,
 ) -> InProcessValidation:
+    passes = validation_passes(found.rows_estimate)
     if found.format == "csv" and found.csv_dialect is not None:
         return InProcessValidation.of_csv(
             found.files,
@@ -116,6 +124,7 @@ def _checked(
             timestamp_format=timestamp_format,
             detect_format=detect,
             bounds=bounds,
+            passes=passes,
         )
     if found.arrow_schema is None or found.source_columns is None:
         raise ValueError("only Parquet files of one schema or CSV files are validated in process")
@@ -126,4 +135,5 @@ def _checked(
         bounds,
         timestamp_format=timestamp_format,
         detect_format=detect,
+        passes=passes,
     )
