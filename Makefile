@@ -25,9 +25,9 @@ $(STAMP): pyproject.toml
 	@# pip compiles one file at a time (40 s of its 67 s); like pip, compileall's status is not
 	@# checked: files in newer Python syntax (torch's py312 test intrinsics) never compile
 	@$(BIN)/python -m compileall -qq -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" & compiling=$$!; \
-	  $(BIN)/python -m infra.prefect_db >/dev/null & migrating=$$!; \
+	  $(BIN)/python -m infra.prefect_runtime.database >/dev/null & migrating=$$!; \
 	  $(BIN)/hybridflow jvm-archive; recorded=$$?; wait $$migrating; migrated=$$?; wait $$compiling; \
-	  test $$migrated = 0 || echo "warning: Prefect's empty database was not recorded (python -m infra.prefect_db says why): each new Prefect home migrates its own, a slower first start"; \
+	  test $$migrated = 0 || echo "warning: Prefect's empty database was not recorded (python -m infra.prefect_runtime.database says why): each new Prefect home migrates its own, a slower first start"; \
 	  test $$recorded = 0
 	@touch $(STAMP)
 

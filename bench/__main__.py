@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from infra.prefect_env import configure_prefect_defaults
+from infra.prefect_runtime.env import configure_prefect_defaults
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -54,6 +54,17 @@ def _own_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def _status_mb(pid: int, field: str) -> float:
+    """A memory figure of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``) in MB, 0 when gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
 def _program(pid: int) -> str:
     """The program name of ``pid`` (``/proc/<pid>/comm``), empty when it is gone."""
     try:
@@ -86,11 +97,14 @@ def run_measured(
     env: dict[str, str] | None = None,
     poll_s: float = 0.25,
     programs: set[str] | None = None,
+    memory: dict[str, float] | None = None,
 ) -> tuple[float, float, str]:
     """Run ``cmd``; (wall seconds, CPU seconds of its whole process tree, stdout). CPU is
     sampled per process while it runs (a JVM its Python parent never reaps still counts);
     ``programs`` (when given) gets the name of every process seen in the tree (``java``:
-    a JVM started)."""
+    a JVM started); ``memory`` (when given) gets ``max_rss_mb``, the command's own process's
+    peak resident memory (the kernel's high-water mark, ``VmHWM``), and ``max_tree_rss_mb``,
+    the largest sum of resident memory of its tree seen at a sample."""
     import subprocess
     import tempfile
     import time
@@ -100,7 +114,9 @@ def run_measured(
     with tempfile.TemporaryFile("w+") as stdout:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=stdout, text=True)
+        own_peak, tree_peak = 0.0, 0.0
         while proc.poll() is None:
+            tree = 0.0
             for pid in _descendants(proc.pid):
                 cpu = _own_cpu(pid)
                 if cpu is not None:
@@ -108,7 +124,14 @@ def run_measured(
                 if programs is not None and pid not in seen_names:
                     seen_names.add(pid)
                     programs.add(_program(pid))
+                if memory is not None:
+                    tree += _status_mb(pid, "VmRSS")
+            if memory is not None:
+                own_peak = max(own_peak, _status_mb(proc.pid, "VmHWM"))
+                tree_peak = max(tree_peak, tree)
             time.sleep(poll_s)
+        if memory is not None:
+            memory.update(max_rss_mb=round(own_peak, 1), max_tree_rss_mb=round(tree_peak, 1))
         wall = time.perf_counter() - started
         stdout.seek(0)
         out = stdout.read()

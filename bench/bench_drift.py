@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
+from infra.compute.spark import get_spark
 from infra.settings import HybridflowSettings
-from infra.spark import get_spark
 from tasks.data.drift import COLUMNS_PER_PASS, bin_column, bin_counts, quantile_edges
 from tasks.definitions.feature_specs import feature_names
 

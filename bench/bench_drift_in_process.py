@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from bench.bench_drift import FEATURES, _write_features
-from infra.arrow_datasets import read_table
-from infra.datasets import publish_dataset, read_dataset_manifest
+from infra.compute.spark import get_spark
+from infra.compute.spark_io import read_dataset
 from infra.settings import HybridflowSettings
-from infra.spark import get_spark
-from infra.spark_io import read_dataset
-from infra.store import LocalFolderStore
+from infra.storage.arrow_datasets import read_table
+from infra.storage.datasets import publish_dataset, read_dataset_manifest
+from infra.storage.store import LocalFolderStore
 from tasks.data.drift import bin_counts, quantile_edges
 from tasks.data.stability import exact_quantile_edges, sample_bin_counts
 

@@ -31,9 +31,9 @@ def main(results_dir: Path) -> list[dict]:
     import torch
     from torch import nn
 
-    from infra.datasets import local_dataset_dir, read_dataset_manifest
     from infra.settings import TrainingSettings
-    from infra.store import LocalFolderStore
+    from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+    from infra.storage.store import LocalFolderStore
     from tasks.ml.logistic import fit_logistic
     from tasks.ml.models import FitJob, get_family, split_arrays
     from tasks.ml.normalizer import Normalizer

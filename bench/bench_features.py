@@ -4,14 +4,14 @@ DuckDB computing the same outputs with SQL in one process (:mod:`bench.duckdb_ba
 Both read the same events: the validate stage's output, validated by Spark as it is wherever the
 features stage runs on Spark (above ``in_process_rows``), so Parquet bucketed by customer, which
 the stage computes a Spark task per bucket of (DuckDB in each,
-:mod:`tasks.stages.features_per_bucket`) and DuckDB reads as plain Parquet. Both compute the
+:mod:`tasks.engines.spark.features_per_bucket`) and DuckDB reads as plain Parquet. Both compute the
 training examples (46 features at T-H, label "purchased in (T-H, T]"), the scoring features (at
 T) and the backtest's examples (at T-2H, label "purchased in (T-2H, T-H]") and write them as
 Parquet; the outputs must agree (relative tolerance 1e-6: sums may differ in the last bits from
 the order of addition). The stage runs three times per round: with Spark
 (``in_process_rows=0``), with Spark on the same events published without their bucket layout
 (Spark SQL, as for events executors wrote to S3), and in process
-(:mod:`tasks.stages.features_in_process`, what it does up to ``in_process_rows`` events).
+(:mod:`tasks.engines.in_process.features`, what it does up to ``in_process_rows`` events).
 Prints each one's seconds against DuckDB's and the events per second, for a first and a second
 run. ``BENCH_FEATURES_CUSTOMERS`` sets the size (default 50,000 customers, about 1.08M events).
 """
@@ -78,8 +78,8 @@ def _duckdb_features(events_glob: str, as_of, out: Path) -> float:
 def _unclustered(spark, store, validated):
     """The validated events published again without their bucket layout (two files that split
     customers between them, as executors writing to S3 leave them): Spark SQL's input."""
+    from infra.compute.spark_io import read_dataset, write_dataset
     from infra.layout import run_dataset_prefix
-    from infra.spark_io import read_dataset, write_dataset
 
     prefix = run_dataset_prefix("bench", "events-unclustered")
     events = read_dataset(spark, store, validated.events_prefix)
@@ -105,7 +105,7 @@ def compare(spark_table, duck_table, names: list[str]) -> float:
 
 
 def _published(store, prefix: str):
-    from infra.datasets import read_dataset_manifest
+    from infra.storage.datasets import read_dataset_manifest
 
     manifest = read_dataset_manifest(store, prefix)
     return pq.read_table(store.local_path(manifest.data_prefix))
@@ -113,10 +113,10 @@ def _published(store, prefix: str):
 
 def main(results_dir: Path) -> list[dict]:
     """Generate events, validate them once, compute features with both engines, compare."""
-    from infra.datasets import read_dataset_manifest
+    from infra.compute.spark import get_spark
     from infra.settings import get_settings
-    from infra.spark import get_spark
-    from infra.store import LocalFolderStore
+    from infra.storage.datasets import read_dataset_manifest
+    from infra.storage.store import LocalFolderStore
     from tasks.data.demo_events import DemoDataParams, generate_demo_events
     from tasks.stages.validate import validate_stage
 

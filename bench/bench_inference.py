@@ -41,8 +41,8 @@ ROUNDS = 2
 
 
 def _write_features(store, rows: int, features: list[str], seed: int = 0) -> None:
-    from infra.datasets import publish_dataset
     from infra.layout import scoring_features_prefix
+    from infra.storage.datasets import publish_dataset
 
     rng = np.random.default_rng(seed)
     staging = store.staging_dir()
@@ -60,7 +60,7 @@ def _write_features(store, rows: int, features: list[str], seed: int = 0) -> Non
 def _register_model(store, features: list[str]) -> str:
     import torch
 
-    from infra.registry import ModelRegistry
+    from infra.storage.registry import ModelRegistry
     from tasks.ml.models.mlp import CustomerMLP, MLPModel, MLPSpec, ModelConfig
 
     torch.manual_seed(0)
@@ -98,9 +98,9 @@ def _measured(fn: Callable[[], object], repeat: int = 1) -> tuple[float, float]:
 def _ceiling_seconds(store, version: str) -> tuple[float, float]:
     import torch
 
-    from infra.datasets import read_dataset_manifest
     from infra.layout import scoring_features_prefix
-    from infra.registry import ModelRegistry
+    from infra.storage.datasets import read_dataset_manifest
+    from infra.storage.registry import ModelRegistry
     from tasks.ml.models import load_model, predict_proba
 
     manifest, files = ModelRegistry(store).read_files(version)
@@ -122,8 +122,8 @@ def _spark_variant(spark, store, variant: str, version: str = "") -> Callable[[]
     """Read the features, do ``variant``, write Parquet to a scratch folder, count it."""
     from pyspark.sql import functions as F
 
+    from infra.compute.spark_io import read_dataset
     from infra.layout import scoring_features_prefix
-    from infra.spark_io import read_dataset
     from tasks.stages.batch_inference import load_scoring_model
 
     model = load_scoring_model(store, version) if version else None
@@ -168,11 +168,11 @@ def _spark_variant(spark, store, variant: str, version: str = "") -> Callable[[]
 
 def main(results_dir: Path) -> list[dict]:
     """Run every variant on the same rows; one row per variant, ratio = rows/s vs the ceiling."""
-    from infra.datasets import read_dataset_manifest
+    from infra.compute.spark import get_spark
     from infra.layout import scoring_features_prefix
     from infra.settings import get_settings
-    from infra.spark import get_spark
-    from infra.store import LocalFolderStore
+    from infra.storage.datasets import read_dataset_manifest
+    from infra.storage.store import LocalFolderStore
     from tasks.definitions.feature_specs import feature_names
     from tasks.stages.batch_inference import batch_inference_stage
 

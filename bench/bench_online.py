@@ -56,8 +56,8 @@ IPC = "application/vnd.apache.arrow.stream"
 
 def main(results_dir: Path) -> list[dict]:
     """Run every measurement; rows for the bench table."""
-    from infra.events_log import EventsLog
-    from infra.store import LocalFolderStore
+    from infra.storage.events_log import EventsLog
+    from infra.storage.store import LocalFolderStore
     from serving.online.events import DAY_US, end_of_day_micros
     from serving.online.events import event_arrays as arrays_of
     from serving.online.state import OnlineState, bytes_per_customer
@@ -205,7 +205,7 @@ def synthetic_events(
 ) -> pa.Table:
     """``n`` valid events of customers ``c<first>`` ... (``c%06d``; every one has at least one
     when ``n >= customers``), times uniform in ``[start_us, end_us]``, sorted."""
-    from infra.events_log import SEGMENT_SCHEMA
+    from infra.storage.events_log import SEGMENT_SCHEMA
 
     ids = np.concatenate(
         [np.arange(min(n, customers)), rng.integers(0, customers, n - min(n, customers))]

@@ -76,7 +76,7 @@ def _events(kind: str, customers: int, work: Path) -> tuple[Path, dict[str, str]
 
 
 def _size(store, prefix: str) -> int:
-    from infra.datasets import read_dataset_manifest
+    from infra.storage.datasets import read_dataset_manifest
 
     manifest = read_dataset_manifest(store, prefix)
     return sum(store.local_path(key).stat().st_size for key in manifest.files)
@@ -85,9 +85,9 @@ def _size(store, prefix: str) -> int:
 def _one_setting(
     events: Path, column_map: dict[str, str], store_dir: Path, origins, families: list[str]
 ) -> list[dict]:
+    from infra.compute.spark import SparkOnDemand
     from infra.settings import get_settings
-    from infra.spark import SparkOnDemand
-    from infra.store import LocalFolderStore
+    from infra.storage.store import LocalFolderStore
     from tasks.data.input_formats import InputOptions
     from tasks.stages.features import features_stage
     from tasks.stages.preprocess import preprocess_stage

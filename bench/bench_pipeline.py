@@ -99,8 +99,8 @@ def _run_sizes(base: int, work: Path) -> tuple[list[tuple], float, float, bool]:
     from pyspark.sql import SparkSession
 
     from flows.pipeline import PipelineParams, pipeline_flow
+    from infra.compute.spark import get_spark
     from infra.settings import get_settings
-    from infra.spark import get_spark
     from tasks.data.demo_events import DemoDataParams, generate_demo_events
 
     try:
@@ -132,7 +132,7 @@ def _run_sizes(base: int, work: Path) -> tuple[list[tuple], float, float, bool]:
 
 def main(results_dir: Path) -> list[dict]:
     """Run the pipeline at each size on fresh stores; rows for overhead and scaling."""
-    from infra.prefect_env import heartbeats_only_for_a_server
+    from infra.prefect_runtime.env import heartbeats_only_for_a_server
 
     base = int(os.environ.get("HYBRIDFLOW_BENCH_PIPELINE_CUSTOMERS", "1500"))
     cores = os.cpu_count() or 1

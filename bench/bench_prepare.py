@@ -28,9 +28,9 @@ def _measured(fn):
 
 
 def _stages(events: Path, store_dir: Path, in_process_rows: int | None) -> dict:
+    from infra.compute.spark import get_spark
     from infra.settings import get_settings
-    from infra.spark import get_spark
-    from infra.store import LocalFolderStore
+    from infra.storage.store import LocalFolderStore
     from tasks.data.cutoffs import Origins
     from tasks.stages.features import features_stage
     from tasks.stages.preprocess import preprocess_stage
@@ -69,8 +69,8 @@ def _duckdb(events: Path, out: Path) -> dict:
 
 def main(results_dir: Path) -> list[dict]:
     """Each size: generate, run both, check they agree, one row."""
+    from infra.compute.spark import get_spark
     from infra.settings import get_settings
-    from infra.spark import get_spark
     from tasks.data.demo_events import DemoDataParams, generate_demo_events
 
     sizes = [int(s) for s in os.environ.get("BENCH_PREPARE_CUSTOMERS", "20000,200000").split(",")]

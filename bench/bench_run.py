@@ -5,9 +5,11 @@ pipeline's train stage ran), on the same demo Parquet; plus the wall clock of a 
 transaction log (a CSV with only customer id, date, quantity, amount).
 
 Sizes: ``BENCH_RUN_CUSTOMERS`` (default ``20000,200000``: the demo's 431,813 events and about
-4.3M; empty: only the small log). Wall and CPU seconds of each process tree; ratio = hybridflow
-/ baseline; for the small log, whether a JVM started (``jvm_started``: a ``java`` process in the
-tree).
+4.3M; empty: only the small log), over ``BENCH_RUN_DAYS`` days of events (default: the demo's
+730; ``BENCH_RUN_CUSTOMERS=2000000 BENCH_RUN_DAYS=365`` is the 29.9M-event run of issue 34).
+Wall and CPU seconds of each process tree; ratio = hybridflow / baseline; ``max_rss_mb``: the
+peak resident memory of the ``hybridflow`` process (``baseline_max_rss_mb``: the baseline's);
+for the small log, whether a JVM started (``jvm_started``: a ``java`` process in the tree).
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ def _hybridflow_run(
     cli = str(Path(sys.executable).with_name("hybridflow"))
     cmd = [cli, "run", "--events", str(events), "--no-cache", "--json", *args]
     env = os.environ | {"HYBRIDFLOW_STORE": str(store)}
-    wall, cpu, out = run_measured(cmd, env=env, programs=programs)
-    return wall, cpu, json.loads(out.strip().splitlines()[-1])
+    memory: dict[str, float] = {}
+    wall, cpu, out = run_measured(cmd, env=env, programs=programs, memory=memory)
+    return wall, cpu, json.loads(out.strip().splitlines()[-1]) | memory
 
 
 def _epochs(store: Path, run_id: str) -> int:
@@ -100,11 +103,14 @@ def main(results_dir: Path) -> list[dict]:
     try:
         for customers in sizes:
             events = work / f"events-{customers}"
-            n = generate_demo_events(DemoDataParams(customers=customers), events).events
+            days = int(os.environ.get("BENCH_RUN_DAYS") or DemoDataParams().days)
+            params = DemoDataParams(customers=customers, days=days)
+            n = generate_demo_events(params, events).events
             store = work / f"store-{customers}"
             wall, cpu, summary = _hybridflow_run(events, store)
             epochs = _epochs(store, summary["run_id"])
             base_cmd = [sys.executable, "-m", "bench.duckdb_torch_baseline", "--events"]
+            base_memory: dict[str, float] = {}
             base_wall, base_cpu, out = run_measured(
                 [
                     *base_cmd,
@@ -113,7 +119,8 @@ def main(results_dir: Path) -> list[dict]:
                     str(work / f"duck-{customers}"),
                     "--epochs",
                     str(epochs),
-                ]
+                ],
+                memory=base_memory,
             )
             base = json.loads(out.strip().splitlines()[-1])
             stages = {s["name"]: round(s["seconds"], 1) for s in summary["stages"]}
@@ -124,6 +131,9 @@ def main(results_dir: Path) -> list[dict]:
                     cpu,
                     (base_wall, base_cpu),
                     stages_s=stages,
+                    startup_s=round(summary.get("startup_seconds", 0.0), 1),
+                    max_rss_mb=summary["max_rss_mb"],
+                    baseline_max_rss_mb=base_memory["max_rss_mb"],
                     epochs=epochs,
                     auc=round(summary["metrics"]["test_auc"], 4),
                     champion=summary["metrics"].get("family", "mlp"),

@@ -39,8 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main(results_dir: Path) -> list[dict]:
     """Run every measurement; rows for the bench table."""
-    from infra.registry import ModelRegistry
-    from infra.store import LocalFolderStore
+    from infra.storage.registry import ModelRegistry
+    from infra.storage.store import LocalFolderStore
     from tests.fixtures.serving_sample import (
         publish_sample_snapshot,
         register_sample_model,
@@ -289,8 +289,8 @@ def _bare_app(store_uri: str):
     """The least an ASGI app can do to answer the same request with the same model."""
     import torch
 
-    from infra.registry import ModelRegistry
-    from infra.store import open_store
+    from infra.storage.registry import ModelRegistry
+    from infra.storage.store import open_store
     from serving.scorer import fast_scorer
     from serving.snapshot import load_snapshot, newest_snapshot_manifest
     from tasks.ml.models import load_model

@@ -27,7 +27,7 @@ FIRST_ACTION = """
 import sys, time
 started = time.perf_counter()
 from infra.settings import HybridflowSettings
-from infra.spark import get_spark
+from infra.compute.spark import get_spark
 spark = get_spark(HybridflowSettings(spark_remote=sys.argv[1] or None, spark_driver_memory="1g"))
 spark.range(1000).count()
 print(time.perf_counter() - started)

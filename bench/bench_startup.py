@@ -96,7 +96,7 @@ def flow_run_cost(api_url: str) -> dict:
 
 def main(results_dir: Path) -> list[dict]:
     """Two homes, four runs (temporary, warm, temporary, warm), then the empty-flow probe."""
-    from infra.warm_api import read_record, state_dir, stop_warm_api
+    from infra.prefect_runtime.warm_api import read_record, state_dir, stop_warm_api
     from tasks.data.demo_events import DemoDataParams, generate_demo_events
 
     customers = int(os.environ.get("BENCH_STARTUP_CUSTOMERS", "3000"))

@@ -123,9 +123,9 @@ def _fresh_mlp(normalizer, settings) -> nn.Module:
 
 def _training_rows(store, where: str) -> list[dict]:
     """Stage vs bare loop with the stage's store (and its checkpoints) at ``where``."""
-    from infra.datasets import local_dataset_dir, read_dataset_manifest
-    from infra.registry import ModelRegistry
     from infra.settings import HybridflowSettings
+    from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+    from infra.storage.registry import ModelRegistry
     from tasks.ml.normalizer import Normalizer
     from tasks.ml.snapshot_reader import SnapshotStream
     from tasks.stages.train import TrainingOptions, train_stage
@@ -193,7 +193,7 @@ def _training_rows(store, where: str) -> list[dict]:
 
 
 def _checkpoint_rows(work: Path) -> list[dict]:
-    from infra.store import LocalFolderStore, S3Store
+    from infra.storage.store import LocalFolderStore, S3Store
     from tasks.ml.checkpoints import CheckpointStore
 
     state = {"weights": torch.randn(16 << 20), "step": 1}  # 64 MB
@@ -228,7 +228,7 @@ def main(results_dir: Path) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="hf-bench-train-"))
     try:
         with _MotoServer():
-            from infra.store import LocalFolderStore, S3Store
+            from infra.storage.store import LocalFolderStore, S3Store
 
             return (
                 _training_rows(LocalFolderStore(work / "stage-store"), "folder")

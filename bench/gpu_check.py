@@ -138,7 +138,7 @@ def _stage_env(store: Path, quick: bool) -> dict[str, str]:
 
 def train_stage_check(device: torch.device, quick: bool, work: Path, processes: int) -> dict:
     """The real train stage (``python -m tasks.stages.train_process``, under torchrun when processes > 1)."""
-    from infra.store import LocalFolderStore
+    from infra.storage.store import LocalFolderStore
     from tasks.ml.ddp import ddp_command
     from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 

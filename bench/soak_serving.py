@@ -88,7 +88,7 @@ class Faults:
     """The fault cycle against one store; counts what the endpoint must have refused."""
 
     def __init__(self, store, table, url: str) -> None:
-        from infra.registry import ModelRegistry
+        from infra.storage.registry import ModelRegistry
 
         self.store, self.table, self.url = store, table, url
         self.registry = ModelRegistry(store)
@@ -174,7 +174,7 @@ class Faults:
 
 def soak(minutes: float) -> dict:
     """Run the soak; the summary as a dict."""
-    from infra.store import LocalFolderStore
+    from infra.storage.store import LocalFolderStore
     from tests.fixtures.serving_sample import (
         publish_sample_snapshot,
         register_sample_model,

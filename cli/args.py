@@ -105,9 +105,9 @@ def check_events_and_start_engines(args: argparse.Namespace) -> None:
     choice on the events, the largest input: :func:`tasks.data.engine_choice.run_needs_spark`),
     the JVM, sized for the input's rows, in the background while the caller imports and starts
     its flow."""
-    from infra.prefect_api import start_temporary_api
-    from infra.settings import get_settings, in_process_limit
-    from infra.spark import SparkOnDemand, start_spark_in_background
+    from infra.compute.spark import SparkOnDemand, start_spark_in_background
+    from infra.prefect_runtime.api import start_temporary_api
+    from infra.settings import get_settings
     from tasks.data.engine_choice import run_needs_spark
     from tasks.data.input_formats import InputOptions, input_defaults, inspect_events
     from tasks.stages.validate import engine_inputs
@@ -119,7 +119,7 @@ def check_events_and_start_engines(args: argparse.Namespace) -> None:
     start_temporary_api()
     cluster = SparkOnDemand(settings).local_cores() is None
     if run_needs_spark(
-        engine_inputs(found, in_process_limit(None), cluster, options.timestamp_format)
+        engine_inputs(found, settings.in_process_rows, cluster, options.timestamp_format)
     ):
         start_spark_in_background(settings, found.rows_estimate)
 

@@ -21,7 +21,7 @@ from cli.commands import COMMAND_MODULES
 from infra import startup
 from infra.child_processes import exit_on_sigterm
 from infra.errors import HybridflowInputError
-from infra.prefect_env import configure_prefect_defaults, heartbeats_only_for_a_server
+from infra.prefect_runtime.env import configure_prefect_defaults, heartbeats_only_for_a_server
 
 NOISY_LOGGERS = ("httpx", "httpcore", "py4j", "botocore", "urllib3", "s3transfer")
 

@@ -16,11 +16,11 @@ from prefect.artifacts import (
 )
 from prefect.context import FlowRunContext, TaskRunContext
 
-from infra.registry import ModelManifest
 from infra.routing.costs import CostReport
 from infra.routing.planner import RoutingPlan
-from tasks.stages.model_card import model_card_markdown
-from tasks.stages.records import (
+from infra.storage.registry import ModelManifest
+from tasks.reporting.model_card import model_card_markdown
+from tasks.reporting.records import (
     FeaturesResult,
     InferenceResult,
     PipelineSummary,
@@ -30,7 +30,7 @@ from tasks.stages.records import (
 
 if TYPE_CHECKING:  # torch stays out of the CPU stages' processes
     from tasks.data.drift_records import DriftReport
-    from tasks.stages.refresh import RefreshResult
+    from tasks.policy.refresh import RefreshResult
     from tasks.stages.train import TrainStageOutput
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ from flows.artifacts import ProgressArtifact, publish_predictions_link, publish_
 from flows.context import record_stage_result
 from flows.dag import BATCH_INFERENCE, upstream_results
 from flows.params import StageParams, resolve
-from infra.spark import SparkOnDemand
+from infra.compute.spark import SparkOnDemand
+from tasks.reporting.records import InferenceResult
 from tasks.stages.batch_inference import batch_inference_stage, scoring_as_of
-from tasks.stages.records import InferenceResult
 
 
 @flow(name=BATCH_INFERENCE.flow_name)
@@ -27,6 +27,7 @@ def batch_inference_flow(params: StageParams) -> InferenceResult:
         params.model_version,
         progress_interval_s=run.settings.progress_interval_s,
         progress_sink=ProgressArtifact("batch_inference"),
+        in_process_rows=run.settings.in_process_rows,
         **upstream,
     )
     result = record_stage_result(run.store, params.run_id, BATCH_INFERENCE.name, result)

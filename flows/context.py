@@ -12,8 +12,8 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel
 
 from infra.routing.accounting import embedded_pool, peak_memory_mb
-from infra.store import ObjectStore
-from tasks.stages.records import write_stage_manifest
+from infra.storage.store import ObjectStore
+from tasks.reporting.records import write_stage_manifest
 
 R = TypeVar("R", bound=BaseModel)
 

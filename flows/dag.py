@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from infra.routing.pools import CPU_POOL, GPU_POOL
 from infra.routing.router import StageWork, WorkloadKind
-from infra.store import ObjectStore
-from tasks.stages.records import (
+from infra.storage.store import ObjectStore
+from tasks.reporting.records import (
     FeaturesResult,
     InferenceResult,
     PreprocessResult,
@@ -188,6 +188,11 @@ def units_through(stage_name: str) -> tuple[DispatchUnit, ...]:
 
 # a model refresh: the graph's prepare -> train slice (the train stage applies the gate)
 REFRESH_UNITS: tuple[DispatchUnit, ...] = units_through(TRAIN.name)
+
+
+def routed_stages(units: tuple[DispatchUnit, ...]) -> tuple[StageWork, ...]:
+    """What the router sizes and places for ``units``: each of their stages' work."""
+    return tuple(stage.work for unit in units for stage in unit.stages)
 
 
 def home_pools(units: tuple[DispatchUnit, ...]) -> dict[str, str]:

@@ -14,12 +14,12 @@ from flows.artifacts import publish_drift_table
 from flows.context import resolve_run_id
 from flows.dag import FEATURES, stage_result
 from flows.params import RunInputs, resolve
+from infra.compute.spark import SparkOnDemand
 from infra.errors import HybridflowInputError
 from infra.layout import stage_manifest_key
-from infra.spark import SparkOnDemand
 from tasks.data.drift_records import DriftReport
+from tasks.reporting.records import write_stage_manifest
 from tasks.stages.drift import measure_drift
-from tasks.stages.records import write_stage_manifest
 
 DRIFT_STAGE = "drift"
 

@@ -17,7 +17,7 @@ from typing import Any
 from prefect.events import emit_event
 
 from tasks.data.drift_records import DriftReport
-from tasks.stages.refresh import RefreshDecision
+from tasks.policy.refresh import RefreshDecision
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from flows.events import emit, log_segments_landed
-from infra.events_log import EventsLog, export_into
-from infra.registry import ModelRegistry
-from infra.store import ObjectStore
-from tasks.stages.refresh import refresh_decision
+from infra.storage.events_log import EventsLog, export_into
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import ObjectStore
+from tasks.policy.refresh import refresh_decision
 
 log = logging.getLogger(__name__)
 READER = "prefect-events"
@@ -50,7 +50,7 @@ def announce_landed_segments(
     """Emit ``hybridflow.events.landed`` for the segments since the last announced one; None
     when there are none, or when no Prefect API took the event (announced again next time).
     ``into``: an events folder the segments are first exported into
-    (:func:`infra.events_log.export_into`); the event then names that folder, so a refresh it
+    (:func:`infra.storage.events_log.export_into`); the event then names that folder, so a refresh it
     starts reads the original events and the streamed ones."""
     events_log = EventsLog(store)
     if into is not None:

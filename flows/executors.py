@@ -29,12 +29,14 @@ from prefect.runtime import deployment
 from prefect.states import Cancelled
 
 from flows.dag import CONTENDER, CONTENDER_UNIT, PIPELINE_UNITS, DispatchUnit, load_flow
-from flows.params import StageParams
+from flows.params import Device, StageParams
 from infra import startup
 from infra.layout import stage_manifest_key
+from infra.routing.planner import RoutingPlan
+from infra.routing.pools import CPU_POOL
 from infra.settings import HybridflowSettings
-from infra.store import ObjectStore
-from tasks.stages.records import contender_stage
+from infra.storage.store import ObjectStore
+from tasks.reporting.records import contender_stage
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,19 @@ class UnitOrigin:
     pool: str | None
     cached: bool = False
     flow_run_id: str | None = None
+
+
+def routed_device(device: Device, plan: RoutingPlan) -> Device:
+    """The train stage's device: as asked, but the CPU when the router sent training there."""
+    return "cpu" if device == "auto" and plan.pool_for("train") == CPU_POOL else device
+
+
+def unit_pools(
+    plan: RoutingPlan, units: tuple[DispatchUnit, ...] = PIPELINE_UNITS
+) -> dict[str, str]:
+    """The pool each dispatch unit of ``units`` runs on: the plan's choice for the stage that
+    routes it (the pipeline's units, or a refresh's slice of them)."""
+    return {unit.flow_name: plan.pool_for(unit.routed_by) for unit in units}
 
 
 def dispatch_mode(requested: str) -> Literal["embedded", "deployed"]:

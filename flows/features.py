@@ -8,9 +8,9 @@ from flows.artifacts import publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
 from flows.dag import FEATURES, upstream_results
 from flows.params import StageParams, resolve
-from infra.spark import SparkOnDemand
-from tasks.stages.features import features_stage
-from tasks.stages.records import FeaturesResult
+from infra.compute.spark import SparkOnDemand
+from tasks.reporting.records import FeaturesResult
+from tasks.stages.features import features_stage, settings_origins
 
 
 @flow(name=FEATURES.flow_name)
@@ -26,6 +26,10 @@ def features_flow(params: StageParams) -> FeaturesResult:
         horizon_days=run.horizon_days,
         use_cache=run.use_cache,
         as_of_after_events=params.as_of_after_events,
+        in_process_rows=run.settings.in_process_rows,
+        origins=settings_origins(run.settings),
+        sequence_length=run.settings.sequence_length,
+        as_of_grace_days=run.settings.as_of_grace_days,
         **upstream_results(run.store, run_id, FEATURES),
     )
     result = record_stage_result(run.store, run_id, FEATURES.name, result)

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from infra.settings import HORIZON_DAYS_MAX, HORIZON_DAYS_MIN, HybridflowSettings, get_settings
-from infra.store import ObjectStore, open_store
+from infra.storage.store import ObjectStore, open_store
 from tasks.data.input_formats import InputOptions, input_defaults
 
 Device = Literal["auto", "cuda", "cpu"]

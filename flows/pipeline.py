@@ -31,11 +31,13 @@ from flows.dag import (
 from flows.executors import (
     UnitOrigin,
     dispatch_mode,
+    routed_device,
     run_contenders_in_process,
     run_contenders_on_pools,
     run_in_process,
     run_on_pools,
     schedule_profiling_runs,
+    unit_pools,
 )
 from flows.params import Device, StageParams, resolve
 from flows.signals import signal_refresh
@@ -45,11 +47,11 @@ from infra.routing.accounting import account_run
 from infra.routing.planner import RoutingPlan
 from infra.routing.pools import CPU_POOL
 from infra.settings import HybridflowSettings
-from infra.store import ObjectStore
-from tasks.stages.planning import plan_pipeline
-from tasks.stages.records import PipelineSummary, contender_stage
-from tasks.stages.run_key import events_fingerprint, pipeline_run_key
-from tasks.stages.summary import StageOrigin, run_summary
+from infra.storage.store import ObjectStore
+from tasks.policy.planning import plan_pipeline
+from tasks.policy.run_key import events_fingerprint, pipeline_run_key
+from tasks.reporting.records import PipelineSummary, contender_stage
+from tasks.reporting.summary import StageOrigin, run_summary
 
 
 class PipelineParams(StageParams):
@@ -153,11 +155,6 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     return _account(summary, run.settings, run.store, plan, decision.reason or "skipped")
 
 
-def routed_device(device: Device, plan: RoutingPlan) -> Device:
-    """The train stage's device: as asked, but the CPU when the router sent training there."""
-    return "cpu" if device == "auto" and plan.pool_for("train") == CPU_POOL else device
-
-
 def contending_families(families: list[str] | None, settings: HybridflowSettings) -> list[str]:
     """The run's model families: the parameter, else ``HYBRIDFLOW_TRAIN__FAMILIES``
     (duplicates dropped, order kept)."""
@@ -183,11 +180,6 @@ def contender_origins(ran: dict[str, UnitOrigin]) -> dict[str, StageOrigin]:
         contender_stage(family): StageOrigin(pool=o.pool, reused=o.cached)
         for family, o in ran.items()
     }
-
-
-def unit_pools(plan: RoutingPlan) -> dict[str, str]:
-    """The pool each dispatch unit runs on: the plan's choice for the stage that routes it."""
-    return {unit.flow_name: plan.pool_for(unit.routed_by) for unit in PIPELINE_UNITS}
 
 
 def stage_origins(units: dict[str, UnitOrigin]) -> dict[str, StageOrigin]:

@@ -8,9 +8,9 @@ from flows.artifacts import publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
 from flows.dag import PREPROCESS, upstream_results
 from flows.params import StageParams, resolve
-from infra.spark import SparkOnDemand
+from infra.compute.spark import SparkOnDemand
+from tasks.reporting.records import PreprocessResult
 from tasks.stages.preprocess import preprocess_stage
-from tasks.stages.records import PreprocessResult
 
 
 @flow(name=PREPROCESS.flow_name)
@@ -24,6 +24,7 @@ def preprocess_flow(params: StageParams) -> PreprocessResult:
         seed=run.settings.train.seed,
         use_cache=run.use_cache,
         run_id=run_id,
+        in_process_rows=run.settings.in_process_rows,
         **upstream_results(run.store, run_id, PREPROCESS),
     )
     result = record_stage_result(run.store, run_id, PREPROCESS.name, result)

@@ -17,8 +17,8 @@ from pydantic import BaseModel, Field
 from flows.context import current_pool
 from flows.params import RunInputs, resolve
 from flows.pipeline import PipelineParams, pipeline_flow
+from infra.compute.spark import get_spark
 from infra.routing.accounting import embedded_pool, record_stage_profiles
-from infra.spark import get_spark
 from tasks.data.input_formats import InputOptions
 from tasks.data.sampling import sample_events
 

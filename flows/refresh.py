@@ -7,9 +7,13 @@ refresh: the flow refuses at once (one clear error, nothing written) instead of 
 model behind the pipeline's back.
 
 A refresh is the stage graph's prepare -> train slice (:data:`flows.dag.REFRESH_UNITS`) run by
-the pipeline's executors: embedded, every stage in this process; deployed (inside a deployment
-run), the prepare-data unit (validate -> features -> preprocess at ``as_of``, i.e. labels from
-the most recent horizon window) on cpu-pool and only the train unit on gpu-pool (production's
+the pipeline's executors under a routing plan of its own, asked of the router as the
+pipeline's is (:func:`tasks.policy.planning.plan_pipeline` over the slice's stages): embedded,
+every stage in this process (training on the CPU when the router sends it to cpu-pool);
+deployed (inside a deployment run), each unit on the pool the router chose for the stage that
+routes it — the prepare-data unit (validate -> features -> preprocess at ``as_of``, i.e. labels
+from the most recent horizon window) on cpu-pool, the train unit on gpu-pool unless the router
+finds the CPU fits the model (production's
 family, fine-tuned from production when its features match — or the ``families`` asked for, a
 family other than production's fitted fresh and the reason saying so — production evaluated on
 the same test split, promotion gate). ``promote=always`` lets an operator push the candidate
@@ -27,19 +31,24 @@ from typing import Literal
 from prefect import flow
 from pydantic import Field
 
-from flows.artifacts import publish_cost_table, publish_refresh_table
+from flows.artifacts import publish_cost_table, publish_plan_table, publish_refresh_table
 from flows.context import current_pool, resolve_run_id
-from flows.dag import FEATURES, REFRESH_UNITS, STAGE_KINDS, TRAIN, home_pools, stage_result
+from flows.dag import FEATURES, REFRESH_UNITS, STAGE_KINDS, TRAIN, routed_stages, stage_result
 from flows.events import emit, model_promoted
-from flows.executors import dispatch_mode, run_in_process, run_on_pools
+from flows.executors import (
+    dispatch_mode,
+    routed_device,
+    run_in_process,
+    run_on_pools,
+    unit_pools,
+)
 from flows.params import ResolvedRun, RunInputs, StageParams, resolve
-from infra.registry import ModelRegistry
+from infra.compute.spark import SparkOnDemand
 from infra.routing.accounting import account_refresh, account_run, embedded_pool
 from infra.routing.costs import CostReport
-from infra.spark import SparkOnDemand
-from tasks.stages.drift import ensure_reference
-from tasks.stages.records import StageReport
-from tasks.stages.refresh import (
+from infra.storage.registry import ModelRegistry
+from tasks.policy.planning import plan_pipeline
+from tasks.policy.refresh import (
     PromoteMode,
     RefreshResult,
     RefreshTrigger,
@@ -48,6 +57,8 @@ from tasks.stages.refresh import (
     refresh_horizon,
     require_production,
 )
+from tasks.reporting.records import StageReport
+from tasks.stages.drift import ensure_reference
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +81,8 @@ class RefreshParams(RunInputs):
     )
     mode: Literal["auto", "embedded", "deployed"] = Field(
         default="auto",
-        description="deployed: prepare-data on cpu-pool, train on gpu-pool; "
-        "auto: deployed in a deployment run",
+        description="deployed: each unit on the pool the router chooses (prepare-data on "
+        "cpu-pool, train where the model fits); auto: deployed in a deployment run",
     )
 
     @property
@@ -98,10 +109,21 @@ def refresh_flow(params: RefreshParams) -> RefreshResult:
             "families": params.families or [production.kind],
         }
     )
+    plan = plan_pipeline(
+        params.events,
+        run.settings,
+        run.store,
+        stages=routed_stages(REFRESH_UNITS),
+        families=stage_params.families,
+    )
+    publish_plan_table(plan)
+    stage_params = stage_params.model_copy(
+        update={"device": routed_device(stage_params.device, plan)}
+    )
     deployed = dispatch_mode(params.mode) == "deployed"
     if deployed:
         run_on_pools(
-            stage_params, home_pools(REFRESH_UNITS), run.store, run.settings, REFRESH_UNITS
+            stage_params, unit_pools(plan, REFRESH_UNITS), run.store, run.settings, REFRESH_UNITS
         )
     else:
         run_in_process(stage_params, REFRESH_UNITS)

@@ -2,7 +2,7 @@
 
 The pipeline calls :func:`signal_refresh` last. It runs the ``drift`` flow on the features the
 run published (against the model that scored them), decides with
-:func:`tasks.stages.refresh.refresh_decision` whether a refresh is due, and emits
+:func:`tasks.policy.refresh.refresh_decision` whether a refresh is due, and emits
 ``hybridflow.drift.detected`` on drift, ``hybridflow.model.promoted`` when the run moved
 production and ``hybridflow.events.landed`` always, last. The deployment triggers of
 ``model-refresh`` (prefect.yaml) start the refresh; nothing here calls it.
@@ -16,10 +16,10 @@ from typing import Any
 
 from flows.events import drift_detected, emit, events_landed, model_promoted
 from flows.params import ResolvedRun
-from infra.registry import ModelRegistry
+from infra.storage.registry import ModelRegistry
 from tasks.data.drift_records import DriftReport
-from tasks.stages.records import PipelineSummary
-from tasks.stages.refresh import RefreshDecision, refresh_decision
+from tasks.policy.refresh import RefreshDecision, refresh_decision
+from tasks.reporting.records import PipelineSummary
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from flows.context import current_pool, record_stage_result, resolve_run_id
 from flows.dag import TRAIN, upstream_results
 from flows.params import StageParams, resolve
 from infra.layout import VERSIONS
-from infra.registry import ModelRegistry
-from tasks.stages.records import TrainResult
+from infra.storage.registry import ModelRegistry
+from tasks.reporting.records import TrainResult
 from tasks.stages.train import TrainingOptions, launch_training
 
 

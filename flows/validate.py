@@ -8,9 +8,10 @@ from flows.artifacts import publish_quarantine_table, publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
 from flows.dag import VALIDATE
 from flows.params import StageParams, resolve
+from infra.compute.spark import SparkOnDemand
 from infra.errors import HybridflowInputError
-from infra.spark import SparkOnDemand
-from tasks.stages.records import ValidateResult
+from tasks.data.time_windows import event_time_bounds
+from tasks.reporting.records import ValidateResult
 from tasks.stages.validate import validate_stage
 
 
@@ -30,6 +31,8 @@ def validate_flow(params: StageParams) -> ValidateResult:
         options=run.input,
         use_cache=run.use_cache,
         on_quarantine=publish_quarantine_table,
+        in_process_rows=run.settings.in_process_rows,
+        bounds=event_time_bounds(run.settings),
     )
     result = record_stage_result(run.store, run_id, VALIDATE.name, result)
     publish_stage_table(

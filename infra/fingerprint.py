@@ -1,7 +1,7 @@
 """Fingerprints of a stage's inputs: files (names, sizes, mtimes), parameters and code version.
 
 Two runs with the same fingerprint would compute the same output, so the second can reuse the
-first's (see :mod:`infra.stage_cache`). A stage's code is every project module its module reaches
+first's (see :mod:`infra.storage.stage_cache`). A stage's code is every project module its module reaches
 through its imports (:func:`code_modules`, read from the source files), so no list of modules is
 kept by hand.
 """

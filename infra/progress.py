@@ -139,7 +139,7 @@ class SparkRowProgress:
     def __init__(
         self, spark: SparkSession, reporter: ProgressReporter, poll_s: float = 1.0
     ) -> None:
-        from infra.spark_connect import is_connect
+        from infra.compute.spark_connect import is_connect
 
         self.reporter = reporter
         self.poll_s = poll_s
@@ -203,6 +203,6 @@ def rows_from_tasks(total: int | None, stages: Any) -> int:
 
 def spark_counter(spark: SparkSession) -> Accumulator[int] | None:
     """An accumulator Python workers can add to (None on Spark Connect, which has none)."""
-    from infra.spark_connect import is_connect
+    from infra.compute.spark_connect import is_connect
 
     return None if is_connect(spark) else spark.sparkContext.accumulator(0)

@@ -73,6 +73,12 @@ class TrainingSettings(BaseSettings):
         description="CPU threads of a fit (0: from the cores the stage owns and the work: a "
         "network one per 200M FLOPs of a step, a CPU family one below 200,000 rows)",
     )
+    backtest_max_rows: int = Field(
+        default=500_000,
+        ge=0,
+        description="the backtest refits each family at T-2H on a label-free sample of at most "
+        "this many training rows (customers chosen by a hash of their id; 0: all rows)",
+    )
     ddp_processes: int = Field(
         default=1, ge=1, description="GPUs on the worker: >1 launches torchrun DDP training"
     )
@@ -489,7 +495,7 @@ class HybridflowSettings(BaseSettings):
         return conf
 
     def class_archive_dir(self) -> Path:
-        """The folder of the local driver's JVM class archive (:mod:`infra.jvm_archive`)."""
+        """The folder of the local driver's JVM class archive (:mod:`infra.compute.jvm_archive`)."""
         return self.spark_class_archive_dir or Path(sys.prefix) / "var" / "hybridflow" / "jvm"
 
     def public_dict(self) -> dict[str, Any]:
@@ -513,7 +519,14 @@ def get_settings() -> HybridflowSettings:
     return HybridflowSettings()
 
 
-def in_process_limit(override: int | None = None) -> int:
-    """The most rows a stage handles in the flow's process: ``override`` when given, else the
-    ``in_process_rows`` setting."""
-    return get_settings().in_process_rows if override is None else override
+def settings_defaults() -> HybridflowSettings:
+    """The settings as declared, without reading the environment: what a stage runner called
+    without a flow (a test, a benchmark) uses for a value its flow would have passed down from
+    the run's settings."""
+    return HybridflowSettings.model_construct()
+
+
+def in_process_rows_or_default(override: int | None) -> int:
+    """``override`` (a flow passes its run's ``in_process_rows`` setting), else the declared
+    default; never the environment."""
+    return settings_defaults().in_process_rows if override is None else override

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, Field
 
-from infra.datasets import DatasetManifest, DatasetManifestDamaged, find_dataset
 from infra.errors import ChecksumMismatchError, HybridflowInputError
 from infra.layout import alias_key
-from infra.registry import PRODUCTION, AliasDamaged, ModelRegistry, parse_alias
-from infra.store import ObjectStore
+from infra.storage.datasets import DatasetManifest, DatasetManifestDamaged, find_dataset
+from infra.storage.registry import PRODUCTION, AliasDamaged, ModelRegistry, parse_alias
+from infra.storage.store import ObjectStore
 from serving.metrics import ServingMetrics
 from serving.scorer import Scorer, canonical_scorer, fast_scorer
 from serving.snapshot import FeatureSnapshot, load_snapshot, newest_snapshot_manifest

@@ -12,7 +12,7 @@ import torch
 import uvicorn
 
 from infra.settings import HybridflowSettings
-from infra.store import open_store
+from infra.storage.store import open_store
 from serving.app import create_app
 from serving.connections import DropInvalidRequestLines, guarded_protocol
 from serving.holder import ModelHolder

@@ -17,13 +17,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from infra.datasets import (
-    DatasetManifest,
-    SourceEvents,
-    find_dataset,
-    local_dataset_dir,
-    release_local_dir,
-)
 from infra.errors import StoreError
 from infra.layout import (
     FEATURES,
@@ -32,7 +25,14 @@ from infra.layout import (
     scoring_features_date,
     scoring_features_prefix,
 )
-from infra.store import ObjectStore
+from infra.storage.datasets import (
+    DatasetManifest,
+    SourceEvents,
+    find_dataset,
+    local_dataset_dir,
+    release_local_dir,
+)
+from infra.storage.store import ObjectStore
 from tasks.definitions.examples import sequence_element
 from tasks.ml.model_inputs import list_matrix
 

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from cli.args import EXIT_DRIFTED, EXIT_OK, iso_date
-from infra.prefect_api import prefect_api, start_temporary_api
+from infra.prefect_runtime.api import prefect_api, start_temporary_api
 
 COLUMNS = ("feature", "measure", "value", "threshold", "status")
 

@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_watch(args: argparse.Namespace) -> int:
     """Announce new segments once, or every ``--interval`` seconds until interrupted."""
-    from infra.prefect_api import api_configured
+    from infra.prefect_runtime.api import api_configured
 
     if not api_configured():
         raise HybridflowInputError(
@@ -54,7 +54,7 @@ def run_watch(args: argparse.Namespace) -> int:
         )
     from flows.events_log import announce_landed_segments, watch_landed_segments
     from infra.settings import get_settings
-    from infra.store import open_store
+    from infra.storage.store import open_store
 
     settings = get_settings()
     store = open_store(settings.store)
@@ -70,9 +70,9 @@ def run_watch(args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace) -> int:
     """Copy the segments the events folder lacks; print how many."""
-    from infra.events_log import EventsLog, export_into
     from infra.settings import get_settings
-    from infra.store import open_store
+    from infra.storage.events_log import EventsLog, export_into
+    from infra.storage.store import open_store
 
     folder = args.into.expanduser().resolve()
     written = export_into(EventsLog(open_store(get_settings().store)), folder)

@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Record the archive (about 20 s) unless this installation has one; print its path."""
+    from cli.class_archive import record_class_archive
     from infra.settings import get_settings
-    from tasks.stages.class_archive import record_class_archive
 
     print(record_class_archive(get_settings(), force=args.force))
     return EXIT_OK

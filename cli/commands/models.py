@@ -30,16 +30,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _registry():
-    from infra.registry import ModelRegistry
     from infra.settings import get_settings
-    from infra.store import open_store
+    from infra.storage.registry import ModelRegistry
+    from infra.storage.store import open_store
 
     return ModelRegistry(open_store(get_settings().store))
 
 
 def _production_or_damage(registry) -> tuple[str | None, str | None]:
     """``(production version, None)``, or ``(None, what is wrong)`` for a damaged alias."""
-    from infra.registry import AliasDamaged
+    from infra.storage.registry import AliasDamaged
 
     try:
         record = registry.alias()
@@ -104,7 +104,7 @@ def promote_model(args: argparse.Namespace) -> int:
 
 def rollback_model(args: argparse.Namespace) -> int:
     """Undo production's latest promotion that was not undone yet."""
-    from infra.registry import AliasDamaged
+    from infra.storage.registry import AliasDamaged
 
     registry = _registry()
     try:

@@ -7,7 +7,7 @@ import argparse
 
 from cli.args import EXIT_OK, events_path, fraction, iso_date
 from infra.errors import HybridflowInputError
-from infra.prefect_api import prefect_api, start_temporary_api
+from infra.prefect_runtime.api import prefect_api, start_temporary_api
 from infra.routing.costs import CostReport, RefreshCount
 from infra.routing.planner import RoutingPlan
 
@@ -133,8 +133,8 @@ def run_plan(args: argparse.Namespace) -> int:
     """Print the routing plan."""
     from flows.dag import ROUTED_STAGES
     from infra.settings import get_settings
-    from infra.store import open_store
-    from tasks.stages.planning import plan_pipeline
+    from infra.storage.store import open_store
+    from tasks.policy.planning import plan_pipeline
 
     settings = get_settings()
     plan = plan_pipeline(
@@ -174,7 +174,7 @@ def run_cost(args: argparse.Namespace) -> int:
 
     from infra.routing.costs import count_refreshes, read_cost_reports
     from infra.settings import get_settings
-    from infra.store import open_store
+    from infra.storage.store import open_store
 
     settings = get_settings()
     reports = read_cost_reports(open_store(settings.store), args.since)

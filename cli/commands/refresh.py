@@ -12,7 +12,7 @@ from cli.args import (
     horizon_days,
     iso_date,
 )
-from infra.prefect_api import prefect_api, start_temporary_api
+from infra.prefect_runtime.api import prefect_api, start_temporary_api
 
 
 def register(sub: argparse._SubParsersAction) -> None:

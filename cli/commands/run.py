@@ -14,12 +14,12 @@ from cli.args import (
 )
 from cli.commands.plan import parse_pins
 from infra import startup
-from infra.prefect_api import prefect_api
+from infra.prefect_runtime.api import prefect_api
 from infra.warm_imports import start_warm_imports
 
 if TYPE_CHECKING:
     from flows.pipeline import PipelineParams
-    from tasks.stages.records import PipelineSummary
+    from tasks.reporting.records import PipelineSummary
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,5 +1,5 @@
 """``hybridflow snapshots list|retire|repair``: the runs' feature datasets (scoring features,
-training snapshots), which production serves, and their upkeep (:mod:`infra.snapshots`)."""
+training snapshots), which production serves, and their upkeep (:mod:`infra.storage.snapshots`)."""
 
 from __future__ import annotations
 
@@ -31,14 +31,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _store():
     from infra.settings import get_settings
-    from infra.store import open_store
+    from infra.storage.store import open_store
 
     return open_store(get_settings().store)
 
 
 def list_snapshots(args: argparse.Namespace) -> int:
     """One line per dataset: kind, prefix, rows, when published, the versions recording it."""
-    from infra.snapshots import list_datasets
+    from infra.storage.snapshots import list_datasets
 
     datasets = list_datasets(_store())
     if not datasets:
@@ -55,7 +55,7 @@ def list_snapshots(args: argparse.Namespace) -> int:
 
 def retire_snapshot(args: argparse.Namespace) -> int:
     """Delete one dataset (exit 2 when a production or rollback version records it)."""
-    from infra.snapshots import retire
+    from infra.storage.snapshots import retire
 
     dataset = retire(_store(), args.prefix)
     print(f"retired {dataset.prefix}")
@@ -64,7 +64,7 @@ def retire_snapshot(args: argparse.Namespace) -> int:
 
 def repair_snapshot(args: argparse.Namespace) -> int:
     """Rewrite a damaged manifest (exit 2 when nothing whole is left to name)."""
-    from infra.snapshots import repair
+    from infra.storage.snapshots import repair
 
     manifest = repair(_store(), args.prefix)
     print(f"{manifest.prefix} -> {manifest.data_prefix} ({manifest.rows} rows)")

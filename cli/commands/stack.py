@@ -86,9 +86,9 @@ def run_up(args: argparse.Namespace) -> int:
 
 def run_down(args: argparse.Namespace) -> int:
     """Stop the stack, and the warm Prefect API the embedded commands share."""
+    from infra.prefect_runtime.warm_api import stop_warm_api
     from infra.settings import get_settings
     from infra.stack.lifecycle import down
-    from infra.warm_api import stop_warm_api
 
     print("\n".join([*down(get_settings()), stop_warm_api()]))
     return EXIT_OK
@@ -107,7 +107,7 @@ def run_status(args: argparse.Namespace) -> int:
 def warm_api_line() -> str:
     """The warm Prefect API of the embedded commands, if one runs (not part of the stack: it
     does not change `status`'s exit code)."""
-    from infra.warm_api import running_record
+    from infra.prefect_runtime.warm_api import running_record
 
     record = running_record()
     if record is None:

@@ -13,7 +13,7 @@ from cli.args import (
     run_id,
     run_inputs,
 )
-from infra.prefect_api import prefect_api, start_temporary_api
+from infra.prefect_runtime.api import prefect_api, start_temporary_api
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,8 +65,8 @@ def run_features(args: argparse.Namespace) -> int:
 def run_train(args: argparse.Namespace) -> int:
     """Train on an earlier run's snapshot (refused at once when the store has no such run)."""
     from infra.settings import get_settings
-    from infra.store import open_store
-    from tasks.stages.records import require_stage_manifest
+    from infra.storage.store import open_store
+    from tasks.reporting.records import require_stage_manifest
 
     require_stage_manifest(open_store(get_settings().store), args.run_id, "preprocess")
     start_temporary_api()

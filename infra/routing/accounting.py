@@ -11,7 +11,7 @@ from infra.routing.pools import CPU_POOL, GPU_POOL
 from infra.routing.profiles import StageProfile, read_profiles, record_profile, throughput_models
 from infra.routing.router import WorkloadKind
 from infra.settings import HybridflowSettings
-from infra.store import ObjectStore
+from infra.storage.store import ObjectStore
 
 
 def peak_memory_mb() -> float:

@@ -17,7 +17,7 @@ from infra.layout import COSTS, cost_report_day, cost_report_key
 from infra.routing.pools import PoolSpec
 from infra.routing.profiles import ThroughputModel
 from infra.routing.router import WorkloadKind
-from infra.store import ObjectStore
+from infra.storage.store import ObjectStore
 
 # How much faster a GPU node runs a stage than a CPU node, when nothing was measured.
 ASSUMED_GPU_SPEEDUP: dict[WorkloadKind, float] = {

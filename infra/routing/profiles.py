@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from infra.layout import profile_key, profiles_prefix
-from infra.store import ObjectStore
+from infra.storage.store import ObjectStore
 
 
 class StageProfile(BaseModel):

@@ -332,7 +332,7 @@ def up(settings: HybridflowSettings, options: UpOptions) -> list[str]:
     if state.s3_endpoint:
         store = f"s3://{S3_BUCKET}/store"
     else:
-        from infra.store import open_store
+        from infra.storage.store import open_store
 
         store = open_store(settings.store).uri
     _retire_workers_of_another_store(settings, state, store, lines)

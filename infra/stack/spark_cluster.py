@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
+from infra.compute.spark import CONF_DIR, QUICK_JIT_OPTIONS
 from infra.errors import HybridflowInputError
 from infra.routing.pools import CPU_POOL
 from infra.settings import HybridflowSettings
-from infra.spark import CONF_DIR, QUICK_JIT_OPTIONS
 from infra.stack.processes import Launcher, ProcessRecord, Ready, is_alive, stop
 from infra.stack.services import free_port, wait_http_ok
 
@@ -150,7 +150,7 @@ def connect_command(master_url: str, port: int, ui_port: int, spec: SparkCluster
         "spark.executor.memory": spec.worker_memory,
         "spark.default.parallelism": str(spec.cores),
         "spark.python.worker.reuse": "true",
-        # clients of one code version share a session (infra.spark_connect), and with it the
+        # clients of one code version share a session (infra.compute.spark_connect), and with it the
         # Python workers Spark keeps per session: a week of idling before the server closes it
         "spark.connect.session.manager.defaultSessionTimeout": SESSION_TIMEOUT,
         "spark.pyspark.python": sys.executable,

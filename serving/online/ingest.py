@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from infra.events_log import SEGMENT_SCHEMA
+from infra.storage.events_log import SEGMENT_SCHEMA
 from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     OPTIONAL_DEFAULTS,
@@ -235,7 +235,7 @@ def _check_required(present: set[str]) -> None:
 @dataclass(frozen=True)
 class CheckedEvents:
     """A batch after the contract's rules: its rows typed as the validate stage publishes
-    them (:data:`infra.events_log.SEGMENT_SCHEMA`) and each row's reason (:meth:`reason`)."""
+    them (:data:`infra.storage.events_log.SEGMENT_SCHEMA`) and each row's reason (:meth:`reason`)."""
 
     events: pa.Table
     codes: np.ndarray  # uint8 per row: 0 valid, else 1 + the reason's index in REASONS

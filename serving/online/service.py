@@ -3,7 +3,7 @@ events log, and ingestion, which appends a batch to the log before it answers.
 
 One :class:`Follower` (a state and how far into the log it is) serves at a time. When the
 served snapshot changes, a new follower is seeded off to the side from the events that
-snapshot was computed from (:class:`infra.datasets.SourceEvents`), replays the log and is
+snapshot was computed from (:class:`infra.storage.datasets.SourceEvents`), replays the log and is
 swapped in; until then the old one keeps serving. Every change to a follower's state goes
 through one lock, held by ingestion (catch up, check, append, apply) and by tailing (catch up),
 so a replica applies the log's segments once each, in order, whoever wrote them.
@@ -27,10 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from infra.datasets import SourceEvents
-from infra.events_log import SEGMENT_SCHEMA, EventsLog, SegmentInfo, encode_segment
 from infra.settings import IngestSettings
-from infra.store import ObjectStore, PreconditionFailed
+from infra.storage.datasets import SourceEvents
+from infra.storage.events_log import SEGMENT_SCHEMA, EventsLog, SegmentInfo, encode_segment
+from infra.storage.store import ObjectStore, PreconditionFailed
 from serving.metrics import ServingMetrics
 from serving.online.delta import Delta, delta_of
 from serving.online.events import DAY_US, EventArrays, event_arrays

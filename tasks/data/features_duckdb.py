@@ -9,16 +9,28 @@ against each other).
 
 from __future__ import annotations
 
+import math
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 
-from infra.duckdb_session import duckdb_connection, parquet_files_sql
+from infra.compute.duckdb_session import (
+    duckdb_connection,
+    parquet_files_sql,
+    scratch_dir,
+    sql_string,
+)
 from tasks.data.cutoffs import Cutoff
 from tasks.data.feature_sql import SequenceSql, cutoff_sql, examples_sql, wide_sql
 from tasks.data.sequences import pad_sequences
 from tasks.definitions.feature_specs import MIX_COLUMNS, present_mix_columns
+
+EVENTS_PER_PASS = 6_000_000
+"""Events whose aggregates one pass holds: at 30M events (2M customers) five passes, each with
+its share of the events (~90 bytes each in DuckDB) and of the customers' aggregate states
+(~1.2 KB each) in memory, where one pass held 6.8 GB; 4.3M events stay one pass."""
 
 EVENT_COLUMNS = ("customer_id", "event_time", "amount", "event_type", "quantity", *MIX_COLUMNS)
 
@@ -30,7 +42,12 @@ class InProcessFeatures:
     has each customer's last N events before its cutoff (:mod:`tasks.data.sequences`).
     ``threads`` and ``memory`` bound DuckDB (default: every core, the ``in_process_memory``
     setting). DuckDB keeps the events in its own memory-bounded storage (see
-    :mod:`infra.duckdb_session`), so they are read once and never held in Arrow."""
+    :mod:`infra.compute.duckdb_session`), so they are read once and never held in Arrow. The
+    wide table goes to a Parquet file in a scratch folder of its own (compressed, and each output
+    reads only its cutoff's columns), not to memory: at 2M customers its ~115 columns are 2.2 GB
+    in DuckDB's memory. More events than ``events_per_pass`` (default :data:`EVENTS_PER_PASS`)
+    are computed in passes over shares of the customers (:func:`feature_passes`), so the
+    aggregates' memory is a share's."""
 
     def __init__(
         self,
@@ -41,6 +58,7 @@ class InProcessFeatures:
         threads: int | None = None,
         memory: str | None = None,
         sequence_length: int = 0,
+        events_per_pass: int | None = None,
     ) -> None:
         self.available_columns = set(available_columns)
         self.sequence_length = sequence_length
@@ -50,15 +68,58 @@ class InProcessFeatures:
             "prepared", cutoffs, self._mixes, sequences
         )  # refuses bad cutoffs before DuckDB opens
         self._con = duckdb_connection(threads=threads, memory=memory)
+        self._scratch = scratch_dir("features")
+        try:
+            self._build(events, wide, events_per_pass)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(
+        self,
+        events: pa.Table | pa.RecordBatchReader | Sequence[Path],
+        wide: str,
+        events_per_pass: int | None,
+    ) -> None:
+        """The wide table as Parquet files in the scratch folder, one per pass over a share of
+        the customers (by a hash of the id), and the view ``wide`` over them."""
+        con = self._con
         if isinstance(events, (pa.Table, pa.RecordBatchReader)):
-            self._con.register("events_input", events)
-            self._con.execute(f"CREATE TEMP TABLE prepared AS {prepared_sql('events_input')}")
-            self._con.unregister("events_input")
+            con.register("events_input", events)
+            source = "events_input"
+            rows = events.num_rows if isinstance(events, pa.Table) else 0
         else:
-            prepared = prepared_sql(parquet_files_sql(events))
-            self._con.execute(f"CREATE TEMP TABLE prepared AS {prepared}")
-        self._con.execute(f"CREATE TEMP TABLE wide AS {wide}")
-        self._con.execute("DROP TABLE prepared")
+            source = parquet_files_sql(events)
+            rows = int(con.execute(f"SELECT count(*) FROM {source}").fetchall()[0][0])
+        passes = feature_passes(rows, events_per_pass)
+        if passes == 1:  # DuckDB keeps the prepared events: every branch reads them
+            con.execute(f"CREATE TEMP TABLE prepared AS {prepared_sql(source)}")
+            self._write_wide(wide, 0)
+            con.execute("DROP TABLE prepared")
+        else:  # the events by share of customers, then one share at a time in memory
+            shares = sql_string(str(self._scratch / "events"))
+            con.execute(
+                f"COPY (SELECT *, hash(customer_id) % {passes} AS _share "
+                f"FROM ({prepared_sql(source)})) TO {shares} "
+                "(FORMAT parquet, PARTITION_BY (_share))"
+            )
+            for share in range(passes):
+                files = sql_string(str(self._scratch / "events" / f"_share={share}" / "*.parquet"))
+                con.execute(
+                    "CREATE TEMP TABLE prepared AS SELECT * FROM "
+                    f"read_parquet({files}, hive_partitioning = false)"
+                )
+                self._write_wide(wide, share)
+                con.execute("DROP TABLE prepared")
+            shutil.rmtree(self._scratch / "events", ignore_errors=True)
+        if source == "events_input":
+            con.unregister("events_input")
+        parts = sql_string(str(self._scratch / "wide-*.parquet"))
+        con.execute(f"CREATE TEMP VIEW wide AS SELECT * FROM read_parquet({parts})")
+
+    def _write_wide(self, wide: str, part: int) -> None:
+        path = sql_string(str(self._scratch / f"wide-{part:05d}.parquet"))
+        self._con.execute(f"COPY ({wide}) TO {path} (FORMAT parquet)")
 
     def cutoff_table(self, cutoff: Cutoff) -> pa.Table:
         """The customers seen at ``cutoff``: ``customer_id``, the features (doubles) and, for a
@@ -93,8 +154,9 @@ class InProcessFeatures:
         return int(rows[0][0] or 0)
 
     def close(self) -> None:
-        """Free DuckDB's copy of the wide table."""
+        """Close DuckDB and remove the wide table's file."""
         self._con.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __enter__(self) -> InProcessFeatures:
         return self
@@ -110,3 +172,9 @@ def prepared_sql(events: str) -> str:
     return f"""SELECT customer_id, epoch_us(event_time) AS _t, event_type = 'purchase' AS _p,
     CAST(amount AS DOUBLE) AS amount, CAST(quantity AS DOUBLE) AS _q, event_type{mixes}
     FROM {events}"""
+
+
+def feature_passes(events: int, events_per_pass: int | None = None) -> int:
+    """Passes over shares of the customers for ``events`` events (0: unknown, one pass)."""
+    per_pass = events_per_pass or EVENTS_PER_PASS
+    return max(1, math.ceil(events / per_pass))

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from infra.duckdb_session import duckdb_connection
+from infra.compute.duckdb_session import duckdb_connection
 from tasks.data.split import SPLITS, SplitFractions, split_sql
 
 

@@ -38,7 +38,7 @@ from infra.layout import (
     checkpoints_prefix,
 )
 from infra.settings import CheckpointSettings
-from infra.store import ObjectStore, sha256_bytes, sha256_file
+from infra.storage.store import ObjectStore, sha256_bytes, sha256_file
 from tasks.ml.weights import WeightsUnreadableError, load_weights
 
 log = logging.getLogger(__name__)

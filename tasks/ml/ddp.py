@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from infra.child_processes import die_with_parent
-from infra.devices import select_device
+from infra.compute.devices import select_device
 
 log = logging.getLogger(__name__)
 

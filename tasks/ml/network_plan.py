@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from infra.devices import available_cores
+from infra.compute.devices import available_cores
 from infra.settings import TrainingSettings
 
 SCALE_FROM_ROWS = 65_536  # the batch doubles with each doubling of the training rows beyond

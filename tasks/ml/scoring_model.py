@@ -4,8 +4,8 @@ read and verified against the manifest's sha256s (batch inference and the drift 
 from __future__ import annotations
 
 from infra.errors import HybridflowInputError
-from infra.registry import ModelRegistry
-from infra.store import ObjectStore
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import ObjectStore
 from tasks.ml.scoring_worker import ScoringModel
 
 

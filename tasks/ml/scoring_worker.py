@@ -1,6 +1,6 @@
 """Batch scoring inside a Spark Python worker: one task scores one file of features.
 
-Spark only schedules the work (:func:`tasks.stages.batch_inference.score_dataset`): each task
+Spark only schedules the work (:func:`tasks.engines.spark.scoring.score_dataset`): each task
 gets a :class:`ScoringUnit`, reads that Parquet file from the store with pyarrow, scores it
 batch by batch and writes its predictions file back into the store. No feature row crosses the
 JVM/Python bridge, and nothing is read from the driver's disk, so executors on other machines
@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from infra.store import ObjectStore
+from infra.storage.store import ObjectStore
 from tasks.ml.model_inputs import input_matrix, source_columns
 
 if TYPE_CHECKING:

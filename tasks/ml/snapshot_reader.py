@@ -29,12 +29,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
-from infra.store import sha256_bytes
+from infra.storage.store import sha256_bytes
 from tasks.definitions.examples import ORIGIN, SEQUENCE_PREFIX, sequence_element
 from tasks.ml.model_inputs import input_matrix, source_columns
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
+SAMPLE_BUCKETS = 1 << 20  # resolution of a train sample's fraction (by a hash of the id)
 
 
 @dataclass
@@ -55,6 +56,7 @@ class SnapshotStream:
     chunk_rows: int = 65_536
     cache_bytes: int = 2 << 30
     origin: dt.date | None = None
+    train_fraction: float = 1.0
     splits: dict[str, SplitFiles] = field(init=False)
     _cache: dict[Path, list[tuple[np.ndarray, np.ndarray]]] = field(init=False)
     _cached_bytes: int = field(init=False, default=0)
@@ -63,12 +65,36 @@ class SnapshotStream:
         self.splits = {}
         for split in SPLITS:
             files = sorted((Path(self.root) / f"split={split}").glob("*.parquet"))
-            if self.origin is None:
+            if self._sampled(files[0] if files else None):
+                rows = sum(int(self._kept(rb).sum()) for rb in self._keys(files))
+            elif self.origin is None:
                 rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
             else:
                 rows = sum(int(pc.sum(self._at_origin(o)).as_py() or 0) for o in _origins(files))
             self.splits[split] = SplitFiles(files=files, rows=rows)
         self._cache = {}
+
+    def _sampled(self, path: Path | None) -> bool:
+        """Whether rows of ``path`` are sampled (a train file of a stream with a fraction)."""
+        return self.train_fraction < 1.0 and path is not None and path.parent.name == "split=train"
+
+    def _keys(self, files: list[Path]) -> Iterator[pa.RecordBatch]:
+        columns = ["customer_id"] + ([ORIGIN] if self.origin is not None else [])
+        for path in files:
+            yield from pq.ParquetFile(path).iter_batches(
+                batch_size=self.chunk_rows, columns=columns
+            )
+
+    def _kept(self, rb: pa.RecordBatch) -> np.ndarray:
+        """The rows of ``rb`` this view holds: at its origin, and in its sample of customers
+        (when sampled: the ids whose hash falls below the fraction; labels play no part)."""
+        keep = np.ones(rb.num_rows, dtype=bool)
+        if self.origin is not None:
+            keep &= self._at_origin(rb.column(ORIGIN)).to_numpy(zero_copy_only=False)
+        if self.train_fraction < 1.0:
+            ids = rb.column("customer_id").to_numpy(zero_copy_only=False).astype(object)
+            keep &= pd.util.hash_array(ids) % SAMPLE_BUCKETS < self.train_fraction * SAMPLE_BUCKETS
+        return keep
 
     def _at_origin(self, origins: pa.Array | pa.ChunkedArray) -> pa.Array:
         return pc.fill_null(pc.equal(origins, pa.scalar(self.origin, pa.date32())), False)
@@ -88,7 +114,27 @@ class SnapshotStream:
     def at_origin(self, origin: dt.date) -> SnapshotStream:
         """The view of the examples taken at ``origin`` (same files, same settings)."""
         return SnapshotStream(
-            self.root, self.features, self.chunk_rows, self.cache_bytes, origin=origin
+            self.root,
+            self.features,
+            self.chunk_rows,
+            self.cache_bytes,
+            origin=origin,
+            train_fraction=self.train_fraction,
+        )
+
+    def train_sample(self, fraction: float) -> SnapshotStream:
+        """The view whose train split holds the customers of a fixed, label-free sample of
+        about ``fraction`` of them (chosen by a hash of the id; val and test whole); this
+        stream at 1.0."""
+        if fraction >= 1.0:
+            return self
+        return SnapshotStream(
+            self.root,
+            self.features,
+            self.chunk_rows,
+            self.cache_bytes,
+            origin=self.origin,
+            train_fraction=fraction,
         )
 
     def with_features(self, features: list[str]) -> SnapshotStream:
@@ -97,7 +143,12 @@ class SnapshotStream:
         if list(features) == list(self.features):
             return self
         return SnapshotStream(
-            self.root, list(features), self.chunk_rows, self.cache_bytes, origin=self.origin
+            self.root,
+            list(features),
+            self.chunk_rows,
+            self.cache_bytes,
+            origin=self.origin,
+            train_fraction=self.train_fraction,
         )
 
     def sequence_inputs(self) -> list[str]:
@@ -132,10 +183,14 @@ class SnapshotStream:
             yield from cached
             return
         keep: list[tuple[np.ndarray, np.ndarray]] = []
+        sampled = self._sampled(path)
         columns = ["label", *source_columns(self.features)]
         columns += [ORIGIN] if self.origin is not None else []
+        columns += ["customer_id"] if sampled and "customer_id" not in columns else []
         for rb in pq.ParquetFile(path).iter_batches(batch_size=self.chunk_rows, columns=columns):
-            if self.origin is not None:
+            if sampled:
+                rb = rb.filter(pa.array(self._kept(rb)))
+            elif self.origin is not None:
                 rb = rb.filter(self._at_origin(rb.column(ORIGIN)))
             x = input_matrix(rb, self.features)
             y = rb.column("label").to_numpy(zero_copy_only=False).astype(np.float32)

@@ -7,9 +7,9 @@ import json
 import logging
 from dataclasses import dataclass
 
-from infra.registry import AliasRecord, ModelRegistry
 from infra.settings import TrainingSettings
-from infra.store import sha256_bytes
+from infra.storage.registry import AliasRecord, ModelRegistry
+from infra.storage.store import sha256_bytes
 from tasks.ml.calibration import Calibration
 from tasks.ml.models import FamilySpec, FittedModel, get_family, load_model
 from tasks.ml.normalizer import Normalizer

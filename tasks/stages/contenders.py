@@ -25,24 +25,24 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, Field
 
-from infra.datasets import local_dataset_dir, read_dataset_manifest, release_local_dir
-from infra.devices import configure_accelerator
+from infra.compute.devices import configure_accelerator
 from infra.errors import HybridflowInputError
 from infra.layout import contender_bundle_key, stage_manifest_key, version_manifest_key
-from infra.registry import AliasRecord, ModelManifest, ModelRegistry, new_version_id
 from infra.routing.accounting import embedded_pool
 from infra.settings import HybridflowSettings
-from infra.store import ObjectStore, sha256_bytes
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest, release_local_dir
+from infra.storage.registry import AliasRecord, ModelManifest, ModelRegistry, new_version_id
+from infra.storage.store import ObjectStore, sha256_bytes
 from infra.warm_imports import finish_warm_imports
 from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
 from tasks.ml.ddp import DistContext, init_distributed, launch_ddp_training
 from tasks.ml.models import FamilySpec, FitJob, FitOutcome, family_specs, get_family
 from tasks.ml.normalizer import Normalizer
+from tasks.ml.quality import judge_candidate
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.ml.training_loop import EpochRecord
 from tasks.ml.warm_start import CODE_VERSION, StartPoint, choose_start, training_id
-from tasks.stages.quality import judge_candidate
-from tasks.stages.records import (
+from tasks.reporting.records import (
     FeaturesResult,
     PreprocessResult,
     StageReport,

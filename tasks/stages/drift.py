@@ -19,16 +19,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Mapping, Sequence
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-from infra.arrow_datasets import read_table, write_table
-from infra.datasets import DatasetManifest, find_dataset, read_dataset_manifest
+from infra.compute.spark import SessionProvider
 from infra.errors import HybridflowInputError, StoreError
 from infra.layout import (
     drift_customers_prefix,
@@ -36,26 +28,20 @@ from infra.layout import (
     predictions_prefix,
     snapshot_prefix,
 )
-from infra.registry import ModelRegistry
-from infra.settings import DriftSettings, in_process_limit
-from infra.snapshots import scoring_features_for
-from infra.spark import SessionProvider
-from infra.spark_io import read_dataset, write_dataset
-from infra.store import ObjectStore
-from tasks.data.drift import bin_counts, quantile_edges, unseen_count
+from infra.settings import DriftSettings, in_process_rows_or_default
+from infra.storage.datasets import find_dataset, read_dataset_manifest
+from infra.storage.registry import ModelRegistry
+from infra.storage.snapshots import scoring_features_for
+from infra.storage.store import ObjectStore
 from tasks.data.drift_records import BinnedReference, DriftReference, DriftReport, DriftRow
-from tasks.data.engine_choice import IN_PROCESS, EngineChoice, EngineInputs, choose_engine
-from tasks.data.stability import exact_quantile_edges, psi, sample_bin_counts, score_band_edges
-from tasks.definitions.examples import split_element
-from tasks.ml.model_inputs import source_columns
+from tasks.data.engine_choice import EngineChoice, EngineInputs, choose_engine
+from tasks.data.stability import psi, sample_bin_counts, score_band_edges
+from tasks.engines import registry as engines
+from tasks.engines.drift_aggregator import SCORE, DriftAggregator
 from tasks.ml.scoring_model import load_scoring_model, resolve_model_version
-from tasks.ml.scoring_worker import ScoringModel
-from tasks.stages.scoring_frame import scores_in_process, scores_of_table
 
 log = logging.getLogger(__name__)
-SCORE = "score"
 UNSEEN = "unseen_customers"
-CUSTOMER = "customer_id"
 
 
 def load_reference(store: ObjectStore, version: str) -> DriftReference | None:
@@ -92,15 +78,11 @@ def build_reference(
         )
     model = load_scoring_model(store, version)
     target = drift_customers_prefix(version)
-    if drift_engine(settings, published.rows).engine == IN_PROCESS:
-        edges, counts, customers, scores = _snapshot_in_process(
-            store, published, model, target, settings
-        )
-    else:
-        snapshot = read_dataset(spark(), store, prefix)
-        edges, counts, customers, scores = _snapshot_in_spark(
-            snapshot, store, model, target, settings
-        )
+    choice = drift_engine(settings, published.rows)
+    aggregates = engines.drift_aggregator(choice.engine, spark).snapshot(
+        store, published, model, target, settings
+    )
+    scores = aggregates.scores
     score_edges = score_band_edges(scores, settings.bins, settings.score_resolution)
     reference = DriftReference(
         model_version=version,
@@ -109,8 +91,11 @@ def build_reference(
         training_as_of=manifest.as_of,
         horizon_days=manifest.horizon_days,
         rows=published.rows,
-        customers_prefix=customers.prefix,
-        features={f: BinnedReference(edges=edges[f], counts=counts[f]) for f in edges},
+        customers_prefix=aggregates.customers.prefix,
+        features={
+            f: BinnedReference(edges=e, counts=aggregates.counts[f])
+            for f, e in aggregates.edges.items()
+        },
         score=BinnedReference(edges=score_edges, counts=sample_bin_counts(scores, score_edges)),
     )
     store.put_bytes(drift_reference_key(version), reference.model_dump_json(indent=2).encode())
@@ -148,13 +133,8 @@ def measure_drift(
     known = read_dataset_manifest(store, reference.customers_prefix)
     choice = drift_engine(settings, published.rows, known.rows)
     log.info("drift: %s (%s)", choice.engine, choice.reason)
-    if choice.engine == IN_PROCESS:
-        counts, unseen_customers = _features_in_process(store, published, known, edges)
-    else:
-        session = spark()
-        features = read_dataset(session, store, published.prefix)
-        counts = bin_counts(features, {f: e for f, e in edges.items() if f in features.columns})
-        unseen_customers = unseen_count(features, read_dataset(session, store, known.prefix))
+    aggregator = engines.drift_aggregator(choice.engine, spark)
+    counts, unseen_customers = aggregator.features(store, published, known, edges)
     rows = [
         DriftRow.measured(
             f,
@@ -170,7 +150,7 @@ def measure_drift(
     rows_scored = sum(next(iter(counts.values()), {}).values())
     unseen = unseen_customers / rows_scored if rows_scored else None
     rows.append(DriftRow.measured(UNSEEN, "unseen_share", unseen, settings.unseen_share_threshold))
-    rows.append(_score_row(spark, store, as_of, version, reference, settings, choice))
+    rows.append(_score_row(aggregator, store, as_of, version, reference, settings))
     report = DriftReport(
         run_id=run_id,
         as_of=as_of,
@@ -195,107 +175,25 @@ def measure_drift(
 
 
 def _score_row(
-    spark: SessionProvider,
+    aggregator: DriftAggregator,
     store: ObjectStore,
     as_of: dt.date,
     version: str,
     reference: DriftReference,
     settings: DriftSettings,
-    choice: EngineChoice,
 ) -> DriftRow:
     """PSI of the predictions at ``as_of`` against the reference's scores (by the check's
-    engine, ``choice``: the predictions are one row per scored customer); ``n/a`` when no
-    predictions of ``version`` were published for that date."""
+    engine: the predictions are one row per scored customer); ``n/a`` when no predictions of
+    ``version`` were published for that date."""
     published = find_dataset(store, predictions_prefix(as_of))
     if reference.score is None or published is None:
         return DriftRow.measured(SCORE, "psi", None, settings.score_psi_threshold)
     if published.metadata.get("model_version") != version:
         log.info("predictions at %s were made by another model: score drift not measured", as_of)
         return DriftRow.measured(SCORE, "psi", None, settings.score_psi_threshold)
-    if choice.engine == IN_PROCESS:
-        scores = _values(read_table(store, published, [SCORE]), SCORE)
-        counts = sample_bin_counts(scores, reference.score.edges)
-    else:
-        predictions = read_dataset(spark(), store, predictions_prefix(as_of))
-        counts = bin_counts(predictions, {SCORE: reference.score.edges})[SCORE]
+    counts = aggregator.scores(store, published, reference.score.edges)
     value = psi(reference.score.counts, counts, settings.min_share) if counts else None
     return DriftRow.measured(SCORE, "psi", value, settings.score_psi_threshold)
-
-
-Aggregates = tuple[dict[str, list[float]], dict[str, dict[int, int]], DatasetManifest, np.ndarray]
-
-
-def _snapshot_in_process(
-    store: ObjectStore,
-    snapshot: DatasetManifest,
-    model: ScoringModel,
-    customers_prefix: str,
-    settings: DriftSettings,
-) -> Aggregates:
-    """A small snapshot's bin edges and counts, its customers (published at
-    ``customers_prefix``) and its test split's scores, from one pyarrow read."""
-    table = read_table(store, snapshot, [CUSTOMER, "split", *source_columns(model.features)])
-    binned = plain_features(model.features)
-    edges = {f: exact_quantile_edges(_values(table, f), settings.bins) for f in binned}
-    customers = pa.table({CUSTOMER: pc.unique(table[CUSTOMER])})
-    return (
-        edges,
-        _table_bin_counts(table, edges),
-        write_table(customers, store, customers_prefix),
-        scores_of_table(table.filter(pc.equal(table["split"], "test")), model),
-    )
-
-
-def _snapshot_in_spark(
-    snapshot: DataFrame,
-    store: ObjectStore,
-    model: ScoringModel,
-    customers_prefix: str,
-    settings: DriftSettings,
-) -> Aggregates:
-    """:func:`_snapshot_in_process`'s aggregates by Spark jobs, for a large snapshot."""
-    binned = plain_features(model.features)
-    edges = quantile_edges(snapshot, binned, settings.bins, settings.quantile_accuracy)
-    customers = snapshot.select(CUSTOMER).distinct()
-    return (
-        edges,
-        bin_counts(snapshot, edges),
-        write_dataset(customers, store, customers_prefix),
-        scores_in_process(snapshot.filter(F.col("split") == "test"), model),
-    )
-
-
-def _features_in_process(
-    store: ObjectStore,
-    features: DatasetManifest,
-    known: DatasetManifest,
-    edges: Mapping[str, Sequence[float]],
-) -> tuple[dict[str, dict[int, int]], int]:
-    """Small scoring features' bin counts (of the columns ``edges`` names that they have) and
-    how many of their customers ``known`` lacks."""
-    table = read_table(store, features)
-    edges = {f: e for f, e in edges.items() if f in table.column_names}
-    ids = pc.unique(table[CUSTOMER].cast(pa.string()))
-    seen = read_table(store, known, [CUSTOMER])[CUSTOMER].cast(pa.string())
-    unseen = len(ids) - int(pc.sum(pc.is_in(ids, value_set=seen)).as_py() or 0)
-    return _table_bin_counts(table, edges), unseen
-
-
-def _values(table: pa.Table, column: str) -> np.ndarray:
-    """A column as doubles, as Spark casts it for binning; nulls become NaN (the null bin)."""
-    return table.column(column).cast(pa.float64()).to_numpy()
-
-
-def _table_bin_counts(
-    table: pa.Table, edges: Mapping[str, Sequence[float]]
-) -> dict[str, dict[int, int]]:
-    """Rows per bin of every column in ``edges``, binned as :func:`bin_counts` bins in Spark."""
-    return {f: sample_bin_counts(_values(table, f), edges[f]) for f in edges}
-
-
-def plain_features(inputs: list[str]) -> list[str]:
-    """The model's inputs that are features (drift bins those, not sequence positions)."""
-    return [f for f in inputs if split_element(f) is None]
 
 
 def drift_status_line(report: DriftReport) -> str:
@@ -309,5 +207,5 @@ def drift_status_line(report: DriftReport) -> str:
 def drift_engine(settings: DriftSettings, *rows: int) -> EngineChoice:
     """The engine that aggregates datasets of ``rows`` rows (the one choice,
     :mod:`tasks.data.engine_choice`; the limit: ``in_process_rows``, unset: the stages')."""
-    limit = in_process_limit(settings.in_process_rows)
+    limit = in_process_rows_or_default(settings.in_process_rows)
     return choose_engine("drift", EngineInputs(rows=max(rows), limit=limit))

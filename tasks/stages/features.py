@@ -9,87 +9,39 @@ import logging
 import time
 
 from pydantic import BaseModel
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
-from infra.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
+from infra.compute.spark import SessionProvider
+from infra.compute.spark_io import (
+    EVENTS_KEY,
+    customer_clustered_files,
+)
 from infra.errors import HybridflowInputError
 from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_examples_prefix, run_dataset_prefix, scoring_features_prefix
-from infra.settings import get_settings, in_process_limit
-from infra.spark import SessionProvider, session_of
-from infra.spark_io import (
-    EVENTS_KEY,
-    SparkJobs,
-    customer_clustered_files,
-    read_dataset,
-    write_dataset,
-    write_observed,
-)
-from infra.stage_cache import load_cached, save_cached
-from infra.store import ObjectStore
-from tasks.data.cutoffs import Cutoff, Origins, end_of_day, pipeline_cutoffs
+from infra.settings import HybridflowSettings, in_process_rows_or_default, settings_defaults
+from infra.storage.datasets import DatasetManifest, SourceEvents, read_dataset_manifest
+from infra.storage.stage_cache import load_cached, save_cached
+from infra.storage.store import ObjectStore
+from tasks.data.cutoffs import Origins, pipeline_cutoffs
 from tasks.data.engine_choice import (
-    IN_PROCESS,
-    SPARK_PER_BUCKET,
     EngineChoice,
     EngineInputs,
     choose_engine,
 )
-from tasks.data.features import customer_features_at, cutoff_features, examples_features
+from tasks.data.time_windows import (
+    check_labels,
+    events_after_possible,
+    history_too_short,
+    label_window_note,
+    resolve_as_of,
+)
 from tasks.definitions.feature_specs import feature_names
-from tasks.stages.feature_frame import FeatureFrame, FeatureOutput, distinct_cutoffs
-from tasks.stages.features_in_process import InProcessFeatureFrame
-from tasks.stages.features_per_bucket import BucketFeatureFrame
-from tasks.stages.records import FeaturesResult, StageReport, ValidateResult
+from tasks.engines import registry as engines
+from tasks.engines.feature_frame import FeatureFrame, FeatureOutput
+from tasks.reporting.records import FeaturesResult, StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
-
-
-def resolve_as_of(
-    validated: ValidateResult,
-    as_of: dt.date | None,
-    horizon_days: int,
-    after_events: bool = False,
-) -> dt.date:
-    """T (default: the last valid event's date), checked against the span of the events: a T
-    more than the ``as_of_grace_days`` setting after the last event's day needs
-    ``after_events`` (its label window is cut short)."""
-    if validated.first_event is None or validated.last_event is None:
-        raise HybridflowInputError("no valid events to compute features from")
-    as_of = as_of or validated.last_event.date()
-    note = label_window_note(validated, as_of, horizon_days)
-    grace = dt.timedelta(days=get_settings().as_of_grace_days)
-    if note is not None and as_of > validated.last_event.date() + grace and not after_events:
-        raise HybridflowInputError(f"{note}; pass --as-of-after-events to train on it anyway")
-    first_day = validated.first_event.date()
-    if as_of < first_day:
-        raise HybridflowInputError(
-            f"as_of {as_of} is before the first event ({first_day}): nothing to learn from"
-        )
-    training_cutoff = end_of_day(as_of) - dt.timedelta(days=horizon_days)
-    if training_cutoff.date() < first_day:
-        raise HybridflowInputError(
-            f"as_of {as_of} minus horizon {horizon_days} days is before the first event "
-            f"({first_day}): no customer has an event in the training window"
-        )
-    return as_of
-
-
-def label_window_note(validated: ValidateResult, as_of: dt.date, horizon_days: int) -> str | None:
-    """What the label window (T-H, T] holds when T is after the last valid event's day (None
-    otherwise): the days of it that have events, out of the horizon."""
-    last = validated.last_event
-    if last is None or as_of <= last.date():
-        return None
-    start = as_of - dt.timedelta(days=horizon_days)
-    covered = max((last.date() - start).days, 0)
-    return (
-        f"as_of {as_of} is {(as_of - last.date()).days} day(s) after the last event "
-        f"({last.date()}): the label window ({start}, {as_of}] holds events on {covered} of "
-        f"its {horizon_days} days, so buyers after {last.date()} are labelled as non-buyers"
-    )
 
 
 def features_stage(
@@ -104,21 +56,23 @@ def features_stage(
     origins: Origins | None = None,
     sequence_length: int | None = None,
     as_of_after_events: bool = False,
+    as_of_grace_days: int | None = None,
 ) -> FeaturesResult:
     """Compute and publish training examples (features at each origin T-H-ks, labels in the
     horizon after it) and the scoring features at T, with each customer's last
     ``sequence_length`` events before the cutoff. ``as_of`` defaults to the date of the last
-    valid event, ``origins`` and ``sequence_length`` to the settings. The same events
+    valid event, ``origins``, ``sequence_length``, ``in_process_rows`` and ``as_of_grace_days`` to the
+    declared settings (a flow passes its run's settings down). The same events
     generation, as-of, horizon, origins, sequence length and code reuse an earlier run's
     output. An ``as_of`` after the last event's day needs ``as_of_after_events`` (the result's
     ``label_window_note`` then says what the label window holds)."""
-    as_of = resolve_as_of(validate, as_of, horizon_days, as_of_after_events)
+    as_of = resolve_as_of(validate, as_of, horizon_days, as_of_after_events, as_of_grace_days)
     note = label_window_note(validate, as_of, horizon_days)
     if note is not None:
         log.warning("%s", note)
-    origins = origins or settings_origins()
+    origins = origins or settings_origins(settings_defaults())
     if sequence_length is None:
-        sequence_length = get_settings().sequence_length
+        sequence_length = settings_defaults().sequence_length
     fingerprint = stage_fingerprint(
         "features",
         events=read_dataset_manifest(store, validate.events_prefix).data_prefix,
@@ -177,8 +131,10 @@ def build_features(
     """
     started = time.perf_counter()
     first = validated.first_event.date() if validated.first_event else None
-    cutoffs = pipeline_cutoffs(as_of, horizon_days, origins or settings_origins(), first)
-    too_short = _history_too_short(validated, cutoffs.backtest[0])
+    cutoffs = pipeline_cutoffs(
+        as_of, horizon_days, origins or settings_origins(settings_defaults()), first
+    )
+    too_short = history_too_short(validated, cutoffs.backtest[0])
     training = FeatureOutput(cutoffs.train, run_dataset_prefix(run_id, "training_examples"))
     events = read_dataset_manifest(store, validated.events_prefix)
     source = SourceEvents(
@@ -189,7 +145,7 @@ def build_features(
     scoring_output = FeatureOutput((cutoffs.score,), scoring_features_prefix(as_of, run_id), source)
     backtest_output = FeatureOutput(cutoffs.backtest, backtest_examples_prefix(run_id))
     outputs = [training, scoring_output] + ([] if too_short else [backtest_output])
-    choice = features_engine(store, validated, in_process_limit(in_process_rows))
+    choice = features_engine(store, validated, in_process_rows_or_default(in_process_rows))
     log.info("features: %s (%s)", choice.engine, choice.reason)
     with feature_frame(
         spark, store, validated, outputs, in_process_rows, sequence_length, choice
@@ -201,7 +157,7 @@ def build_features(
             if too_short
             else _publish_backtest(frame, backtest_output)
         )
-        after = frame.events_after() if _events_after_possible(validated, cutoffs.score) else 0
+        after = frame.events_after() if events_after_possible(validated, cutoffs.score) else 0
     if after:
         log.warning("ignoring %d event(s) after as_of %s (point-in-time features)", after, as_of)
     return FeaturesResult(
@@ -231,9 +187,8 @@ def build_features(
     )
 
 
-def settings_origins() -> Origins:
-    """The training origins the settings ask for."""
-    settings = get_settings()
+def settings_origins(settings: HybridflowSettings) -> Origins:
+    """The training origins ``settings`` ask for."""
     return Origins(count=settings.training_origins, stride_days=settings.origin_stride_days)
 
 
@@ -259,90 +214,21 @@ def feature_frame(
 ) -> FeatureFrame:
     """The frame of the engine chosen for the run's events (``choice``, else chosen here with
     ``in_process_rows``, default: the setting): ``in-process``, DuckDB in this process
-    (:mod:`tasks.stages.features_in_process`); ``spark-per-bucket``, a Spark task per bucket
+    (:mod:`tasks.engines.in_process.features`); ``spark-per-bucket``, a Spark task per bucket
     of the events clustered by customer, each running DuckDB
-    (:mod:`tasks.stages.features_per_bucket`); ``spark``, Spark SQL (:class:`SparkFeatureFrame`)."""
-    choice = choice or features_engine(store, validated, in_process_limit(in_process_rows))
-    available = set(validated.available_columns)
-    if choice.engine == IN_PROCESS:
-        return InProcessFeatureFrame(
-            store, validated.events_prefix, outputs, available, sequence_length
-        )
-    session = session_of(spark)
-    if choice.engine == SPARK_PER_BUCKET:
-        manifest = read_dataset_manifest(store, validated.events_prefix)
-        buckets = customer_clustered_files(manifest, EVENTS_KEY)
-        assert buckets is not None  # what the choice saw
-        return BucketFeatureFrame(session, store, buckets, outputs, available, sequence_length)
-    return SparkFeatureFrame(
-        session, store, validated.events_prefix, outputs, available, sequence_length
+    (:mod:`tasks.engines.spark.features_per_bucket`); ``spark``, Spark SQL (:class:`SparkFeatureFrame`)."""
+    choice = choice or features_engine(
+        store, validated, in_process_rows_or_default(in_process_rows)
     )
-
-
-class SparkFeatureFrame:
-    """The customer-level table of the outputs' cutoffs computed by Spark SQL and kept in
-    memory (then disk) inside the ``with`` block; ``spark_jobs`` counts the block's jobs once
-    it is left."""
-
-    def __init__(
-        self,
-        spark: SparkSession,
-        store: ObjectStore,
-        events_prefix: str,
-        outputs: list[FeatureOutput],
-        available: set[str],
-        sequence_length: int = 0,
-    ) -> None:
-        self._spark = spark
-        self._sequence_length = sequence_length
-        self._jobs = SparkJobs(spark)
-        self._store = store
-        self._events_prefix = events_prefix
-        self._cutoffs = distinct_cutoffs(outputs)
-        self._available = available
-        self._wide: DataFrame | None = None
-        self.spark_jobs: int | None = None
-
-    def __enter__(self) -> SparkFeatureFrame:
-        self._jobs.__enter__()
-        events = read_dataset(self._spark, self._store, self._events_prefix)
-        wide = customer_features_at(events, self._cutoffs, self._available, self._sequence_length)
-        self._wide = wide.persist(StorageLevel.MEMORY_AND_DISK)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._wide is not None:
-            self._wide.unpersist()
-        self._jobs.__exit__(*exc)
-        self.spark_jobs = self._jobs.count
-
-    def _frame(self) -> DataFrame:
-        if self._wide is None:
-            raise RuntimeError("use the frame inside its with block")
-        return self._wide
-
-    def publish(self, output: FeatureOutput) -> tuple[DatasetManifest, float]:
-        """Write the customers seen at the output's cutoff; their label rate (0.0 when
-        unlabelled) is observed by the write."""
-        n = self._sequence_length
-        if not output.labelled:
-            rows = cutoff_features(self._frame(), output.cutoffs[0], self._available, n)
-            return write_dataset(rows, self._store, output.prefix, metadata=output.metadata()), 0.0
-        rows = examples_features(self._frame(), output.cutoffs, self._available, n)
-        examples, observed = write_observed(
-            rows,
-            self._store,
-            output.prefix,
-            [F.sum("label").alias("positives")],
-            metadata=output.metadata(),
-        )
-        rate = float(observed["positives"]) / examples.rows if examples.rows else 0.0
-        return examples, rate
-
-    def events_after(self) -> int:
-        """Events after the latest cutoff, summed over the customers in memory."""
-        row = self._frame().agg(F.sum("events_after").alias("n")).first()
-        return int(row["n"] or 0) if row else 0
+    return engines.feature_frame(
+        choice.engine,
+        spark,
+        store,
+        validated.events_prefix,
+        outputs,
+        set(validated.available_columns),
+        sequence_length,
+    )
 
 
 def _publish_training(
@@ -369,19 +255,6 @@ class BacktestExamples(BaseModel):
     skipped: str | None = None
 
 
-def _history_too_short(validated: ValidateResult, backtest: Cutoff) -> str | None:
-    """Why there is no backtest when its cutoff T-2H is before the first event (else None)."""
-    first = validated.first_event
-    if first is not None and backtest.at.date() >= first.date():
-        return None
-    reason = (
-        f"history too short for the backtest: it would train at as_of - 2 x horizon = "
-        f"{backtest.at.date()}, before the first event ({first.date() if first else '-'})"
-    )
-    log.warning("%s", reason)
-    return reason
-
-
 def _publish_backtest(frame: FeatureFrame, backtest: FeatureOutput) -> BacktestExamples:
     """Publish the examples a run H days earlier would have trained on (features at T-2H and
     its earlier origins, labels up to T-H); skipped, with the reason, when those labels have a
@@ -396,19 +269,3 @@ def _publish_backtest(frame: FeatureFrame, backtest: FeatureOutput) -> BacktestE
         log.warning("%s", reason)
         return BacktestExamples(skipped=reason)
     return BacktestExamples(prefix=examples.prefix, rows=examples.rows, positive_rate=rate)
-
-
-def _events_after_possible(validated: ValidateResult, score: Cutoff) -> bool:
-    """Whether the last valid event is after T (else there is nothing to count)."""
-    last = validated.last_event
-    return last is not None and last.astimezone(dt.UTC).replace(tzinfo=None) > score.at
-
-
-def check_labels(positive_rate: float, n: int, as_of: dt.date, horizon_days: int) -> None:
-    """Training needs both classes: a single class in the labels is an input error."""
-    if positive_rate in (0.0, 1.0):
-        raise HybridflowInputError(
-            f"all {n} training labels are {int(positive_rate)} for as_of {as_of} and "
-            f"horizon {horizon_days} days: the model needs both "
-            "buyers and non-buyers (try another --as-of or --horizon-days)"
-        )

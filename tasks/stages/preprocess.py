@@ -14,30 +14,20 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from infra.datasets import DatasetManifest, read_dataset_manifest
+from infra.compute.spark import SessionProvider
 from infra.errors import HybridflowInputError
 from infra.fingerprint import code_modules, code_version, stage_fingerprint
 from infra.layout import backtest_snapshot_prefix, snapshot_prefix
-from infra.settings import in_process_limit
-from infra.spark import SessionProvider, session_of
-from infra.spark_io import SparkJobs, read_dataset, write_observed
-from infra.stage_cache import load_cached, save_cached
-from infra.store import ObjectStore, sha256_bytes
-from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
-from tasks.data.split import (
-    SPLITS,
-    SplitFractions,
-    assign_split,
-    non_finite_aggregates,
-    non_finite_features,
-    normalizer_aggregates,
-    normalizer_from,
-    split_count_columns,
-)
-from tasks.definitions.examples import ORIGIN, sequence_columns
+from infra.settings import in_process_rows_or_default
+from infra.storage.datasets import DatasetManifest, read_dataset_manifest
+from infra.storage.stage_cache import load_cached, save_cached
+from infra.storage.store import ObjectStore, sha256_bytes
+from tasks.data.engine_choice import EngineInputs, choose_engine
+from tasks.data.split import SPLITS, SplitFractions, non_finite_features, normalizer_from
+from tasks.engines import registry as engines
+from tasks.engines.snapshot_builder import SnapshotBuilder
 from tasks.ml.normalizer import Normalizer
-from tasks.stages.records import FeaturesResult, PreprocessResult, StageReport
-from tasks.stages.snapshot_in_process import publish_snapshot_in_process
+from tasks.reporting.records import FeaturesResult, PreprocessResult, StageReport
 
 log = logging.getLogger(__name__)
 
@@ -97,50 +87,47 @@ def build_snapshot(
     statistics on the way; in this process instead for up to ``in_process_rows`` examples
     (default: the setting)."""
     started = time.perf_counter()
-    limit = in_process_limit(in_process_rows)
+    limit = in_process_rows_or_default(in_process_rows)
     sources = [features.training_prefix] + (
         [features.backtest_prefix] if features.backtest_prefix else []
     )
     rows = max(read_dataset_manifest(store, prefix).rows for prefix in sources)
     choice = choose_engine("preprocess", EngineInputs(rows=rows, limit=limit))
     log.info("preprocess: %s (%s)", choice.engine, choice.reason)
-    session = None if choice.engine == IN_PROCESS else session_of(spark)
-    with SparkJobs(session) as jobs:
-        snapshot, counts = publish_snapshot(
-            session,
+    builder = engines.snapshot_builder(choice.engine, spark)
+    snapshot, counts = publish_snapshot(
+        builder,
+        store,
+        features.training_prefix,
+        snapshot_prefix(features.as_of, features.horizon_days, run_id),
+        features.features,
+        seed,
+        features.training_origins,
+    )
+    missing = [split for split in SPLITS if counts[split] == 0]
+    if missing:
+        raise HybridflowInputError(
+            f"split {missing[0]!r} is empty ({features.n_training} training examples): "
+            "use more data or an earlier as_of"
+        )
+    backtest_prefix, backtest_counts, skipped = None, {}, features.backtest_skipped
+    if features.backtest_prefix:
+        backtest, backtest_counts = publish_snapshot(
+            builder,
             store,
-            features.training_prefix,
-            snapshot_prefix(features.as_of, features.horizon_days, run_id),
+            features.backtest_prefix,
+            backtest_snapshot_prefix(features.as_of, features.horizon_days, run_id),
             features.features,
             seed,
-            limit,
-            features.training_origins,
+            features.backtest_origins,
         )
-        missing = [split for split in SPLITS if counts[split] == 0]
-        if missing:
-            raise HybridflowInputError(
-                f"split {missing[0]!r} is empty ({features.n_training} training examples): "
-                "use more data or an earlier as_of"
+        empty = [split for split in SPLITS if backtest_counts[split] == 0]
+        if empty:
+            skipped = (
+                f"no backtest: its split {empty[0]!r} is empty ({features.n_backtest} examples)"
             )
-        backtest_prefix, backtest_counts, skipped = None, {}, features.backtest_skipped
-        if features.backtest_prefix:
-            backtest, backtest_counts = publish_snapshot(
-                session,
-                store,
-                features.backtest_prefix,
-                backtest_snapshot_prefix(features.as_of, features.horizon_days, run_id),
-                features.features,
-                seed,
-                limit,
-                features.backtest_origins,
-            )
-            empty = [split for split in SPLITS if backtest_counts[split] == 0]
-            if empty:
-                skipped = (
-                    f"no backtest: its split {empty[0]!r} is empty ({features.n_backtest} examples)"
-                )
-            else:
-                backtest_prefix = backtest.prefix
+        else:
+            backtest_prefix = backtest.prefix
     fingerprint = sha256_bytes(
         json.dumps({"files": snapshot.files, "rows": snapshot.rows, "counts": counts}).encode()
     )
@@ -150,7 +137,7 @@ def build_snapshot(
             seconds=time.perf_counter() - started,
             rows_in=features.n_training,
             rows_out=snapshot.rows,
-            spark_jobs=jobs.count,
+            spark_jobs=builder.spark_jobs,
         ).with_engine(choice),
         snapshot_prefix=snapshot.prefix,
         split_counts=counts,
@@ -163,21 +150,18 @@ def build_snapshot(
 
 
 def publish_snapshot(
-    spark: SparkSession | None,
+    builder: SnapshotBuilder,
     store: ObjectStore,
     examples_prefix: str,
     out_prefix: str,
     features: list[str],
     seed: int,
-    in_process_rows: int,
     origins: list[dt.date],
 ) -> tuple[DatasetManifest, dict[str, int]]:
     """Split the examples at ``examples_prefix`` by customer (a customer is in the same split at
     every origin), fit the normaliser on the train split and publish them at ``out_prefix``
-    (``origins``, newest first, recorded in its metadata): the dataset and its rows per split,
-    from the one job that writes it, or in this process
-    (:mod:`tasks.stages.snapshot_in_process`) for up to ``in_process_rows`` examples (``spark``
-    may then be None)."""
+    (``origins``, newest first, recorded in its metadata) with ``builder``'s engine: the
+    dataset and its rows per split. Non-finite feature values publish nothing."""
 
     def metadata(values: dict[str, Any]) -> dict[str, Any]:
         bad = non_finite_features(values, features)
@@ -197,23 +181,5 @@ def publish_snapshot(
         }
 
     examples = read_dataset_manifest(store, examples_prefix)
-    if examples.rows <= in_process_rows or spark is None:
-        snapshot, values = publish_snapshot_in_process(
-            store, examples, out_prefix, features, seed, metadata
-        )
-    else:
-        with_split = assign_split(read_dataset(spark, store, examples_prefix), seed)
-        carried = [ORIGIN, *sequence_columns(with_split.columns)]
-        snapshot, values = write_observed(
-            with_split.select("customer_id", "label", *features, *carried, "split"),
-            store,
-            out_prefix,
-            [
-                *split_count_columns(),
-                *normalizer_aggregates(features),
-                *non_finite_aggregates(features),
-            ],
-            partition_by=["split"],
-            metadata=metadata,
-        )
+    snapshot, values = builder.publish(store, examples, out_prefix, features, seed, metadata)
     return snapshot, {split: int(values[f"n_{split}"]) for split in SPLITS}

@@ -21,21 +21,29 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from infra.devices import configure_accelerator
+from infra.compute.devices import configure_accelerator
 from infra.errors import HybridflowInputError
-from infra.registry import ModelRegistry
 from infra.routing.accounting import embedded_pool
 from infra.settings import HybridflowSettings
-from infra.store import ObjectStore
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import ObjectStore
 from infra.warm_imports import finish_warm_imports
 from tasks.ml.champion import LeaderboardRow, champion_line, crown, judged_figures, judging_basis
 from tasks.ml.ddp import init_distributed, launch_ddp_training
 from tasks.ml.evaluation import ModelEvaluation
+from tasks.ml.gate import RecipeBacktest, gate_and_promote
 from tasks.ml.models import FamilySpec, family_specs
 from tasks.ml.promotion import GateFigures, PromotionDecision
+from tasks.ml.quality import run_backtest
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.ml.training_loop import EpochRecord
 from tasks.ml.warm_start import CODE_VERSION
+from tasks.reporting.records import (
+    FeaturesResult,
+    PreprocessResult,
+    StageReport,
+    TrainResult,
+)
 from tasks.stages.contenders import (
     MIN_EXAMPLES_PER_CLASS,
     Contender,
@@ -45,14 +53,6 @@ from tasks.stages.contenders import (
     contend,
     opened_snapshot,
     published_contender,
-)
-from tasks.stages.gate import RecipeBacktest, gate_and_promote
-from tasks.stages.quality import run_backtest
-from tasks.stages.records import (
-    FeaturesResult,
-    PreprocessResult,
-    StageReport,
-    TrainResult,
 )
 
 __all__ = [

@@ -8,15 +8,11 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from infra.datasets import DatasetManifest
+from infra.compute.spark import SessionProvider
 from infra.errors import HybridflowInputError
 from infra.fingerprint import (
     code_modules,
@@ -24,41 +20,25 @@ from infra.fingerprint import (
     files_fingerprint,
     stage_fingerprint,
 )
-from infra.layout import run_dataset_prefix
-from infra.settings import get_settings, in_process_limit
-from infra.spark import SessionProvider, session_of
-from infra.spark_io import (
-    EVENTS_KEY,
-    ClusteredLayout,
-    SparkJobs,
-    bucket_count,
-    check_cluster_sees,
-    write_observed,
-)
-from infra.stage_cache import load_cached, save_cached
-from infra.store import ObjectStore
-from tasks.data.engine_choice import IN_PROCESS, EngineInputs, choose_engine
+from infra.settings import in_process_rows_or_default, settings_defaults
+from infra.storage.stage_cache import load_cached, save_cached
+from infra.storage.store import ObjectStore
+from tasks.data.bad_rows import check_bad_fraction
+from tasks.data.engine_choice import SPARK, EngineInputs, choose_engine
 from tasks.data.input_formats import (
     EventsInput,
     InputOptions,
     inspect_events,
     list_event_files,
-    read_events,
     resolve_events_path,
 )
-from tasks.data.validation import ValidatedEvents, conform_events, split_valid_events
+from tasks.data.time_windows import event_time_bounds
 from tasks.data.validation_duckdb import in_process_type_problem
 from tasks.data.validation_sql import RowBounds
-from tasks.definitions.contract import (
-    CONTRACT_COLUMNS,
-    QUARANTINE_REASONS,
-    REASON_EVENT_TIME_IN_FUTURE,
-)
-from tasks.stages.records import StageReport, ValidateResult
-from tasks.stages.validate_in_process import (
-    CsvNotReadInProcessError,
-    publish_validated_in_process,
-)
+from tasks.definitions.contract import CONTRACT_COLUMNS, REASON_EVENT_TIME_IN_FUTURE
+from tasks.engines import registry as engines
+from tasks.engines.validator import CsvNotReadInProcessError, ValidatedOutputs
+from tasks.reporting.records import StageReport, ValidateResult
 
 log = logging.getLogger(__name__)
 
@@ -77,18 +57,20 @@ def validate_stage(
 ) -> ValidateResult:
     """Read, validate and publish the run's good events and its quarantine.
 
-    Input of up to ``in_process_rows`` rows (default: the setting), CSV or Parquet of one
-    schema, is validated in this process (:mod:`tasks.stages.validate_in_process`) unless a
-    column needs a parser only Spark has (:func:`validates_in_process`); anything else by
-    Spark, started only then (also for a CSV file DuckDB's reader refuses). Rows outside
-    ``bounds`` (default: :func:`event_time_bounds` of now) are quarantined. Unchanged input files, options, floor,
-    lead and code reuse an earlier run's output (``report.cached``) when it holds for the
+    Input of up to ``in_process_rows`` rows (the flow passes the run's setting; default: the
+    declared default), CSV or Parquet of one schema, is validated in this process
+    (:mod:`tasks.engines.in_process.validate`) unless a column needs a parser only Spark has
+    (:func:`engine_inputs`); anything else by Spark, started only then (also for a CSV file
+    DuckDB's reader refuses). Rows outside ``bounds`` (the flow passes
+    :func:`~tasks.data.time_windows.event_time_bounds` of the run's settings; default: of the
+    declared defaults, now) are quarantined. Unchanged input files, options, floor, lead and
+    code reuse an earlier run's output (``report.cached``) when it holds for the
     bounds of now too (:func:`cached_within`). The quarantine is published even when the bad
     fraction is over ``max_bad_fraction``, so the user can look at it (``on_quarantine`` gets
     the result first); then the stage fails with an input error.
     """
     options = options or InputOptions()
-    bounds = bounds or event_time_bounds()
+    bounds = bounds or event_time_bounds(settings_defaults())
     path = resolve_events_path(events_path)
     files = list_event_files(path)
     fingerprint = stage_fingerprint(
@@ -105,29 +87,7 @@ def validate_stage(
         log.info("validate: the cached output was checked against another clock; recomputing")
         result = None
     if result is None:
-        found = inspect_events(path, options)
-        ts_format = options.timestamp_format
-        choice = choose_engine(
-            "validate",
-            engine_inputs(found, in_process_limit(in_process_rows), timestamp_format=ts_format),
-        )
-        log.info("validate: %s (%s)", choice.engine, choice.reason)
-        result = None
-        if choice.engine == IN_PROCESS:
-            try:
-                result = validate_in_process(store, run_id, found, bounds, ts_format)
-            except CsvNotReadInProcessError as exc:
-                log.warning("DuckDB cannot read the CSV (%s): validating with Spark", exc)
-        if result is None:
-            session = session_of(spark)
-            check_cluster_sees(session, "events", str(path))
-            result = validate_events(session, store, run_id, path, options, found, bounds)
-        result = result.model_copy(
-            update={
-                "event_time_ceiling": bounds.ceiling,
-                "report": result.report.with_engine(choice),
-            }
-        )
+        result = _validate_now(spark, store, run_id, path, options, bounds, in_process_rows)
         save_cached(
             store,
             "validate",
@@ -142,16 +102,38 @@ def validate_stage(
     return result
 
 
-def event_time_bounds(now: dt.datetime | None = None) -> RowBounds:
-    """The values a run validated ``now`` (default: this machine's clock) accepts: event times
-    from the ``event_time_floor`` setting to ``event_time_max_lead_hours`` after ``now``,
-    amounts up to ``max_amount``."""
-    settings = get_settings()
-    return RowBounds.around(
-        now or dt.datetime.now(dt.UTC),
-        dt.timedelta(hours=settings.event_time_max_lead_hours),
-        settings.event_time_floor,
-        settings.max_amount,
+def _validate_now(
+    spark: SparkSession | SessionProvider,
+    store: ObjectStore,
+    run_id: str,
+    path: Path,
+    options: InputOptions,
+    bounds: RowBounds,
+    in_process_rows: int | None,
+) -> ValidateResult:
+    """Validate and publish with the engine chosen once for the input at ``path`` (Spark when
+    DuckDB's reader refuses a CSV): the result, with its engine and the bounds' ceiling."""
+    found = inspect_events(path, options)
+    choice = choose_engine(
+        "validate",
+        engine_inputs(
+            found,
+            in_process_rows_or_default(in_process_rows),
+            timestamp_format=options.timestamp_format,
+        ),
+    )
+    log.info("validate: %s (%s)", choice.engine, choice.reason)
+    started = time.perf_counter()
+    try:
+        outputs = engines.validator(choice.engine, spark).validate(
+            store, run_id, found, options, bounds
+        )
+    except CsvNotReadInProcessError as exc:
+        log.warning("DuckDB cannot read the CSV (%s): validating with Spark", exc)
+        outputs = engines.validator(SPARK, spark).validate(store, run_id, found, options, bounds)
+    result = _validated(started, store, path, outputs)
+    return result.model_copy(
+        update={"event_time_ceiling": bounds.ceiling, "report": result.report.with_engine(choice)}
     )
 
 
@@ -187,95 +169,32 @@ def engine_inputs(
     )
 
 
-def validate_in_process(
-    store: ObjectStore,
-    run_id: str,
-    found: EventsInput,
-    bounds: RowBounds | None = None,
-    timestamp_format: str | None = None,
-) -> ValidateResult:
-    """:func:`validate_events` in this process, for an input the engine choice keeps here."""
-    started = time.perf_counter()
-    events, quarantine, figures = publish_validated_in_process(
-        store, run_id, found, bounds, timestamp_format
-    )
-    return _validated(
-        0,
-        started,
-        store,
-        found.path,
-        (events, quarantine),
-        figures.quarantined,
-        sorted(c for c in CONTRACT_COLUMNS if c in found.columns),
-        (figures.first_micros, figures.last_micros),
-    )
-
-
 def validate_events(
     spark: SparkSession,
     store: ObjectStore,
     run_id: str,
     path: Path,
     options: InputOptions,
-    found: EventsInput | None = None,
     bounds: RowBounds | None = None,
 ) -> ValidateResult:
-    """Read ``path`` (already inspected: ``found``), split good rows from bad (event times
-    within ``bounds`` when given), publish both; figures for the summary.
-
-    The good events are published clustered by customer (hash buckets): the layout the features
-    stage reads without shuffling them again. Every figure (rows, per-reason counts, first and
-    last event) is observed while the two outputs are written: two writes over one shuffle.
-    """
+    """Validate the events at ``path`` with Spark (no cache, no engine choice, no bad-fraction
+    check): what the JVM class archive records Spark's validation with."""
     started = time.perf_counter()
-    with SparkJobs(spark) as jobs:
-        raw = read_events(spark, path, options, found)
-        present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
-        buckets = bucket_count(spark, raw.rows_estimate)
-        conformed = conform_events(raw.df, raw.timestamp_format)
-        try:
-            parts = split_valid_events(conformed, buckets, bounds)
-        except (PySparkException, Py4JJavaError) as exc:
-            raise HybridflowInputError(
-                f"cannot read events at {path}: {_first_line(exc)}"
-            ) from None
-        try:
-            events, span, quarantine, counted = _publish(parts, store, run_id)
-        except (PySparkException, Py4JJavaError) as exc:
-            raise HybridflowInputError(
-                f"cannot read events at {path}: {_first_line(exc)}"
-            ) from None
-        finally:
-            parts.release()
-    return _validated(
-        jobs.count,
-        started,
-        store,
-        path,
-        (events, quarantine),
-        {r: int(counted[r]) for r in QUARANTINE_REASONS if counted.get(r)},
-        present,
-        (span["first"], span["last"]),
-    )
+    found = inspect_events(path, options)
+    outputs = engines.validator(SPARK, spark).validate(store, run_id, found, options, bounds)
+    return _validated(started, store, path, outputs)
 
 
 def _validated(
-    spark_jobs: int | None,
-    started: float,
-    store: ObjectStore,
-    path: Path,
-    outputs: tuple[DatasetManifest, DatasetManifest],
-    reasons: dict[str, int],
-    present: list[str],
-    span_micros: tuple[int | None, int | None],
+    started: float, store: ObjectStore, path: Path, outputs: ValidatedOutputs
 ) -> ValidateResult:
-    """The stage's result from its published outputs and figures (either engine's)."""
-    events, quarantine = outputs
+    """The stage's result from an engine's published outputs and figures."""
+    events, quarantine = outputs.events, outputs.quarantine
     # every input row is either kept, or quarantined (invalid, or an extra duplicate copy)
     rows_read = events.rows + quarantine.rows
     if rows_read == 0:
         raise HybridflowInputError(f"events input is empty (no rows): {path}")
-    for reason, count in sorted(reasons.items()):
+    for reason, count in sorted(outputs.reasons.items()):
         log.warning("quarantined %d row(s): %s", count, reason)
     return ValidateResult(
         report=StageReport(
@@ -283,7 +202,7 @@ def _validated(
             seconds=time.perf_counter() - started,
             rows_in=rows_read,
             rows_out=events.rows,
-            spark_jobs=spark_jobs,
+            spark_jobs=outputs.spark_jobs,
         ),
         events_prefix=events.prefix,
         quarantine_prefix=quarantine.prefix,
@@ -291,54 +210,11 @@ def _validated(
         rows_read=rows_read,
         rows_valid=events.rows,
         rows_quarantined=quarantine.rows,
-        quarantine_reasons=reasons,
-        available_columns=present,
-        first_event=_from_micros(span_micros[0]),
-        last_event=_from_micros(span_micros[1]),
+        quarantine_reasons=outputs.reasons,
+        available_columns=outputs.present,
+        first_event=_from_micros(outputs.span_micros[0]),
+        last_event=_from_micros(outputs.span_micros[1]),
     )
-
-
-def _publish(
-    parts: ValidatedEvents, store: ObjectStore, run_id: str
-) -> tuple[DatasetManifest, dict[str, Any], DatasetManifest, dict[str, Any]]:
-    """Write the good events (bucketed by customer; first and last event time observed) and the
-    quarantine (rows per reason observed)."""
-    events, span = write_observed(
-        parts.good,
-        store,
-        run_dataset_prefix(run_id, "events"),
-        [
-            F.min(F.unix_micros("event_time")).alias("first"),
-            F.max(F.unix_micros("event_time")).alias("last"),
-        ],
-        layout=ClusteredLayout(EVENTS_KEY, parts.partitions),
-    )
-    quarantine, counted = write_observed(
-        parts.quarantine,
-        store,
-        run_dataset_prefix(run_id, "quarantine"),
-        [F.count(F.when(F.col("reason") == r, 1)).alias(r) for r in QUARANTINE_REASONS],
-    )
-    return events, span, quarantine, counted
-
-
-def check_bad_fraction(result: ValidateResult, max_bad_fraction: float) -> None:
-    """Fail (input error naming the quarantine) when too many rows are bad or none is good."""
-    bad_fraction = result.rows_quarantined / max(result.rows_read, 1)
-    if bad_fraction > max_bad_fraction:
-        raise HybridflowInputError(
-            f"{result.rows_quarantined} of {result.rows_read} event rows ({bad_fraction:.1%}) "
-            f"are bad, over --max-bad-fraction {max_bad_fraction:.1%}: see {result.quarantine_uri}"
-        )
-    if result.rows_valid == 0:
-        raise HybridflowInputError(
-            f"no valid events left after validation: see {result.quarantine_uri}"
-        )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _from_micros(value: int | None) -> dt.datetime | None:

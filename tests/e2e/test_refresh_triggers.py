@@ -1,7 +1,7 @@
 """Refresh when it matters, on the deployed stack: `hybridflow up` installs model-refresh's
 triggers; a pipeline run on unshifted data starts no refresh; a pipeline run on shifted data
 emits hybridflow.drift.detected and the trigger starts model-refresh without anyone calling it;
-the refresh dispatches its prepare-data unit to cpu-pool and only its training to gpu-pool, goes
+the refresh dispatches its prepare-data unit to cpu-pool and its training where its routing plan puts it, goes
 through the gate and the endpoint serves whatever production is
 then. (Both pipeline runs are `hybridflow run` against the stack's server: the same flow and the
 same events as a run of the pipeline deployment, in one process instead of one per dispatched
@@ -39,6 +39,9 @@ def stack_env(stack_base_env, tmp_path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow(
+    reason="a stack (server, both workers), two `hybridflow run` pipelines against it and the refresh its trigger starts"
+)
 def test_drift_starts_a_refresh_through_a_trigger_and_serving_follows(
     stack_env, tmp_path, output_dir
 ):
@@ -71,6 +74,24 @@ def test_drift_starts_a_refresh_through_a_trigger_and_serving_follows(
         for record in leftovers:
             kill_tree(record)
     assert "server" in down and not leftovers, f"still running after down: {leftovers}"
+
+
+def _planned_pool(client, flow_run_id, stage: str) -> str:
+    """The pool the routing plan a flow run published (its ``routing-plan`` table) gives
+    ``stage``."""
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
+
+    (plan,) = client.read_artifacts(
+        artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["routing-plan"])),
+        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])),
+    )
+    rows = json.loads(plan.data) if isinstance(plan.data, str) else plan.data
+    return next(r["pool"] for r in rows if r["stage"] == stage)
 
 
 def _drive(stack_env, base: Path, shifted: Path, tmp_path: Path) -> dict[str, float]:
@@ -111,13 +132,13 @@ def _drive(stack_env, base: Path, shifted: Path, tmp_path: Path) -> dict[str, fl
                 every=2.0,
             )
             assert refreshed.state_type.value == "COMPLETED", refreshed.state
-            # the refresh only orchestrates (cpu-pool): its CPU stages ran on cpu-pool and
-            # only its training on gpu-pool
+            # the refresh only orchestrates (cpu-pool): its CPU stages ran on cpu-pool and its
+            # training where the router put it (the refresh's own routing plan)
             assert refreshed.work_pool_name == "cpu-pool"
             children = child_runs(client, refreshed.id)
             assert set(children) == {"prepare-data", "train"}, children
             assert children["prepare-data"].work_pool_name == "cpu-pool"
-            assert children["train"].work_pool_name == "gpu-pool"
+            assert children["train"].work_pool_name == _planned_pool(client, refreshed.id, "train")
             assert all(c.state_type.value == "COMPLETED" for c in children.values())
             # the UI's "created by" of the run names the automation the trigger installed
             assert refreshed.created_by and refreshed.created_by.type == "AUTOMATION"
@@ -179,8 +200,8 @@ def _events(api: str, name: str, flow_run_id) -> list[dict]:
 
 
 def _production(store: str) -> str:
-    from infra.registry import ModelRegistry
-    from infra.store import open_store
+    from infra.storage.registry import ModelRegistry
+    from infra.storage.store import open_store
 
     alias = ModelRegistry(open_store(store)).alias()
     assert alias is not None, "no production model"
@@ -189,8 +210,8 @@ def _production(store: str) -> str:
 
 def _gate_decided(store: str, api: str, refreshed, production: str) -> None:
     """The refresh's train stage went through the gate; a promotion says so in an event."""
-    from infra.store import open_store
-    from tasks.stages.records import TrainResult, read_stage_manifest
+    from infra.storage.store import open_store
+    from tasks.reporting.records import TrainResult, read_stage_manifest
 
     trained = read_stage_manifest(open_store(store), str(refreshed.id), "train", TrainResult)
     assert trained.decision_reason, "the gate gave no reason"

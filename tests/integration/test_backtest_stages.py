@@ -13,17 +13,17 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from infra.datasets import local_dataset_dir, read_dataset_manifest
 from infra.settings import HybridflowSettings
-from infra.store import LocalFolderStore
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+from infra.storage.store import LocalFolderStore
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.ml.backtest import train_backtest_model
 from tasks.ml.models.mlp import MLPSpec
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SnapshotStream
+from tasks.reporting.records import write_stage_manifest
 from tasks.stages.features import features_stage
 from tasks.stages.preprocess import preprocess_stage
-from tasks.stages.records import write_stage_manifest
 from tasks.stages.train import train_stage
 from tasks.stages.validate import validate_stage
 

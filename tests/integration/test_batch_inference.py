@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from infra.datasets import read_dataset_manifest
-from infra.registry import ModelRegistry
-from infra.spark_io import SparkJobs
-from infra.store import ObjectStore, open_store
+from infra.compute.spark_io import SparkJobs
+from infra.storage.datasets import read_dataset_manifest
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import ObjectStore, open_store
 from tasks.ml.models import load_model, predict_proba
 from tasks.ml.models.mlp import CustomerMLP, MLPModel, ModelConfig
 
@@ -111,6 +111,9 @@ def _progress_artifacts(key: str) -> list:
         )
 
 
+@pytest.mark.slow(
+    reason="prepare-data and batch inference flows on Spark, then the CLI's batch scoring"
+)
 def test_batch_inference_end_to_end(
     spark, prefect_harness, demo_events, tmp_path, monkeypatch, capsys
 ):
@@ -120,9 +123,10 @@ def test_batch_inference_end_to_end(
     from flows.prepare import prepare_flow
     from infra.layout import predictions_prefix
     from infra.settings import get_settings
+    from tasks.engines.spark.scoring import score_dataset
+    from tasks.ml.scoring_model import load_scoring_model
     from tasks.ml.scoring_worker import ScoringModel
-    from tasks.stages.batch_inference import load_scoring_model, score_dataset
-    from tasks.stages.records import FeaturesResult, read_stage_manifest
+    from tasks.reporting.records import FeaturesResult, read_stage_manifest
 
     store_uri = str(tmp_path / "store")
     monkeypatch.setenv("HYBRIDFLOW_STORE", store_uri)

@@ -11,7 +11,7 @@ import pytest
 
 from flows.events import EVENTS_LANDED, REFRESH_LABEL
 from flows.events_log import READER, announce_landed_segments
-from infra.events_log import EventsLog
+from infra.storage.events_log import EventsLog
 from tests.e2e.stack_driver import wait_for
 from tests.fixtures.online_events import BASE, events_table, random_stream
 from tests.fixtures.serving_sample import register_sample_model, sample_feature_table

@@ -9,9 +9,9 @@ import datetime as dt
 import pytest
 from pyspark.sql import functions as F
 
-from infra.datasets import local_dataset_dir, read_dataset_manifest
-from infra.executor_io import read_on_executors, write_on_executors
-from infra.spark_io import read_dataset, write_dataset
+from infra.compute.executor_io import read_on_executors, write_on_executors
+from infra.compute.spark_io import read_dataset, write_dataset
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from tasks.ml.snapshot_reader import SnapshotStream
 
 pytestmark = pytest.mark.integration

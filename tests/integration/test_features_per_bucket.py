@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import pytest
 
-from infra.arrow_datasets import read_table
-from infra.datasets import SourceEvents, find_dataset, read_dataset_manifest
+from infra.compute.spark_io import ClusteredLayout, read_dataset, write_dataset, write_observed
 from infra.layout import run_dataset_prefix
-from infra.spark_io import ClusteredLayout, read_dataset, write_dataset, write_observed
+from infra.storage.arrow_datasets import read_table
+from infra.storage.datasets import SourceEvents, find_dataset, read_dataset_manifest
 from tasks.data.cutoffs import Origins, end_of_day, micros, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
-from tasks.stages.feature_frame import FeatureOutput
-from tasks.stages.features import SparkFeatureFrame, feature_frame, features_stage
-from tasks.stages.features_in_process import InProcessFeatureFrame
-from tasks.stages.features_per_bucket import BucketFeatureFrame, bucket_features
-from tasks.stages.records import ValidateResult
+from tasks.engines.feature_frame import FeatureOutput
+from tasks.engines.in_process.features import InProcessFeatureFrame
+from tasks.engines.spark.features import SparkFeatureFrame
+from tasks.engines.spark.features_per_bucket import BucketFeatureFrame, bucket_features
+from tasks.reporting.records import ValidateResult
+from tasks.stages.features import feature_frame, features_stage
 from tasks.stages.validate import validate_stage
 
 pytestmark = pytest.mark.integration
@@ -101,6 +102,9 @@ def _names_its_events(store, result, validated) -> None:
     assert SourceEvents.of(read_dataset_manifest(store, result.training_prefix)) is None
 
 
+@pytest.mark.slow(
+    reason="the features stage three ways (Spark tasks per bucket, Spark SQL, in process) on the same validated demo events"
+)
 def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, validated):
     origins, n = Origins(count=3, stride_days=45), 6  # and the last 6 events per customer
     here = features_stage(

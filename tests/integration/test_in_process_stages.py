@@ -12,12 +12,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from infra.arrow_datasets import read_table
-from infra.datasets import read_dataset_manifest
+from infra.compute.spark_io import read_dataset
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
 from infra.settings import get_settings
-from infra.spark_io import read_dataset
+from infra.storage.arrow_datasets import read_table
+from infra.storage.datasets import read_dataset_manifest
 from tasks.data.cutoffs import Origins
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.input_formats import InputOptions

@@ -19,12 +19,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from infra.datasets import find_dataset, publish_dataset
-from infra.registry import ModelRegistry
-from infra.store import LocalFolderStore
+from infra.storage.datasets import find_dataset, publish_dataset
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
 from tasks.data.input_formats import InputOptions
 from tasks.definitions.feature_specs import feature_names
-from tasks.stages.records import FeaturesResult, ValidateResult, read_stage_manifest
+from tasks.reporting.records import FeaturesResult, ValidateResult, read_stage_manifest
 
 REPO = Path(__file__).parents[2]
 HYBRIDFLOW = Path(sys.executable).with_name("hybridflow")
@@ -67,6 +67,7 @@ def _quarantine_artifact(quarantine_uri: str) -> list[dict]:
     return json.loads(data) if isinstance(data, str) else data
 
 
+@pytest.mark.slow(reason="a pipeline run on a CSV log, its cached re-run and a forced re-run")
 @pytest.mark.integration
 def test_transaction_log_trains_scores_caches_and_reruns_atomically(
     prefect_harness, demo_events, tmp_path
@@ -164,9 +165,9 @@ KILLED_WRITER = textwrap.dedent(
     """
     import sys
     from infra.settings import HybridflowSettings
-    from infra.spark import get_spark
-    from infra.store import LocalFolderStore
-    from infra.spark_io import write_dataset
+    from infra.compute.spark import get_spark
+    from infra.storage.store import LocalFolderStore
+    from infra.compute.spark_io import write_dataset
 
     spark = get_spark(HybridflowSettings())
     store = LocalFolderStore(sys.argv[1])

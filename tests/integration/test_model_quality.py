@@ -17,16 +17,16 @@ import re
 
 import pytest
 
-from infra.datasets import local_dataset_dir, read_dataset_manifest
-from infra.registry import ModelRegistry
-from infra.store import LocalFolderStore
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.ml.backtest import assess
 from tasks.ml.evaluation import ModelEvaluation
 from tasks.ml.models import load_model
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SnapshotStream
-from tasks.stages.records import PreprocessResult, read_stage_manifest
+from tasks.reporting.records import PreprocessResult, read_stage_manifest
 
 pytestmark = pytest.mark.integration
 

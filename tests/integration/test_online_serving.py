@@ -19,11 +19,11 @@ import pyarrow as pa
 import pytest
 from serving_process import metric_value, running_server, wait_for
 
-from infra.events_log import EventsLog
-from infra.store import S3Store
+from infra.storage.events_log import EventsLog
+from infra.storage.store import S3Store
 from serving.online.state import DAY_US
+from tasks.engines.scorer import scores_of_table
 from tasks.stages.batch_inference import load_scoring_model
-from tasks.stages.scoring_frame import scores_of_table
 from tests.fixtures.moto_s3 import BUCKET
 from tests.fixtures.online_events import BASE, BASE_DAY, events_table, random_stream
 from tests.fixtures.online_store import online_sample_store, scoring_table

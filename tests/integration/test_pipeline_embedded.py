@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from flows.pipeline import PipelineParams, pipeline_flow
-from infra.registry import ModelRegistry
-from infra.store import LocalFolderStore
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
 from tasks.ml.metrics import log_loss
 
 pytestmark = pytest.mark.integration

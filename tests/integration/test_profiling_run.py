@@ -6,10 +6,10 @@ import pytest
 
 from flows.dag import ROUTED_STAGES
 from flows.profiling import ProfileParams, profile_flow
-from infra.registry import ModelRegistry
 from infra.routing.profiles import read_profiles
 from infra.settings import HybridflowSettings
-from tasks.stages.planning import plan_pipeline
+from infra.storage.registry import ModelRegistry
+from tasks.policy.planning import plan_pipeline
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ import pytest
 from serving_process import metric_value, running_server, wait_for
 
 from infra.layout import version_file_key
-from infra.registry import ModelRegistry
-from infra.store import LocalFolderStore
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
 from tasks.ml.models import load_model, predict_proba
 from tests.fixtures.serving_sample import (
     SAMPLE_FEATURES,

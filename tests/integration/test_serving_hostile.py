@@ -17,7 +17,7 @@ import httpx
 import pytest
 from serving_process import ServerProcess, metric_value, running_server, wait_for
 
-from infra.store import LocalFolderStore
+from infra.storage.store import LocalFolderStore
 from tests.fixtures.serving_sample import (
     publish_sample_snapshot,
     register_sample_model,

@@ -11,14 +11,17 @@ import httpx
 import pytest
 from serving_process import running_server, wait_for
 
-from infra.registry import ModelRegistry
-from infra.store import LocalFolderStore
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
 from tests.fixtures.serving_sample import register_sample_model, sample_feature_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 AS_OF = dt.date(2025, 12, 31)
 
 
+@pytest.mark.slow(
+    reason="the serving endpoint as a process and a whole `hybridflow refresh` (prepare-data, training, the gate) while it serves"
+)
 def test_refresh_promotes_and_the_endpoint_serves_it(
     tmp_path, demo_events, spark, prefect_harness, monkeypatch, capsys
 ):
@@ -76,7 +79,7 @@ def test_refresh_promotes_and_the_endpoint_serves_it(
 def _customer_ids(store: LocalFolderStore, prefix: str) -> list[str]:
     import pyarrow.dataset as pads
 
-    from infra.datasets import read_dataset_manifest
+    from infra.storage.datasets import read_dataset_manifest
 
     manifest = read_dataset_manifest(store, prefix)
     table = pads.dataset(str(store.local_path(manifest.data_prefix)), format="parquet").to_table(

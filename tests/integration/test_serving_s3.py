@@ -9,7 +9,7 @@ import logging
 import boto3
 import pytest
 
-from infra.store import S3Store
+from infra.storage.store import S3Store
 from serving.holder import ModelHolder
 from serving.metrics import ServingMetrics
 from tests.fixtures.serving_sample import (

@@ -10,11 +10,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from infra.datasets import find_dataset, publish_dataset
 from infra.layout import alias_key
-from infra.registry import ModelRegistry, PromotionConflict
-from infra.store import PreconditionFailed
-from infra.store_s3 import S3Store
+from infra.storage.datasets import find_dataset, publish_dataset
+from infra.storage.registry import ModelRegistry, PromotionConflict
+from infra.storage.store import PreconditionFailed
+from infra.storage.store_s3 import S3Store
 from tests.fixtures.lossy_proxy import LossyProxy
 
 pytestmark = pytest.mark.integration

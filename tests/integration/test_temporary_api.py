@@ -1,4 +1,4 @@
-"""Prefect's temporary API started by the CLI (infra.prefect_api): flows reach it, it stops, and a
+"""Prefect's temporary API started by the CLI (infra.prefect_runtime.api): flows reach it, it stops, and a
 server that dies or never answers is an error that says so."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import infra.prefect_api as prefect_api_module
-from infra.prefect_api import TemporaryApi, prefect_api, start_temporary_api
+import infra.prefect_runtime.api as prefect_api_module
+from infra.prefect_runtime.api import TemporaryApi, prefect_api, start_temporary_api
 
 pytestmark = pytest.mark.integration
 
@@ -27,6 +27,7 @@ def no_api(monkeypatch, tmp_path):
         prefect_api_module._started.stop()
 
 
+@pytest.mark.slow(reason="starts Prefect's temporary API (a uvicorn process) on a new home")
 def test_a_home_seeded_with_the_installations_empty_database_serves_flows(no_api, tmp_path):
     """`make install` recorded the empty database; a new home starts from a copy of it, which
     Prefect accepts as it is (already at the newest migration)."""
@@ -34,10 +35,12 @@ def test_a_home_seeded_with_the_installations_empty_database_serves_flows(no_api
 
     from prefect import flow
 
-    from infra.prefect_db import configured_sqlite_file, template_path
+    from infra.prefect_runtime.database import configured_sqlite_file, template_path
 
     template = template_path()
-    assert template.is_file(), f"make install records {template}: python -m infra.prefect_db"
+    assert template.is_file(), (
+        f"make install records {template}: python -m infra.prefect_runtime.database"
+    )
     database = configured_sqlite_file()
     assert database == tmp_path / "prefect-home" / "prefect.db" and not database.exists()
 
@@ -58,6 +61,7 @@ def test_a_home_seeded_with_the_installations_empty_database_serves_flows(no_api
     assert migration(database) == migration(template)
 
 
+@pytest.mark.slow(reason="starts Prefect's temporary API (a uvicorn process) and runs flows on it")
 def test_flows_inside_the_block_run_on_the_temporary_api(no_api):
     from prefect import flow, get_client
     from prefect.events.worker import EventsWorker

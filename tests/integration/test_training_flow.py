@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from infra.settings import get_settings
-from infra.store import LocalFolderStore
+from infra.storage.store import LocalFolderStore
 from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
 pytestmark = pytest.mark.integration

@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from infra.errors import StoreError
-from infra.registry import ModelRegistry, PromotionConflict
 from infra.settings import HybridflowSettings
-from infra.store import S3Store
+from infra.storage.registry import ModelRegistry, PromotionConflict
+from infra.storage.store import S3Store
 from tasks.ml.checkpoints import CheckpointStore
 from tasks.stages.train import train_stage
 from tests.fixtures.moto_s3 import BUCKET, start_moto
@@ -89,6 +89,9 @@ def test_checkpoints_write_read_verify_prune_and_skip_corrupt(s3_store, caplog):
     assert "does not match" in caplog.text
 
 
+@pytest.mark.slow(
+    reason="two training processes (one killed with SIGKILL mid-fit, one resuming) against moto's S3 server"
+)
 @pytest.mark.e2e
 def test_training_killed_with_sigkill_resumes_from_its_last_checkpoint(s3_store, tmp_path):
     _, prepared = publish_synthetic_snapshot(s3_store, "killed", rows=10_000, seed=3)
@@ -172,7 +175,7 @@ def test_store_down_during_training_retries_then_fails_with_nothing_half_written
             except BaseException as exc:  # noqa: BLE001 - handed to the test thread
                 errors.append(exc)
 
-        with caplog.at_level(logging.WARNING, logger="infra.store"):
+        with caplog.at_level(logging.WARNING, logger="infra.storage.store"):
             worker = threading.Thread(target=run)
             worker.start()
             deadline = time.monotonic() + 60
@@ -181,7 +184,7 @@ def test_store_down_during_training_retries_then_fails_with_nothing_half_written
                 time.sleep(0.02)
         server.stop()
         stopped = True
-        with caplog.at_level(logging.WARNING, logger="infra.store"):
+        with caplog.at_level(logging.WARNING, logger="infra.storage.store"):
             worker.join(timeout=120)
         assert not worker.is_alive()
     finally:
@@ -242,6 +245,9 @@ def test_two_concurrent_promotions_exactly_one_wins(s3_store):
     assert [h.version for h in record.history] == [winner, record.version]
 
 
+@pytest.mark.slow(
+    reason="torchrun starts two gloo training processes, twice (a fit and its resume)"
+)
 @pytest.mark.e2e
 def test_ddp_two_gloo_processes_checkpoint_once_per_interval_and_resume(
     s3_store, prefect_harness, monkeypatch, capfd
@@ -338,7 +344,7 @@ def test_models_cli_list_show_promote_rollback(s3_store, monkeypatch, capsys):
 def test_client_errors_fail_at_once_without_retries(s3_endpoint, caplog):
     missing = S3Store("s3://no-such-bucket-hf/x", retries=3, backoff_s=0.5)
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="infra.store"):
+    with caplog.at_level(logging.WARNING, logger="infra.storage.store"):
         with pytest.raises(StoreError, match="NoSuchBucket"):
             missing.put_bytes("a.json", b"{}")
     assert time.monotonic() - started < 2.0 and "retry" not in caplog.text

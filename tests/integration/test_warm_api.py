@@ -1,4 +1,4 @@
-"""The warm Prefect API (infra.warm_api): the first command starts it, the next reuses it, two
+"""The warm Prefect API (infra.prefect_runtime.warm_api): the first command starts it, the next reuses it, two
 racing commands start one, a record whose PID now names another process is replaced without
 signalling that process, it stops itself once idle, and `hybridflow down` stops it. Every server
 a test starts is stopped by its PID (each test has a Prefect home of its own)."""
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from infra.prefect_runtime.warm_api import WarmApiRecord, read_record, state_dir, write_record
 from infra.stack.processes import ProcessRecord, is_alive, start_ticks, stop
-from infra.warm_api import WarmApiRecord, read_record, state_dir, write_record
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 # one command that runs a flow: attach to the API (warm by the environment), run, report
 COMMAND = """
 import json
-from infra.prefect_env import configure_prefect_defaults
+from infra.prefect_runtime.env import configure_prefect_defaults
 configure_prefect_defaults()
-from infra import prefect_api
+from infra.prefect_runtime import api as prefect_api
 from prefect import flow
 
 @flow(name="warm-api-probe", persist_result=False)

@@ -205,7 +205,7 @@ def fit_threads(rows: int, setting: int = 0) -> int:
     """Threads for a CPU fit of ``rows`` rows: the setting (``HYBRIDFLOW_TRAIN__THREADS``),
     else one below :data:`PARALLEL_FIT_ROWS` (OpenMP/BLAS workers spinning on a shared 2-core
     box made a 12k-row fit 5-16x slower), else every available core."""
-    from infra.devices import available_cores
+    from infra.compute.devices import available_cores
 
     return setting or (1 if rows < PARALLEL_FIT_ROWS else available_cores())
 

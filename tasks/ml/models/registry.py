@@ -19,7 +19,7 @@ from typing import Annotated, Any, Union
 from pydantic import Field, TypeAdapter
 
 from infra.errors import ChecksumMismatchError, HybridflowInputError
-from infra.store import sha256_bytes
+from infra.storage.store import sha256_bytes
 from tasks.ml.models.base import CONFIG_FILE, FamilySpec, FittedModel, ModelFamily
 
 LEGACY_KIND = "mlp"  # what a bundle without a kind is

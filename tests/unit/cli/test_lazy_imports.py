@@ -17,11 +17,11 @@ BEFORE_THE_FIRST_STAGE = """
 import json, sys
 import cli.main, cli.commands.run, cli.args
 import flows.pipeline
-import infra.prefect_api, infra.spark
+import infra.prefect_runtime.api, infra.compute.spark
 import tasks.data.engine_choice, tasks.data.input_formats
 from infra.settings import get_settings
 from tasks.ml.models import list_families
-from tasks.stages.planning import contender_costs, model_cost
+from tasks.policy.planning import contender_costs, model_cost
 
 settings = get_settings()
 families = list_families()

@@ -65,7 +65,7 @@ def test_the_jvm_starts_sized_by_the_inspected_input(tmp_path, monkeypatch, comm
     def reached(params):
         raise FlowReached
 
-    monkeypatch.setattr("infra.spark.start_spark_in_background", start)
+    monkeypatch.setattr("infra.compute.spark.start_spark_in_background", start)
     monkeypatch.setattr(flow, reached)
     args = build_parser().parse_args([command, "--events", str(events), *extra])
     with pytest.raises(FlowReached):

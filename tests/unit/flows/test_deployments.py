@@ -4,6 +4,7 @@ routing decisions."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,12 @@ from flows.dag import (
     Stage,
     home_pools,
     load_flow,
+    routed_stages,
     units_through,
 )
 from flows.executors import dispatch_mode, is_complete
 from flows.pipeline import routed_device, stage_origins, unit_pools
+from flows.refresh import refresh_flow
 from infra.layout import stage_manifest_key
 from infra.routing.planner import RoutingPlan
 from infra.routing.pools import POOLS
@@ -145,6 +148,24 @@ def test_both_executors_follow_the_same_plan():
         "batch-inference": "cpu-pool",
     }
     assert unit_pools(on_gpu)["train"] == "gpu-pool"
+
+
+def test_a_refresh_asks_the_router_where_its_units_run():
+    """A refresh's units go where the router puts their routing stage (as the pipeline's do),
+    not to fixed home pools: the router sizes the slice's stages and may keep training on the
+    CPU."""
+    assert [w.stage for w in routed_stages(REFRESH_UNITS)] == [
+        "validate",
+        "features",
+        "preprocess",
+        "train",
+    ]
+    on_cpu, on_gpu = _plan("cpu-pool"), _plan("gpu-pool")
+    assert unit_pools(on_cpu, REFRESH_UNITS) == {"prepare-data": "cpu-pool", "train": "cpu-pool"}
+    assert unit_pools(on_gpu, REFRESH_UNITS) == {"prepare-data": "cpu-pool", "train": "gpu-pool"}
+    source = inspect.getsource(refresh_flow.fn)
+    assert "plan_pipeline(" in source and "routed_device(" in source
+    assert "unit_pools(plan, REFRESH_UNITS)" in source and "home_pools" not in source
 
 
 def test_stage_origins_cover_every_stage():

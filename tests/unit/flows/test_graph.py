@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[3]
 RESULT_TYPES = {s.result.__name__: s.name for s in STAGES}
 # the one reader of manifests by name, its definition, and the torchrun entry point given only a
 # run id (its READS is pinned to the train stage's reads below)
-MANIFEST_READERS = {"flows/dag.py", "tasks/stages/records.py", "tasks/stages/train_process.py"}
+MANIFEST_READERS = {"flows/dag.py", "tasks/reporting/records.py", "tasks/stages/train_process.py"}
 
 
 def upstream_parameters(runner) -> dict[str, str]:
@@ -81,3 +81,16 @@ def test_every_read_and_after_names_an_earlier_stage():
     for declared in STAGES:
         assert set(declared.reads) | set(declared.after) <= seen, declared.name
         seen.add(declared.name)
+
+
+# Runners the graph does not name as a Stage: the drift check (flows/drift.py runs it after a
+# pipeline and before a refresh) and the torchrun entry point of the train unit.
+RUNNERS_OUTSIDE_THE_GRAPH = {"drift.py", "train_process.py"}
+
+
+def test_tasks_stages_holds_the_graphs_runners_only():
+    """Engines, policy, reporting and plumbing live elsewhere (tasks/engines, tasks/policy,
+    tasks/reporting, tasks/ml, infra): every module in tasks/stages is a runner."""
+    runners = {s.runner.split(":")[0].rsplit("/", 1)[1] for s in [*STAGES, CONTENDER]}
+    modules = {p.name for p in (ROOT / "tasks" / "stages").glob("*.py") if p.name != "__init__.py"}
+    assert modules == runners | RUNNERS_OUTSIDE_THE_GRAPH

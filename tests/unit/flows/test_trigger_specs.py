@@ -26,7 +26,7 @@ from flows.events import (
 )
 from flows.refresh import RefreshParams
 from tasks.data.drift_records import DriftReport, DriftRow
-from tasks.stages.refresh import RefreshDecision
+from tasks.policy.refresh import RefreshDecision
 
 PREFECT_YAML = Path(__file__).resolve().parents[3] / "prefect.yaml"
 AS_OF = dt.date(2025, 12, 31)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from infra.settings import ServingSettings
-from infra.store import LocalFolderStore
+from infra.storage.store import LocalFolderStore
 from serving.app import create_app
 from serving.holder import ModelHolder
 from serving.metrics import ServingMetrics

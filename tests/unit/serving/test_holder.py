@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from infra.layout import alias_key, version_file_key
-from infra.registry import ModelRegistry
-from infra.store import LocalFolderStore
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
 from serving.holder import ModelHolder
 from serving.metrics import ServingMetrics
 from serving.snapshot import newest_snapshot_manifest

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from infra.events_log import SEGMENT_SCHEMA
+from infra.storage.events_log import SEGMENT_SCHEMA
 from serving.online.ingest import (
     IPC_MEDIA_TYPE,
     IngestError,

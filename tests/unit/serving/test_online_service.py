@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from infra.errors import HybridflowInputError
-from infra.events_log import SEGMENT_SCHEMA, EventsLog, export_into
 from infra.settings import IngestSettings
-from infra.store import LocalFolderStore
+from infra.storage.events_log import SEGMENT_SCHEMA, EventsLog, export_into
+from infra.storage.store import LocalFolderStore
 from serving.metrics import ServingMetrics
 from serving.online.features import fresh_features
 from serving.online.ingest import IPC_MEDIA_TYPE, IngestError, check_contract, parse_events

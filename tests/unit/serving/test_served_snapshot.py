@@ -11,12 +11,12 @@ import logging
 
 import pytest
 
-from infra.datasets import DatasetManifestDamaged, find_dataset
 from infra.errors import HybridflowInputError
 from infra.layout import dataset_manifest_key
-from infra.registry import ModelRegistry
-from infra.snapshots import list_datasets, repair, retire
-from infra.store import LocalFolderStore
+from infra.storage.datasets import DatasetManifestDamaged, find_dataset
+from infra.storage.registry import ModelRegistry
+from infra.storage.snapshots import list_datasets, repair, retire
+from infra.storage.store import LocalFolderStore
 from serving.holder import ModelHolder
 from serving.metrics import ServingMetrics
 from tests.fixtures.serving_sample import (
@@ -125,8 +125,8 @@ def test_a_damaged_manifest_is_refused_once_naming_its_key_and_repaired(store, c
 def test_repair_names_the_newest_whole_generation(store, tmp_path):
     import pyarrow.parquet as pq
 
-    from infra.datasets import publish_dataset
     from infra.layout import scoring_features_prefix
+    from infra.storage.datasets import publish_dataset
 
     table = sample_feature_table(50, seed=5)
     prefix = scoring_features_prefix(GOOD, "run-a")

@@ -15,7 +15,7 @@ import pytest
 from tasks.data.cutoffs import Origins, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.features import customer_features_at, cutoff_features, examples_features
-from tasks.data.features_duckdb import InProcessFeatures
+from tasks.data.features_duckdb import InProcessFeatures, feature_passes
 from tasks.data.sequences import sequence_fields
 from tasks.data.validation_duckdb import GOOD_EVENTS_SCHEMA
 from tasks.definitions.contract import CONTRACT_COLUMNS, REQUIRED_COLUMNS
@@ -78,14 +78,18 @@ def _same(got: dict, expected: dict, key) -> None:
     assert rest == pytest.approx({k: expected[k] for k in rest}, rel=1e-9, abs=1e-9), key
 
 
+@pytest.mark.slow(
+    reason="the engines' parity on broad demo data: Spark plans the wide features query over six cutoffs, then each cutoff and two origin sets"
+)
 @pytest.mark.parametrize("columns", ["all", "minimal"])
-def test_duckdb_and_spark_compute_the_same_features(spark, events, columns):
+def test_duckdb_and_spark_compute_the_same_features(tiny_spark, events, columns):
     """... and the same sequences of each customer's last events (N = 8)."""
     available = set(CONTRACT_COLUMNS) if columns == "all" else set(REQUIRED_COLUMNS)
     n = SEQUENCE_LENGTH
     run = pipeline_cutoffs(AS_OF, 90, ORIGINS)
     cutoffs = run.distinct()
     assert len(cutoffs) == 6  # T, T-H, T-H-45 = T-2H (shared with the backtest), ... T-2H-90
+    spark = tiny_spark  # interpreted, not re-planned: TINY_INPUT_SPARK_CONF (tests/conftest.py)
     frame = spark.createDataFrame(events.to_pandas()).repartition(2)
     wide = customer_features_at(frame, cutoffs, available, n).cache()
     sequences = [f.name for f in sequence_fields(present_mix_columns(available))]
@@ -131,3 +135,34 @@ def test_parquet_files_a_stream_and_a_table_give_the_same_features(events, tmp_p
             assert in_process.events_after() > 0
     assert tables["files"] == tables["table"] and tables["stream"] == tables["table"]
     assert [t.num_rows > 50 for t in tables["table"]] == [True] * len(cutoffs), tables["table"]
+
+
+def test_features_in_passes_over_shares_of_customers_equal_one_pass(events, tmp_path):
+    """Above ``events_per_pass`` the aggregates are computed a share of the customers at a
+    time (what bounds their memory at 30M events): the same customers and features."""
+    path = tmp_path / "events.parquet"
+    pq.write_table(events, path, row_group_size=2000)
+    run = pipeline_cutoffs(AS_OF, 90, ORIGINS)
+    cutoffs = list(run)
+    available = set(CONTRACT_COLUMNS)
+    assert feature_passes(events.num_rows, events.num_rows // 3 - 1) == 4
+    got = {}
+    for passes, per_pass in (("one", None), ("four", events.num_rows // 3 - 1)):
+        with InProcessFeatures([path], cutoffs, available, events_per_pass=per_pass) as f:
+            shares = sorted(p.name for p in f._scratch.glob("wide-*.parquet"))
+            assert len(shares) == (1 if per_pass is None else 4)
+            got[passes] = (
+                [f.cutoff_table(c) for c in cutoffs],
+                f.examples_table(list(run.train)),
+                f.events_after(),
+            )
+    (one, one_examples, one_after), (four, four_examples, four_after) = got["one"], got["four"]
+    assert one_after == four_after > 0
+    for a, b in [*zip(one, four, strict=True), (one_examples, four_examples)]:
+        assert a.column_names == b.column_names and a.num_rows == b.num_rows > 50
+        for name in a.column_names:
+            x, y = a[name].to_pylist(), b[name].to_pylist()
+            if pa.types.is_floating(a.schema.field(name).type):
+                assert x == pytest.approx(y, rel=1e-9, nan_ok=True), name
+            else:
+                assert x == y, name

@@ -12,10 +12,10 @@ import logging
 import pytest
 import torch
 
-from infra.datasets import local_dataset_dir, read_dataset_manifest
 from infra.layout import CHECKPOINT_STATE, checkpoint_manifest_key, checkpoint_state_key
 from infra.settings import TrainingSettings
-from infra.store import LocalFolderStore, sha256_bytes
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+from infra.storage.store import LocalFolderStore, sha256_bytes
 from tasks.ml.checkpoints import CheckpointManifest, CheckpointPolicy, CheckpointStore
 from tasks.ml.models import FitJob
 from tasks.ml.models.mlp import CustomerMLP, MLPFamily, MLPSpec, ModelConfig

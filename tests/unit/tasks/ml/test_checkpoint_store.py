@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from infra.errors import StoreError
-from infra.store import LocalFolderStore
+from infra.storage.store import LocalFolderStore
 from tasks.ml.checkpoints import CheckpointStore
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from infra.errors import ChecksumMismatchError, HybridflowInputError
-from infra.store import sha256_bytes
+from infra.storage.store import sha256_bytes
 from tasks.ml.calibration import Calibration
 from tasks.ml.models import (
     CONFIG_FILE,

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from infra.datasets import local_dataset_dir, read_dataset_manifest
-from infra.registry import ModelRegistry
 from infra.settings import TrainingSettings
-from infra.store import LocalFolderStore
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
 from serving.holder import _checked_fast_scorer
 from tasks.ml.champion import LeaderboardRow, champion_line, crown
 from tasks.ml.metrics import roc_auc

@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from infra.datasets import local_dataset_dir, read_dataset_manifest
 from infra.settings import TrainingSettings
-from infra.store import LocalFolderStore
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+from infra.storage.store import LocalFolderStore
 from tasks.ml import network_plan as plan_module
 from tasks.ml.models import FitJob, get_family
 from tasks.ml.network_plan import SCALE_FROM_ROWS, network_plan, threads_for_step

@@ -9,13 +9,13 @@ import datetime as dt
 
 import numpy as np
 
-from infra.registry import ModelManifest
+from infra.storage.registry import ModelManifest
 from tasks.ml.calibration import Calibration
 from tasks.ml.evaluation import BacktestReport, BacktestWindows, ModelComparison, ModelEvaluation
+from tasks.ml.gate import _production_recipe, recipe_spec
 from tasks.ml.metrics import quality_metrics
 from tasks.ml.models import FamilySpec, get_family
 from tasks.ml.promotion import BaselineCheck, GateBasis, GateFigures, decide_promotion
-from tasks.stages.gate import _production_recipe, recipe_spec
 
 BACKTEST = GateBasis(basis="backtest", rows=12_345)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from infra.errors import ChecksumMismatchError
-from infra.store import sha256_bytes
+from infra.storage.store import sha256_bytes
 from tasks.ml.models.mlp import CustomerMLP, MLPModel, ModelConfig
 from tasks.ml.scoring_worker import (
     ScoringModel,

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from infra.datasets import publish_dataset
 from infra.layout import scoring_features_prefix
 from infra.settings import TrainingSettings
-from infra.store import LocalFolderStore, sha256_bytes
+from infra.storage.datasets import publish_dataset
+from infra.storage.store import LocalFolderStore, sha256_bytes
 from serving.snapshot import load_snapshot
 from tasks.ml.metrics import classification_metrics
 from tasks.ml.model_inputs import input_matrix
@@ -157,7 +157,7 @@ def test_the_cost_estimate_grows_with_customers_events_and_width(monkeypatch):
     transformer's also with N x N), and every training origin adds an example per customer."""
     from infra.settings import HybridflowSettings, get_settings
     from tasks.ml.models.sequence import SequenceSpec, sequence_flops_per_row
-    from tasks.stages.planning import model_cost
+    from tasks.policy.planning import model_cost
 
     gru, wide = SequenceSpec(width=32), SequenceSpec(width=64)
     assert 1.9 < sequence_flops_per_row(gru, 46, 64) / sequence_flops_per_row(gru, 46, 32) < 2.1

@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from infra.datasets import find_dataset, publish_dataset
+from infra.compute.spark import SparkOnDemand
 from infra.layout import scoring_features_prefix
-from infra.registry import ModelRegistry
 from infra.settings import HybridflowSettings, TrainingSettings
-from infra.spark import SparkOnDemand
-from infra.store import LocalFolderStore
+from infra.storage.datasets import find_dataset, publish_dataset
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
 from serving.holder import ModelHolder
 from serving.metrics import ServingMetrics
 from tasks.ml.calibration import Calibration

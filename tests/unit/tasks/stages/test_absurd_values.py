@@ -10,12 +10,14 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from infra.arrow_datasets import write_table
-from infra.datasets import find_dataset
+from infra.compute.spark_io import spark_schema_metadata
 from infra.errors import HybridflowInputError
-from infra.spark_io import spark_schema_metadata
+from infra.storage.arrow_datasets import write_table
+from infra.storage.datasets import find_dataset
 from tasks.data.validation_sql import RowBounds
-from tasks.stages.features_in_process import check_finite
+from tasks.engines.in_process.features import check_finite
+from tasks.engines.in_process.snapshot import InProcessSnapshotBuilder
+from tasks.engines.spark.snapshot import SparkSnapshotBuilder
 from tasks.stages.preprocess import publish_snapshot
 from tasks.stages.validate import validate_stage
 from tests.unit.tasks.stages.test_event_time_bounds import NOW, _events
@@ -60,13 +62,12 @@ def test_the_normaliser_never_sees_a_non_finite_feature(local_store, engine, req
     prefix = _examples(local_store, values)
     with pytest.raises(HybridflowInputError) as info:
         publish_snapshot(
-            spark,
+            SparkSnapshotBuilder(spark) if spark is not None else InProcessSnapshotBuilder(),
             local_store,
             prefix,
             "snapshots/s",
             ["amount_365d", "purchases_365d"],
             seed=7,
-            in_process_rows=0 if engine == "spark" else 10**9,
             origins=[dt.date(2025, 1, 1)],
         )
     message = str(info.value)

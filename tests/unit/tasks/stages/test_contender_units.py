@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from infra.layout import contender_bundle_key, stage_manifest_key
-from infra.registry import ModelRegistry
 from infra.settings import HybridflowSettings
-from infra.store import LocalFolderStore
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
 from tasks.ml.models import get_family
+from tasks.reporting.records import contender_stage
 from tasks.stages.contenders import TrainingOptions
-from tasks.stages.records import contender_stage
 from tasks.stages.train_process import contender_for_run, train_for_run
 from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 

@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infra.datasets import read_dataset_manifest
 from infra.errors import HybridflowInputError
-from infra.store import LocalFolderStore
+from infra.storage.datasets import read_dataset_manifest
+from infra.storage.store import LocalFolderStore
 from tasks.data.validation_sql import RowBounds
 from tasks.stages.features import features_stage
 from tasks.stages.validate import validate_stage

@@ -9,8 +9,8 @@ import datetime as dt
 import pyarrow.parquet as pq
 import pytest
 
-from infra.datasets import read_dataset_manifest
-from infra.spark_io import SparkJobs, read_dataset
+from infra.compute.spark_io import SparkJobs, read_dataset
+from infra.storage.datasets import read_dataset_manifest
 from tasks.data.cutoffs import Origins, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.features import customer_features_at
@@ -54,6 +54,9 @@ def _shuffles(df) -> int:
     return sum("ShuffledRowRDD" in line for line in lineage.splitlines())
 
 
+@pytest.mark.slow(
+    reason="validate, features and preprocess on Spark with the backtest at three origins, counting their jobs"
+)
 @ENGINES
 def test_job_budget_per_stage_and_figures_from_the_writes(
     spark, local_store, small_events, in_process_rows, budget

@@ -11,9 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from infra.arrow_datasets import read_table, write_table
-from infra.datasets import local_dataset_dir, read_dataset_manifest
-from infra.spark_io import spark_schema_metadata
+from infra.compute.spark_io import spark_schema_metadata
+from infra.storage.arrow_datasets import read_table, write_table
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+from tasks.engines.in_process.snapshot import InProcessSnapshotBuilder
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.stages.preprocess import publish_snapshot
 
@@ -44,7 +45,7 @@ def test_a_customer_has_one_split_at_every_origin_and_the_newest_view_is_its_row
     examples = _examples(600)
     write_table(examples, local_store, "ex", metadata=spark_schema_metadata(examples.schema))
     snapshot, counts = publish_snapshot(
-        None, local_store, "ex", "snap", FEATURES, 7, 10**9, ORIGINS
+        InProcessSnapshotBuilder(), local_store, "ex", "snap", FEATURES, 7, ORIGINS
     )
     assert sum(counts.values()) == examples.num_rows == snapshot.rows
     manifest = read_dataset_manifest(local_store, "snap")

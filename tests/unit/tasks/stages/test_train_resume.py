@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infra.datasets import local_dataset_dir, read_dataset_manifest
-from infra.registry import ModelRegistry
 from infra.settings import HybridflowSettings, TrainingSettings
-from infra.store import LocalFolderStore
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
 from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
 from tasks.ml.models import FitJob
 from tasks.ml.models.mlp import MLPFamily, MLPSpec, network_from_state

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from infra.compute.spark_io import read_dataset
 from infra.errors import HybridflowInputError
-from infra.spark_io import read_dataset
 from tasks.data.input_formats import InputOptions
 from tasks.stages.validate import validate_stage
 

@@ -1,0 +1,74 @@
+"""The run's time semantics and the bad-rows policy are plain functions in tasks/data over a
+validate result's figures (any object with them), not code inside the stage runners."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import pytest
+
+from infra.errors import HybridflowInputError
+from infra.settings import HybridflowSettings
+from tasks.data.bad_rows import check_bad_fraction
+from tasks.data.cutoffs import Cutoff
+from tasks.data.time_windows import (
+    check_labels,
+    event_time_bounds,
+    events_after_possible,
+    history_too_short,
+    label_window_note,
+    resolve_as_of,
+)
+
+FIRST = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+LAST = dt.datetime(2025, 6, 30, 12, tzinfo=dt.UTC)
+
+
+@dataclass
+class Span:
+    first_event: dt.datetime | None = FIRST
+    last_event: dt.datetime | None = LAST
+
+
+@dataclass
+class Counts:
+    rows_read: int
+    rows_valid: int
+    rows_quarantined: int
+    quarantine_uri: str = "store/quarantine"
+
+
+def test_as_of_defaults_to_the_last_event_and_the_grace_is_passed_in():
+    assert resolve_as_of(Span(), None, 30) == LAST.date()
+    late = LAST.date() + dt.timedelta(days=5)
+    with pytest.raises(HybridflowInputError, match="as-of-after-events"):
+        resolve_as_of(Span(), late, 30, grace_days=1)
+    assert resolve_as_of(Span(), late, 30, grace_days=5) == late
+    assert "label window" in (label_window_note(Span(), late, 30) or "")
+    with pytest.raises(HybridflowInputError, match="no valid events"):
+        resolve_as_of(Span(None, None), None, 30)
+
+
+def test_windows_the_features_stage_asks_about():
+    early = Cutoff(name="backtest", at=dt.datetime(2024, 12, 1))
+    assert history_too_short(Span(), early) is not None
+    assert history_too_short(Span(), Cutoff(name="backtest", at=dt.datetime(2025, 3, 1))) is None
+    assert events_after_possible(Span(), Cutoff(name="score", at=dt.datetime(2025, 6, 1)))
+    assert not events_after_possible(Span(), Cutoff(name="score", at=dt.datetime(2025, 7, 1)))
+    with pytest.raises(HybridflowInputError, match="both"):
+        check_labels(0.0, 10, LAST.date(), 30)
+
+
+def test_event_time_bounds_come_from_the_settings_given():
+    now = dt.datetime(2025, 7, 1, tzinfo=dt.UTC)
+    bounds = event_time_bounds(HybridflowSettings(event_time_max_lead_hours=2), now)
+    assert bounds.ceiling == now + dt.timedelta(hours=2)
+
+
+def test_the_bad_fraction_policy():
+    check_bad_fraction(Counts(100, 90, 10), 0.1)
+    with pytest.raises(HybridflowInputError, match="over --max-bad-fraction"):
+        check_bad_fraction(Counts(100, 89, 11), 0.1)
+    with pytest.raises(HybridflowInputError, match="no valid events"):
+        check_bad_fraction(Counts(5, 0, 5), 1.0)

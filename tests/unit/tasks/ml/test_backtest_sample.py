@@ -1,0 +1,107 @@
+"""The backtest's refit at T-2H on a label-free sample of the earlier snapshot's training rows
+(tasks.ml.backtest.backtest_sample, SnapshotStream.train_sample): what keeps its cost bounded
+at scale without letting anything after its cutoff decide what it sees."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from infra.settings import TrainingSettings
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+from infra.storage.store import LocalFolderStore
+from tasks.ml import backtest as backtest_module
+from tasks.ml.backtest import backtest_sample, train_backtest_model
+from tasks.ml.normalizer import Normalizer
+from tasks.ml.snapshot_reader import SnapshotStream
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
+
+
+@pytest.fixture(scope="module")
+def earlier(tmp_path_factory):
+    store = LocalFolderStore(tmp_path_factory.mktemp("sample-store"))
+    _, prepared = publish_synthetic_snapshot(store, "earlier", rows=6000, seed=5)
+    manifest = read_dataset_manifest(store, prepared.snapshot_prefix)
+    normalizer = Normalizer.model_validate(manifest.metadata["normalizer"])
+    data = SnapshotStream(local_dataset_dir(store, manifest), normalizer.features, chunk_rows=500)
+    return data, normalizer
+
+
+def _train_ids(data: SnapshotStream) -> set[str]:
+    ids: set[str] = set()
+    for path in data.splits["train"].files:
+        ids.update(pq.read_table(path, columns=["customer_id"])["customer_id"].to_pylist())
+    return ids
+
+
+def _kept_labels(data: SnapshotStream, split: str) -> np.ndarray:
+    return np.concatenate([y for _, y in data.chunks(split)])
+
+
+def test_a_train_sample_keeps_a_fixed_share_of_customers_and_val_and_test_whole(earlier):
+    data, _ = earlier
+    sample = data.train_sample(0.25)
+    rows = data.rows("train")
+    assert 0.18 * rows < sample.rows("train") < 0.32 * rows
+    assert sum(len(y) for _, y in sample.chunks("train")) == sample.rows("train")
+    assert sum(len(y) for _, y in sample.chunks("train", seed=3, epoch=2)) == sample.rows("train")
+    for split in ("val", "test"):
+        assert sample.rows(split) == data.rows(split)
+        assert np.array_equal(_kept_labels(sample, split), _kept_labels(data, split))
+    # the same customers every time, and views of the sample keep it
+    again = data.train_sample(0.25)
+    assert np.array_equal(_kept_labels(again, "train"), _kept_labels(sample, "train"))
+    assert sample.with_features(data.features[:3]).rows("train") == sample.rows("train")
+    assert data.train_sample(1.0) is data
+
+
+def test_which_customers_a_sample_keeps_never_depends_on_labels(earlier, tmp_path):
+    data, _ = earlier
+    # the same snapshot with every label flipped: the kept rows are the same customers
+    flipped = tmp_path / "flipped"
+    for split, info in data.splits.items():
+        (flipped / f"split={split}").mkdir(parents=True)
+        for path in info.files:
+            table = pq.read_table(path)
+            label = pc.subtract(1, table["label"])
+            table = table.set_column(table.schema.get_field_index("label"), "label", label)
+            pq.write_table(table, flipped / f"split={split}" / path.name)
+    other = SnapshotStream(flipped, data.features, chunk_rows=500)
+    a, b = data.train_sample(0.3), other.train_sample(0.3)
+    assert a.rows("train") == b.rows("train")
+    ya, yb = _kept_labels(a, "train"), _kept_labels(b, "train")
+    assert np.array_equal(ya, 1.0 - yb)
+    xa = np.concatenate([x for x, _ in a.chunks("train")])
+    xb = np.concatenate([x for x, _ in b.chunks("train")])
+    assert np.array_equal(xa, xb)
+    assert len(_train_ids(data)) == data.rows("train")
+
+
+def test_the_backtest_fits_on_a_sample_only_above_its_row_cap(earlier):
+    data, _ = earlier
+    rows = data.rows("train")
+    assert backtest_sample(data, 0) is data
+    assert backtest_sample(data, rows) is data
+    cut = backtest_sample(data, rows // 4)
+    assert 0.18 * rows < cut.rows("train") < 0.32 * rows
+    assert cut.rows("val") == data.rows("val")
+
+
+def test_a_backtest_fit_sees_only_the_sampled_rows(earlier, monkeypatch):
+    data, normalizer = earlier
+    seen: list[int] = []
+    family = backtest_module.get_family("logistic")
+    real_fit = type(family).fit
+
+    def counting_fit(self, spec, job):
+        seen.append(job.data.rows("train"))
+        return real_fit(self, spec, job)
+
+    monkeypatch.setattr(type(family), "fit", counting_fit)
+    settings = TrainingSettings(backtest_max_rows=data.rows("train") // 4)
+    model = train_backtest_model(data, normalizer, family.spec({}), settings, torch.device("cpu"))
+    assert model is not None
+    assert seen and seen[0] < data.rows("train") // 3
