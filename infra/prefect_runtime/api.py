@@ -21,11 +21,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from infra import startup
 from infra.child_processes import die_with_parent
 from infra.prefect_runtime.database import configured_sqlite_file, seed_database, template_path
+
+if TYPE_CHECKING:
+    from infra.settings import HybridflowSettings
 
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 # what Prefect 3.9's SubprocessASGIServer sets for its temporary server (no UI)
@@ -154,21 +157,19 @@ def api_configured() -> bool:
     return bool(get_current_settings().api.url)
 
 
-def start_temporary_api() -> None:
+def start_temporary_api(settings: HybridflowSettings | None = None) -> None:
     """Find or start this command's API now, once per process, unless an API is configured;
-    returns without waiting for it to answer. By default the warm API of this Prefect home
-    (:func:`infra.prefect_runtime.warm_api.attach`: reused, or started and left running for the next command);
-    with ``HYBRIDFLOW_WARM_API=false`` a temporary subprocess, stopped when the process exits.
-    A home without a database gets the installation's empty migrated one first
+    returns without waiting for it to answer. With ``settings`` whose ``warm_api`` is on (the
+    CLI passes its settings), the warm API of this Prefect home
+    (:func:`infra.prefect_runtime.warm_api.attach`: reused, or started and left running for the
+    next command); else a temporary subprocess, stopped when the process exits. A home without a
+    database gets the installation's empty migrated one first
     (:mod:`infra.prefect_runtime.database`)."""
     global _started
     with _lock:
         if api_configured():
             return
-        from infra.settings import get_settings
-
-        settings = get_settings()
-        if settings.warm_api:
+        if settings is not None and settings.warm_api:
             from infra.prefect_runtime.warm_api import attach
 
             warm = attach(settings.warm_api_idle_seconds, startup_timeout_s())

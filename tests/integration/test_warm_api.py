@@ -32,7 +32,8 @@ from prefect import flow
 def probe() -> int:
     return 11
 
-prefect_api.start_temporary_api()
+from infra.settings import get_settings
+prefect_api.start_temporary_api(get_settings())
 with prefect_api.prefect_api():
     assert probe() == 11
 api = prefect_api._started
