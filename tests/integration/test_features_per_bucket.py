@@ -102,6 +102,9 @@ def _names_its_events(store, result, validated) -> None:
     assert SourceEvents.of(read_dataset_manifest(store, result.training_prefix)) is None
 
 
+@pytest.mark.slow(
+    reason="the features stage three ways (Spark tasks per bucket, Spark SQL, in process) on the same validated demo events"
+)
 def test_buckets_and_spark_sql_give_the_in_process_outputs(spark, local_store, validated):
     origins, n = Origins(count=3, stride_days=45), 6  # and the last 6 events per customer
     here = features_stage(
