@@ -29,7 +29,7 @@ snapshot-only endpoint.
    baseline's p99 over this p99 (goal: p99 < 10 ms). ``sender_cores`` is the CPU the sending
    process used per second of the stream, ``endpoint_cores`` the ingesting endpoint's.
 3. **in process**: the CPU of reading one customer's fresh features against a snapshot row
-   lookup, and of computing every customer's kept features again when the day moves on.
+   lookup.
 4. **memory**: the online state's bytes per customer (the endpoint's ``/ready``) and what 2M
    customers need; the time to seed the state from the snapshot's events in this process.
 
@@ -178,9 +178,7 @@ def main(results_dir: Path) -> list[dict]:
 
 def _in_process_rows(state, rng: np.random.Generator, names: list[str]) -> list[dict]:
     """CPU a request spends reading one customer's fresh features, against the snapshot
-    lookup it replaces (a row of a float32 matrix, the model's columns); and, with kept
-    features, what computing every row again costs when the day moves on."""
-    from serving.online.events import DAY_US, event_arrays
+    lookup it replaces (a row of a float32 matrix, the model's columns)."""
     from serving.online.features import fresh_features
 
     ids = list(state.row_of)
@@ -195,7 +193,7 @@ def _in_process_rows(state, rng: np.random.Generator, names: list[str]) -> list[
     for customer in picks:
         matrix[state.row_of[customer], columns]
     lookup_s = time.process_time() - started
-    rows = [
+    return [
         {
             "benchmark": "online",
             "subject": "fresh features of one customer, in process (CPU per read)",
@@ -206,42 +204,6 @@ def _in_process_rows(state, rng: np.random.Generator, names: list[str]) -> list[
             "reads": READS,
         }
     ]
-    if not hasattr(state, "refresh"):  # a state without kept features: nothing to refresh
-        return rows
-    next_day = _next_day_event(state, ids[0], DAY_US)
-    state.apply(event_arrays(next_day))
-    started = time.process_time()
-    refreshed = state.refresh()
-    refresh_s = time.process_time() - started
-    rows.append(
-        {
-            "benchmark": "online",
-            "subject": f"the day moves on: every customer's features again ({refreshed:,})",
-            "baseline": "",
-            "us_per_customer": refresh_s / refreshed * 1e6,
-            "s_for_2m_customers": refresh_s / refreshed * 2_000_000,
-        }
-    )
-    return rows
-
-
-def _next_day_event(state, customer: str, day_us: int) -> pa.Table:
-    """One view of ``customer`` a day after the state's newest event."""
-    from infra.storage.events_log import SEGMENT_SCHEMA
-
-    t = state.newest + day_us
-    return pa.table(
-        {
-            "customer_id": [customer],
-            "event_time": pa.array([t], pa.timestamp("us", tz="UTC")),
-            "amount": [0.0],
-            "event_type": ["view"],
-            "quantity": pa.array([1], pa.int32()),
-            "category": pa.nulls(1, pa.string()),
-            "channel": pa.nulls(1, pa.string()),
-        },
-        schema=SEGMENT_SCHEMA,
-    )
 
 
 def _predict_rows(rng, root: Path, endpoint, replica, snapshot_only, start_us: int) -> list[dict]:
