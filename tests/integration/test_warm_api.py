@@ -47,6 +47,7 @@ def home(tmp_path):
     by PID at the end."""
     path = tmp_path / "prefect-home"
     path.mkdir()
+    path = path.resolve()  # as the command's Prefect settings name it
     started: list[ProcessRecord] = []
     yield path, started
     record = read_record(state_dir(path))
