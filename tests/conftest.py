@@ -12,6 +12,9 @@ from infra.prefect_runtime.env import configure_prefect_defaults  # noqa: E402 -
 
 configure_prefect_defaults(Path(tempfile.mkdtemp(prefix="hf-test-prefect-")))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# a command under test starts a temporary Prefect API and stops it at its exit, never a warm one
+# that outlives it (the warm API's own tests enable it with a home of their own, and stop it)
+os.environ["HYBRIDFLOW_WARM_API"] = "false"
 os.environ.setdefault("HYBRIDFLOW_SPARK_DRIVER_MEMORY", "2g")
 os.environ.setdefault("HYBRIDFLOW_SPARK_SHUFFLE_PARTITIONS", "4")
 
