@@ -21,8 +21,8 @@ snapshot-only endpoint.
      snapshot-only endpoint (the baseline under the same load), to the endpoint taking the
      events, and to a replica that follows the log;
    - ``day per second``: the same on the endpoint taking the events, with a day of event time
-     per second of the stream (86,400 times a live stream's pace: every customer's kept
-     features are computed again each second, the worst case for them).
+     per second of the stream (86,400 times a live stream's pace: the windows roll every
+     second, the worst case for anything the state keeps per day).
 
    ``ratio`` is requests/s against the idle baseline's (the issue's goal: >= 0.8), and
    ``ratio_same_load`` against the baseline under the same stream; ``p99_ratio`` the idle
