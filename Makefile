@@ -14,7 +14,7 @@ export PREFECT_HOME ?= $(CURDIR)/.hybridflow/prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: install postgres demo test test-fast bench lint clean up down
+.PHONY: install postgres demo test test-fast bench bench-30m lint clean up down
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17+ is required for Spark: apt-get install openjdk-17-jre-headless"; exit 2; }
@@ -55,6 +55,10 @@ test-fast: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# issue 34's headline: hybridflow run on 2M customers / 29.9M events against DuckDB + torch, wall and peak RSS
+bench-30m: install
+	BENCH_RUN_CUSTOMERS=2000000 BENCH_RUN_DAYS=365 $(BIN)/python -m bench run
 
 lint: install
 	$(BIN)/ruff check .

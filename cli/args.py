@@ -116,7 +116,7 @@ def check_events_and_start_engines(args: argparse.Namespace) -> None:
     given = InputOptions.model_validate(_input_options(args))
     options = given.merged_with(input_defaults(settings))
     found = inspect_events(events_path(args), options)
-    start_temporary_api()
+    start_temporary_api(settings)
     cluster = SparkOnDemand(settings).local_cores() is None
     if run_needs_spark(
         engine_inputs(found, settings.in_process_rows, cluster, options.timestamp_format)

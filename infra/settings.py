@@ -465,6 +465,18 @@ class HybridflowSettings(BaseSettings):
         gt=0,
         description="deployed mode: a stage run no worker picks up within this is cancelled",
     )
+    warm_api: bool = Field(
+        default=True,
+        description="without PREFECT_API_URL, commands that run flows share a warm Prefect API "
+        "the first one starts (127.0.0.1, one per PREFECT_HOME) instead of each starting and "
+        "stopping a temporary one; false: a temporary API per command",
+    )
+    warm_api_idle_seconds: float = Field(
+        default=1800.0,
+        gt=0,
+        description="the warm Prefect API stops itself after this long without a command "
+        "using it and without a request (`hybridflow down` stops it at once)",
+    )
 
     @model_validator(mode="after")
     def _drift_follows_in_process_rows(self) -> HybridflowSettings:

@@ -12,20 +12,25 @@ from infra.prefect_runtime.env import configure_prefect_defaults  # noqa: E402 -
 
 configure_prefect_defaults(Path(tempfile.mkdtemp(prefix="hf-test-prefect-")))
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# a command under test starts a temporary Prefect API and stops it at its exit, never a warm one
+# that outlives it (the warm API's own tests enable it with a home of their own, and stop it)
+os.environ["HYBRIDFLOW_WARM_API"] = "false"
 os.environ.setdefault("HYBRIDFLOW_SPARK_DRIVER_MEMORY", "2g")
 os.environ.setdefault("HYBRIDFLOW_SPARK_SHUFFLE_PARTITIONS", "4")
 
 OUTPUT_DIR = Path(__file__).parent / "output"
-# the order test files are handed to the test processes in: longest first
-FILE_ORDER_BY_MARKER = ("e2e", "integration")
+# the order test files are handed to the test processes in: longest first (a file with a
+# `slow` test before the other integration files: docs/testing.md lists them and why)
+FILE_ORDER_BY_MARKER = ("e2e", "slow", "integration")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Hand the stack test files out first, then the integration files, then the rest (a file
-    ranks by its slowest marker; its tests keep their order): with ``--dist loadfile
-    --no-loadscope-reorder`` (``make test``) the minutes-long stack files start at once and the
-    short files fill in around them, so both processes finish together. (xdist's own order,
-    files with the most tests first, left the stacks for the end.)"""
+    """Hand the stack test files out first, then the files with a ``slow`` test, then the other
+    integration files, then the rest (a file ranks by its slowest marker; its tests keep their
+    order): with ``--dist loadfile --no-loadscope-reorder`` (``make test``) the minutes-long
+    stack files start at once and the short files fill in around them, so both processes finish
+    together. (xdist's own order, files with the most tests first, left the stacks for the
+    end.) A ``slow`` marker must say why (``reason=``)."""
 
     def marker_rank(item: pytest.Item) -> int:
         marks = {m.name for m in item.iter_markers()}
@@ -36,6 +41,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     file_rank: dict[Path, int] = {}
     for item in items:
+        for mark in item.iter_markers("slow"):
+            if not mark.kwargs.get("reason"):
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.slow needs a reason=")
         file_rank[item.path] = min(
             file_rank.get(item.path, len(FILE_ORDER_BY_MARKER)), marker_rank(item)
         )
@@ -58,6 +66,34 @@ def spark(settings):
     session = get_spark(settings)
     yield session
     session.stop()
+
+
+# Spark for tiny inputs whose cost is Spark's planning, not their rows: one shuffle partition, no
+# adaptive re-planning, expressions interpreted instead of compiled (a wide examples query at three
+# origins: about 9 -> 4 s of CPU each). The answers are Spark's either way; the stage, pipeline,
+# parity-at-stage and job-budget tests run Spark as hybridflow configures it.
+TINY_INPUT_SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
+
+@pytest.fixture
+def tiny_spark(spark):
+    """The session's Spark with :data:`TINY_INPUT_SPARK_CONF` for one test (restored after)."""
+    before = {key: spark.conf.get(key, None) for key in TINY_INPUT_SPARK_CONF}
+    for key, value in TINY_INPUT_SPARK_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        yield spark
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 @pytest.fixture(scope="session")

@@ -43,7 +43,9 @@ def _cell(value: object) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the drift check in this process; exit 3 when anything drifted."""
-    start_temporary_api()
+    from infra.settings import get_settings
+
+    start_temporary_api(get_settings())
     from flows.artifacts import drift_table_rows
     from flows.drift import DriftParams, drift_flow
     from tasks.stages.drift import drift_status_line

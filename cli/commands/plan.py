@@ -193,7 +193,9 @@ def run_cost(args: argparse.Namespace) -> int:
 
 def run_profile(args: argparse.Namespace) -> int:
     """Run a profiling run in this process (for the pool this machine belongs to)."""
-    start_temporary_api()
+    from infra.settings import get_settings
+
+    start_temporary_api(get_settings())
     from flows.profiling import ProfileParams, profile_flow
 
     with prefect_api():

@@ -38,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the refresh flow and print what happened."""
-    start_temporary_api()
+    from infra.settings import get_settings
+
+    start_temporary_api(get_settings())
     from flows.refresh import RefreshParams, refresh_flow
 
     with prefect_api():

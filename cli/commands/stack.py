@@ -48,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "0 = no cluster, local[*] in the cpu-pool's flow runs)",
     )
     p.set_defaults(handler=run_up)
-    p = sub.add_parser("down", help="stop what `hybridflow up` started")
+    p = sub.add_parser(
+        "down", help="stop what `hybridflow up` started, and the warm Prefect API of `run`"
+    )
     p.set_defaults(handler=run_down)
     p = sub.add_parser("status", help="show what `hybridflow up` started and whether it runs")
     p.set_defaults(handler=run_status)
@@ -83,11 +85,12 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    """Stop the stack."""
+    """Stop the stack, and the warm Prefect API the embedded commands share."""
+    from infra.prefect_runtime.warm_api import stop_warm_api
     from infra.settings import get_settings
     from infra.stack.lifecycle import down
 
-    print("\n".join(down(get_settings())))
+    print("\n".join([*down(get_settings()), stop_warm_api()]))
     return EXIT_OK
 
 
@@ -97,5 +100,19 @@ def run_status(args: argparse.Namespace) -> int:
     from infra.stack.lifecycle import status
 
     healthy, lines = status(get_settings())
-    print("\n".join(lines))
+    print("\n".join([*lines, warm_api_line()]))
     return EXIT_OK if healthy else EXIT_FAILURE
+
+
+def warm_api_line() -> str:
+    """The warm Prefect API of the embedded commands, if one runs (not part of the stack: it
+    does not change `status`'s exit code)."""
+    from infra.prefect_runtime.warm_api import running_record
+
+    record = running_record()
+    if record is None:
+        return "warm Prefect API of `hybridflow run`: not running"
+    return (
+        f"warm Prefect API of `hybridflow run`: {record.url} (pid {record.pid}; stops after "
+        f"{record.idle_seconds:.0f} s unused, or with `hybridflow down`)"
+    )

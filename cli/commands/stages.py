@@ -69,7 +69,7 @@ def run_train(args: argparse.Namespace) -> int:
     from tasks.reporting.records import require_stage_manifest
 
     require_stage_manifest(open_store(get_settings().store), args.run_id, "preprocess")
-    start_temporary_api()
+    start_temporary_api(get_settings())
     from flows.params import StageParams
     from flows.train import train_flow
 
@@ -89,7 +89,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_infer(args: argparse.Namespace) -> int:
     """Batch-score with production or a given version."""
-    start_temporary_api()
+    from infra.settings import get_settings
+
+    start_temporary_api(get_settings())
     from flows.batch_inference import batch_inference_flow
     from flows.params import StageParams
 

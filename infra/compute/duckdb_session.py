@@ -24,10 +24,7 @@ def duckdb_connection(
     """A new in-memory DuckDB database with the memory limit (``memory``, default
     :func:`memory_limit`), a private spill folder and UTC as its time zone, on ``threads``
     threads (default: DuckDB's, one per core); close it when done."""
-    settings = get_settings()
-    spill_root = settings.work_dir / "spill"
-    spill_root.mkdir(parents=True, exist_ok=True)
-    spill = spill_root / f"duckdb-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    spill = _spill_root() / f"duckdb-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     config: dict[str, str | int] = {
         "memory_limit": memory or memory_limit(),
         "temp_directory": str(spill),
@@ -42,11 +39,16 @@ def duckdb_connection(
 def scratch_dir(purpose: str) -> Path:
     """A new empty folder of this process under the work dir's spill folder, for files a
     stage writes beside DuckDB's own spill (the caller removes it)."""
-    root = get_settings().work_dir / "spill"
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{purpose}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    path = _spill_root() / f"{purpose}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     path.mkdir()
     return path
+
+
+def _spill_root() -> Path:
+    """The work dir's spill folder (created)."""
+    root = get_settings().work_dir / "spill"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
 
 
 IN_PROCESS_REMEDY = (

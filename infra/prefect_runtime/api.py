@@ -1,10 +1,12 @@
-"""Prefect's temporary API, started at the front door instead of at the first flow call.
+"""Prefect's API for a command that runs flows, found or started at the front door.
 
 Without a configured server Prefect starts a temporary API (a uvicorn subprocess) when the first
 flow begins: the process first imports Prefect's whole server to do so (~2.7 s) and then waits for
-it (~4 s on an idle 2-core box), after the flows, torch and PySpark have been imported. Started
-here, as the CLI's first act, the same subprocess boots while this process imports and the JVM
-starts; :func:`prefect_api` waits for it (by then usually ready) and points Prefect at it.
+it (~4 s on an idle 2-core box), after the flows, torch and PySpark have been imported. Here, as
+the CLI's first act, the command attaches to the warm API the previous command left running
+(:mod:`infra.prefect_runtime.warm_api`; started now if there is none) or, with ``HYBRIDFLOW_WARM_API=false``,
+starts the same temporary subprocess, which boots while this process imports and the JVM starts;
+:func:`prefect_api` waits for it (by then usually ready) and points Prefect at it.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from infra import startup
 from infra.child_processes import die_with_parent
 from infra.prefect_runtime.database import configured_sqlite_file, seed_database, template_path
+
+if TYPE_CHECKING:
+    from infra.settings import HybridflowSettings
 
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 # what Prefect 3.9's SubprocessASGIServer sets for its temporary server (no UI)
@@ -31,7 +37,18 @@ TEMPORARY_SERVER_ENV = {
     "PREFECT__SERVER_EPHEMERAL": "1",
     "PREFECT__SERVER_FINAL": "1",
 }
-_started: TemporaryApi | None = None
+
+
+class ApiProcess(Protocol):
+    """The API a command's flows talk to: a :class:`TemporaryApi` or a warm one."""
+
+    @property
+    def url(self) -> str: ...
+
+    def wait_ready(self, timeout_s: float) -> None: ...
+
+
+_started: ApiProcess | None = None
 _lock = threading.Lock()
 
 
@@ -140,17 +157,34 @@ def api_configured() -> bool:
     return bool(get_current_settings().api.url)
 
 
-def start_temporary_api() -> None:
-    """Start the temporary API subprocess now, once per process, unless an API is configured;
-    returns at once. A home without a database gets the installation's empty migrated one
-    first (:mod:`infra.prefect_runtime.database`). The subprocess is stopped when the process exits."""
+def start_temporary_api(settings: HybridflowSettings | None = None) -> None:
+    """Find or start this command's API now, once per process, unless an API is configured;
+    returns without waiting for it to answer. With ``settings`` whose ``warm_api`` is on (the
+    CLI passes its settings), the warm API of this Prefect home
+    (:func:`infra.prefect_runtime.warm_api.attach`: reused, or started and left running for the
+    next command); else a temporary subprocess, stopped when the process exits. A home without a
+    database gets the installation's empty migrated one first
+    (:mod:`infra.prefect_runtime.database`)."""
     global _started
     with _lock:
         if api_configured():
             return
+        if settings is not None and settings.warm_api:
+            from infra.prefect_runtime.warm_api import attach
+
+            warm = attach(settings.warm_api_idle_seconds, startup_timeout_s())
+            atexit.register(warm.release)
+            _started = warm
+            return
         seed_database(configured_sqlite_file(), template_path())
-        _started = TemporaryApi()
-        atexit.register(_started.stop)
+        temporary = TemporaryApi()
+        atexit.register(temporary.stop)
+        _started = temporary
+
+
+def startup_timeout_s() -> float:
+    """How long a command waits for its API to answer (``STARTUP_TIMEOUT_ENV``, default 120)."""
+    return float(os.environ.get(STARTUP_TIMEOUT_ENV, "120"))
 
 
 @contextmanager
@@ -166,7 +200,7 @@ def prefect_api() -> Iterator[None]:
         return
     from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
 
-    _started.wait_ready(float(os.environ.get(STARTUP_TIMEOUT_ENV, "120")))
+    _started.wait_ready(startup_timeout_s())
     startup.mark("api_ready")
     # no UI is served: no "View at" links to it (Prefect derives them from the API's URL)
     with temporary_settings(updates={PREFECT_API_URL: _started.url, PREFECT_UI_URL: ""}):

@@ -6,7 +6,9 @@ Most customers are active on few days in a year, so each customer has :data:`SLO
 (day, events, purchases, amount) in place of a ring of every day: a day takes a free slot (one
 never used, or one whose day has left the longest window), and nothing needs clearing when the
 days move on. A customer with events on more than :data:`SLOTS` days of the ring gets a ring of
-every day from a pool, for good (its slots are moved into it): at most :data:`RING_BYTES` more.
+every day from a pool (its slots are moved into it): at most :data:`RING_BYTES` more, until
+the days leaving the window leave it with events on :data:`SLOTS` days or fewer; then its days
+move back into its slots and the ring goes back to the pool for the next busy customer.
 Counts are uint16; a day's count past 65,535 keeps the rest in a side table.
 """
 
@@ -23,6 +25,9 @@ COUNT_MAX = int(np.iinfo(np.uint16).max)
 SLOT_BYTES = SLOTS * (2 + 2 + 2 + 8) + 4  # the slots and the customer's pool ring number
 RING_BYTES = RING_DAYS * (2 + 2 + 8)  # a pool ring
 _WINDOWS = np.asarray(WINDOWS_DAYS, dtype=np.int64)
+# by a day's age (days before the cutoff day, RING_DAYS for older): the shortest window that
+# holds it (len(WINDOWS_DAYS): none)
+_SHORTEST = np.searchsorted(_WINDOWS, np.arange(RING_DAYS + 1), side="right").astype(np.int32)
 
 
 class DayBuckets:
@@ -36,7 +41,8 @@ class DayBuckets:
         self._n_p = np.zeros((0, SLOTS), dtype=np.uint16)
         self._amount = np.zeros((0, SLOTS), dtype=np.float64)
         self._ring_of = np.zeros(0, dtype=np.int32)  # each row's pool ring, -1 for none
-        self._rings = 0
+        self._rings = 0  # rings of the pool ever handed out
+        self._free: list[int] = []  # rings handed back (all zero), taken before new ones
         self._ring_n = np.zeros((0, RING_DAYS), dtype=np.uint16)
         self._ring_n_p = np.zeros((0, RING_DAYS), dtype=np.uint16)
         self._ring_amount = np.zeros((0, RING_DAYS), dtype=np.float64)
@@ -46,7 +52,7 @@ class DayBuckets:
     @property
     def rings(self) -> int:
         """Customers with a ring of every day (events on more than :data:`SLOTS` days)."""
-        return self._rings
+        return self._rings - len(self._free)
 
     def nbytes(self) -> int:
         arrays = (self._day, self._n, self._n_p, self._amount, self._ring_of)
@@ -81,6 +87,7 @@ class DayBuckets:
         for ring in (self._ring_n, self._ring_n_p, self._ring_amount):
             ring[: self._rings, slots] = 0
         self.ring_day = day
+        self._hand_back_quiet_rings()
         oldest = day - RING_DAYS
         for row in list(self._overflow):
             kept = {d: v for d, v in self._overflow[row].items() if d > oldest}
@@ -88,6 +95,34 @@ class DayBuckets:
                 self._overflow[row] = kept
             else:
                 del self._overflow[row]
+
+    def _hand_back_quiet_rings(self) -> None:
+        """Move the days of rings with events on :data:`SLOTS` days or fewer back into their
+        customers' slots, and hand those rings back to the pool."""
+        if self.rings == 0:
+            return
+        rows = np.flatnonzero(self._ring_of >= 0)
+        ring = self._ring_of[rows]
+        active = self._ring_n[ring] > 0
+        quiet = active.sum(axis=1) <= SLOTS
+        if not quiet.any():
+            return
+        rows, ring, active = rows[quiet], ring[quiet], active[quiet]
+        which, cell = np.nonzero(active)
+        oldest = self.ring_day - RING_DAYS + 1
+        day = oldest + (cell - oldest) % RING_DAYS
+        # the k-th active day of a ring goes to slot k (every slot of a ringed row is EMPTY)
+        runs = np.flatnonzero(np.r_[True, which[1:] != which[:-1]])
+        slot = np.arange(which.size) - np.repeat(runs, np.diff(np.r_[runs, which.size]))
+        flat = rows[which].astype(np.int64) * SLOTS + slot
+        self._day.reshape(-1)[flat] = day - self._base
+        self._n.reshape(-1)[flat] = self._ring_n[ring[which], cell]
+        self._n_p.reshape(-1)[flat] = self._ring_n_p[ring[which], cell]
+        self._amount.reshape(-1)[flat] = self._ring_amount[ring[which], cell]
+        for pool in (self._ring_n, self._ring_n_p, self._ring_amount):
+            pool[ring] = 0
+        self._ring_of[rows] = -1
+        self._free += ring.tolist()
 
     def add(
         self,
@@ -179,8 +214,9 @@ class DayBuckets:
 
     def _to_ring(self, rows: np.ndarray) -> None:
         """Give ``rows`` rings of every day from the pool, their slots' days moved in."""
+        reused = [self._free.pop() for _ in range(min(len(self._free), rows.size))]
         first = self._rings
-        self._rings += rows.size
+        self._rings += rows.size - len(reused)
         if self._rings > len(self._ring_n):
             capacity = max(self._rings, 2 * len(self._ring_n), 64)
             for name in ("_ring_n", "_ring_n_p", "_ring_amount"):
@@ -188,7 +224,7 @@ class DayBuckets:
                 out = np.zeros((capacity, RING_DAYS), dtype=old.dtype)
                 out[: len(old)] = old
                 setattr(self, name, out)
-        ring = np.arange(first, self._rings, dtype=np.int32)
+        ring = np.asarray([*reused, *range(first, self._rings)], dtype=np.int32)
         self._ring_of[rows] = ring
         taken = self._day[rows].astype(np.int64) + self._base
         which, slot = np.nonzero(taken > self.ring_day - RING_DAYS)
@@ -204,12 +240,18 @@ class DayBuckets:
 
     def sums(self, rows: np.ndarray, cutoff_day: int) -> np.ndarray:
         """Events, purchases and amount (the first axis) of each window (:data:`WINDOWS_DAYS`,
-        the last axis) ending at the end of ``cutoff_day`` (no earlier than :attr:`ring_day`),
-        per row of ``rows`` (the middle axis), as doubles."""
-        days = self._day[rows].astype(np.int64) + self._base  # EMPTY: in no window
-        values = np.stack([self._n[rows], self._n_p[rows], self._amount[rows]]).astype(np.float64)
-        inside = (days[..., None] > cutoff_day - _WINDOWS) & (days[..., None] <= cutoff_day)
-        sums = np.einsum("cmk,mkw->cmw", values, inside.astype(np.float64))
+        the middle axis) ending at the end of ``cutoff_day`` (no earlier than
+        :attr:`ring_day`), per row of ``rows`` (the last axis), as doubles."""
+        m = len(rows)
+        # the windows nest: a slot's day is in every window from the shortest that holds it
+        # (none for EMPTY or a day that left), so sum per (shortest window, row), then add up
+        age = (cutoff_day - self._base) - self._day[rows].astype(np.int32)
+        shortest = np.take(_SHORTEST, age, mode="clip")  # an age past RING_DAYS: none
+        bins = (shortest * np.int32(m) + np.arange(m, dtype=np.int32)[:, None]).ravel()
+        sums = np.empty((3, _WINDOWS.size, m))
+        for i, values in enumerate((self._n[rows], self._n_p[rows], self._amount[rows])):
+            per = np.bincount(bins, values.ravel(), (_WINDOWS.size + 1) * m)
+            np.cumsum(per.reshape(-1, m)[: _WINDOWS.size], axis=0, out=sums[i])
         ring_of = self._ring_of[rows]
         ringed = np.flatnonzero(ring_of >= 0)
         if ringed.size:
@@ -217,13 +259,13 @@ class DayBuckets:
             every_day = np.stack(
                 [self._ring_n[ring], self._ring_n_p[ring], self._ring_amount[ring]]
             )
-            sums[:, ringed] += _ring_sums(every_day, self.ring_day, cutoff_day)
+            sums[..., ringed] += _ring_sums(every_day, self.ring_day, cutoff_day).transpose(0, 2, 1)
         if self._overflow:
             for i in np.flatnonzero(np.isin(rows, list(self._overflow))).tolist():
                 for d, (more_n, more_p) in self._overflow[int(rows[i])].items():
                     late = d > cutoff_day - _WINDOWS
-                    sums[0, i, late] += more_n
-                    sums[1, i, late] += more_p
+                    sums[0, late, i] += more_n
+                    sums[1, late, i] += more_p
         return sums
 
 

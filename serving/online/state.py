@@ -414,7 +414,7 @@ class OnlineState:
     def _row_copy(self, row: int, at_least_day: int) -> Reading:
         day = max(at_least_day, self.cutoff_day())
         life = {name: array[row] for name, array in self._life.items()}
-        sums = self._days.sums(np.asarray([row]), day)[:, 0]
+        sums = self._days.sums(np.asarray([row]), day)[:, :, 0]
         mix = {col: counts[row].copy() for col, counts in self._mix.items()}
         newest = self.newest
         return Reading(_aggregates_of_one(life, sums, mix), day, newest)
@@ -489,9 +489,9 @@ def _aggregates(
     for kind in EVENT_TYPE_MIX:
         a[f"_n_{kind}"] = life[f"n_{kind}"].astype(np.float64)
     for j, w in enumerate(WINDOWS_DAYS):
-        a[f"_n_{w}"] = sums[0, :, j]
-        a[f"_n_p_{w}"] = sums[1, :, j]
-        a[f"_amount_{w}"] = np.where(sums[1, :, j] > 0, sums[2, :, j], np.nan)
+        a[f"_n_{w}"] = sums[0, j]
+        a[f"_n_p_{w}"] = sums[1, j]
+        a[f"_amount_{w}"] = np.where(sums[1, j] > 0, sums[2, j], np.nan)
     for col, counts in mix.items():
         c = counts.astype(np.float64)
         present = c > 0

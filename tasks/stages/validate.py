@@ -58,13 +58,13 @@ def validate_stage(
     """Read, validate and publish the run's good events and its quarantine.
 
     Input of up to ``in_process_rows`` rows (the flow passes the run's setting; default: the
-    declared default), CSV or Parquet of one
-    schema, is validated in this process (:mod:`tasks.engines.in_process.validate`) unless a
-    column needs a parser only Spark has (:func:`validates_in_process`); anything else by
-    Spark, started only then (also for a CSV file DuckDB's reader refuses). Rows outside
-    ``bounds`` (the flow passes :func:`event_time_bounds` of the run's settings; default: of
-    the declared defaults, now) are quarantined. Unchanged input files, options, floor,
-    lead and code reuse an earlier run's output (``report.cached``) when it holds for the
+    declared default), CSV or Parquet of one schema, is validated in this process
+    (:mod:`tasks.engines.in_process.validate`) unless a column needs a parser only Spark has
+    (:func:`engine_inputs`); anything else by Spark, started only then (also for a CSV file
+    DuckDB's reader refuses). Rows outside ``bounds`` (the flow passes
+    :func:`~tasks.data.time_windows.event_time_bounds` of the run's settings; default: of the
+    declared defaults, now) are quarantined. Unchanged input files, options, floor, lead and
+    code reuse an earlier run's output (``report.cached``) when it holds for the
     bounds of now too (:func:`cached_within`). The quarantine is published even when the bad
     fraction is over ``max_bad_fraction``, so the user can look at it (``on_quarantine`` gets
     the result first); then the stage fails with an input error.
@@ -87,33 +87,7 @@ def validate_stage(
         log.info("validate: the cached output was checked against another clock; recomputing")
         result = None
     if result is None:
-        found = inspect_events(path, options)
-        choice = choose_engine(
-            "validate",
-            engine_inputs(
-                found,
-                in_process_rows_or_default(in_process_rows),
-                timestamp_format=options.timestamp_format,
-            ),
-        )
-        log.info("validate: %s (%s)", choice.engine, choice.reason)
-        started = time.perf_counter()
-        try:
-            outputs = engines.validator(choice.engine, spark).validate(
-                store, run_id, found, options, bounds
-            )
-        except CsvNotReadInProcessError as exc:
-            log.warning("DuckDB cannot read the CSV (%s): validating with Spark", exc)
-            outputs = engines.validator(SPARK, spark).validate(
-                store, run_id, found, options, bounds
-            )
-        result = _validated(started, store, path, outputs)
-        result = result.model_copy(
-            update={
-                "event_time_ceiling": bounds.ceiling,
-                "report": result.report.with_engine(choice),
-            }
-        )
+        result = _validate_now(spark, store, run_id, path, options, bounds, in_process_rows)
         save_cached(
             store,
             "validate",
@@ -126,6 +100,41 @@ def validate_stage(
         on_quarantine(result)
     check_bad_fraction(result, max_bad_fraction)
     return result
+
+
+def _validate_now(
+    spark: SparkSession | SessionProvider,
+    store: ObjectStore,
+    run_id: str,
+    path: Path,
+    options: InputOptions,
+    bounds: RowBounds,
+    in_process_rows: int | None,
+) -> ValidateResult:
+    """Validate and publish with the engine chosen once for the input at ``path`` (Spark when
+    DuckDB's reader refuses a CSV): the result, with its engine and the bounds' ceiling."""
+    found = inspect_events(path, options)
+    choice = choose_engine(
+        "validate",
+        engine_inputs(
+            found,
+            in_process_rows_or_default(in_process_rows),
+            timestamp_format=options.timestamp_format,
+        ),
+    )
+    log.info("validate: %s (%s)", choice.engine, choice.reason)
+    started = time.perf_counter()
+    try:
+        outputs = engines.validator(choice.engine, spark).validate(
+            store, run_id, found, options, bounds
+        )
+    except CsvNotReadInProcessError as exc:
+        log.warning("DuckDB cannot read the CSV (%s): validating with Spark", exc)
+        outputs = engines.validator(SPARK, spark).validate(store, run_id, found, options, bounds)
+    result = _validated(started, store, path, outputs)
+    return result.model_copy(
+        update={"event_time_ceiling": bounds.ceiling, "report": result.report.with_engine(choice)}
+    )
 
 
 def cached_within(result: ValidateResult, bounds: RowBounds) -> bool:

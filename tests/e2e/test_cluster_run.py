@@ -100,6 +100,9 @@ def events(tmp_path):
     return out
 
 
+@pytest.mark.slow(
+    reason="a two-worker Spark cluster and two `hybridflow run` pipelines (local mode and a client-mode driver)"
+)
 def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events):
     from infra.stack.processes import launcher_into, stop
     from infra.stack.spark_cluster import (

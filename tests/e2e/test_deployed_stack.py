@@ -66,6 +66,9 @@ def _artifacts(client, flow_run_ids) -> dict[str, object]:
     return {a.key: a for a in found if a.key}
 
 
+@pytest.mark.slow(
+    reason="the production-shaped stack (PostgreSQL, a two-worker Spark cluster with Connect, moto S3, both workers) and two pipeline runs dispatched over it, one killed mid-training"
+)
 def test_deployed_pipeline_over_pools_survives_a_killed_gpu_worker(stack_env, tmp_path, output_dir):
     from infra.stack.processes import ProcessRecord, is_alive, kill_tree
 

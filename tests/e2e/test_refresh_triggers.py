@@ -39,6 +39,9 @@ def stack_env(stack_base_env, tmp_path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow(
+    reason="a stack (server, both workers), two `hybridflow run` pipelines against it and the refresh its trigger starts"
+)
 def test_drift_starts_a_refresh_through_a_trigger_and_serving_follows(
     stack_env, tmp_path, output_dir
 ):

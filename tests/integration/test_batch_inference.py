@@ -111,6 +111,9 @@ def _progress_artifacts(key: str) -> list:
         )
 
 
+@pytest.mark.slow(
+    reason="prepare-data and batch inference flows on Spark, then the CLI's batch scoring"
+)
 def test_batch_inference_end_to_end(
     spark, prefect_harness, demo_events, tmp_path, monkeypatch, capsys
 ):

@@ -43,6 +43,9 @@ def _temporary_apis(prefect_home) -> list[int]:
     return found
 
 
+@pytest.mark.slow(
+    reason="a whole `hybridflow run` subprocess: interpreter, imports, its temporary Prefect API, three contenders"
+)
 def test_run_json_prints_the_summary_line_last(demo_events, tmp_path):
     proc = _hybridflow(
         ["run", "--events", str(demo_events), "--json"], tmp_path, tmp_path / "store"
@@ -141,6 +144,9 @@ def _four_column_log(demo_events: Path, path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow(
+    reason="a whole `hybridflow run` subprocess on a CSV log: its temporary Prefect API, three contenders"
+)
 def test_first_run_on_a_four_column_log_ends_with_predictions_and_a_leaderboard(
     demo_events, tmp_path
 ):

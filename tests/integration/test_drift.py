@@ -91,6 +91,9 @@ def _events(name: str, flow_run_id: str) -> list[dict]:
     return response.json()["events"]
 
 
+@pytest.mark.slow(
+    reason="the module's production: a pipeline run on the demo data (its fixtures), then drift"
+)
 def test_unshifted_data_flags_nothing_and_records_the_reference(production, store_dir):
     store = LocalFolderStore(store_dir)
     drift = production.drift
@@ -158,6 +161,9 @@ def test_cli_exits_3_on_drift_and_prints_the_table(shifted, cli_store, capsys):
     assert "drift at 2025-12-31 against" in lines[-1]
 
 
+@pytest.mark.slow(
+    reason="Spark's drift aggregates over the features of both demo data sets against numpy's"
+)
 def test_numpy_and_spark_aggregate_the_same_drift(production, shifted, store_dir, spark):
     """Datasets this small are binned in this process; Spark's jobs (``in_process_rows=0``)
     give the same reference (percentile_approx is exact at this size) and the same report."""

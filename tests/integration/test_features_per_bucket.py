@@ -106,6 +106,10 @@ def _names_its_events(store, result, validated) -> None:
     assert SourceEvents.of(read_dataset_manifest(store, result.training_prefix)) is None
 
 
+@pytest.mark.slow(
+    reason="the features stage three ways (Spark tasks per bucket, Spark tasks per partition "
+    "after a shuffle, in process) on the same validated demo events"
+)
 def test_buckets_and_partitions_give_the_in_process_outputs(
     spark, local_store, validated, monkeypatch
 ):

@@ -59,8 +59,11 @@ CHILD = textwrap.dedent(
     port, rows = int(sys.argv[1]), json.loads(sys.stdin.read())
     from pyspark import SparkConf, SparkContext
     from pyspark.sql.connect.session import SparkSession as ConnectSession
+    from infra.compute.spark import QUICK_JIT_OPTIONS
     conf = SparkConf().setMaster("local[2]").setAll([
         ("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin"),
+        # the quick JIT tier, as hybridflow's own local drivers of small inputs run
+        ("spark.driver.extraJavaOptions", QUICK_JIT_OPTIONS),
         ("spark.connect.grpc.binding.address", "127.0.0.1"),
         ("spark.connect.grpc.binding.port", str(port)),
         ("spark.driver.host", "127.0.0.1"), ("spark.driver.bindAddress", "127.0.0.1"),
@@ -129,6 +132,9 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow(
+    reason="a child process starts a second local Spark driver (JVM) with the Connect server, and the server's Python workers run DuckDB per bucket"
+)
 def test_features_on_spark_connect_equal_duckdb():
     rows = _rows()
     payload = json.dumps([(r[0], r[1].isoformat(), *r[2:]) for r in rows])

@@ -67,6 +67,7 @@ def _quarantine_artifact(quarantine_uri: str) -> list[dict]:
     return json.loads(data) if isinstance(data, str) else data
 
 
+@pytest.mark.slow(reason="a pipeline run on a CSV log, its cached re-run and a forced re-run")
 @pytest.mark.integration
 def test_transaction_log_trains_scores_caches_and_reruns_atomically(
     prefect_harness, demo_events, tmp_path

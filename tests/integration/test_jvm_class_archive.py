@@ -42,6 +42,7 @@ def _line(out: str, tag: str) -> str:
     return next(line for line in out.splitlines() if line.startswith(tag + " "))[len(tag) + 1 :]
 
 
+@pytest.mark.slow(reason="starts a new Spark driver (JVM) in a child process")
 def test_the_installations_archive_is_mapped_by_a_new_driver():
     """``make install`` recorded it (``hybridflow jvm-archive``; install fails if that does): a
     new local driver starts from it, with the archive's class path, and the JVM accepts it."""
@@ -57,6 +58,9 @@ def test_the_installations_archive_is_mapped_by_a_new_driver():
     assert "Unable to use shared archive" not in started.stdout + started.stderr
 
 
+@pytest.mark.slow(
+    reason="starts new Spark drivers (JVMs) in child processes, with a broken archive and without one"
+)
 def test_a_broken_archive_is_refused_and_the_driver_runs_without_it(tmp_path):
     archive_path(tmp_path).write_bytes(b"not an archive" * 1000)
     started = _python(START, tmp_path)

@@ -116,6 +116,9 @@ def _describe(pids: list[int]) -> list[str]:
     return [f"{pid}: {_cmdline(pid)[:200]!r} ppid {(_stat(pid) or (0,))[0]}" for pid in pids]
 
 
+@pytest.mark.slow(
+    reason="a `hybridflow run` subprocess up to its first flow run (its temporary Prefect API started), for each signal"
+)
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_killing_hybridflow_run_leaves_no_child_behind(demo_events, tmp_path, how):
     proc = _start_run(demo_events, tmp_path)

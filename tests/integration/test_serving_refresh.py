@@ -19,6 +19,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 AS_OF = dt.date(2025, 12, 31)
 
 
+@pytest.mark.slow(
+    reason="the serving endpoint as a process and a whole `hybridflow refresh` (prepare-data, training, the gate) while it serves"
+)
 def test_refresh_promotes_and_the_endpoint_serves_it(
     tmp_path, demo_events, spark, prefect_harness, monkeypatch, capsys
 ):

@@ -21,6 +21,7 @@ def _schedules(client) -> dict[str, list[bool]]:
     }
 
 
+@pytest.mark.slow(reason="`prefect deploy --all` twice, each importing every flow of prefect.yaml")
 def test_schedules_are_deployed_paused_unless_asked_for(prefect_harness, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL

@@ -27,6 +27,7 @@ def no_api(monkeypatch, tmp_path):
         prefect_api_module._started.stop()
 
 
+@pytest.mark.slow(reason="starts Prefect's temporary API (a uvicorn process) on a new home")
 def test_a_home_seeded_with_the_installations_empty_database_serves_flows(no_api, tmp_path):
     """`make install` recorded the empty database; a new home starts from a copy of it, which
     Prefect accepts as it is (already at the newest migration)."""
@@ -60,6 +61,7 @@ def test_a_home_seeded_with_the_installations_empty_database_serves_flows(no_api
     assert migration(database) == migration(template)
 
 
+@pytest.mark.slow(reason="starts Prefect's temporary API (a uvicorn process) and runs flows on it")
 def test_flows_inside_the_block_run_on_the_temporary_api(no_api):
     from prefect import flow, get_client
     from prefect.events.worker import EventsWorker

@@ -89,6 +89,9 @@ def test_checkpoints_write_read_verify_prune_and_skip_corrupt(s3_store, caplog):
     assert "does not match" in caplog.text
 
 
+@pytest.mark.slow(
+    reason="two training processes (one killed with SIGKILL mid-fit, one resuming) against moto's S3 server"
+)
 @pytest.mark.e2e
 def test_training_killed_with_sigkill_resumes_from_its_last_checkpoint(s3_store, tmp_path):
     _, prepared = publish_synthetic_snapshot(s3_store, "killed", rows=10_000, seed=3)
@@ -242,6 +245,9 @@ def test_two_concurrent_promotions_exactly_one_wins(s3_store):
     assert [h.version for h in record.history] == [winner, record.version]
 
 
+@pytest.mark.slow(
+    reason="torchrun starts two gloo training processes, twice (a fit and its resume)"
+)
 @pytest.mark.e2e
 def test_ddp_two_gloo_processes_checkpoint_once_per_interval_and_resume(
     s3_store, prefect_harness, monkeypatch, capfd

@@ -19,9 +19,11 @@ def test_status_down_and_a_bad_up_without_a_stack(tmp_path):
     stack_dir = tmp_path / "stack"
     status = _cli("status", stack_dir=stack_dir)
     assert status.returncode == 1 and "no stack running" in status.stdout
+    assert "warm Prefect API of `hybridflow run`: not running" in status.stdout
 
     down = _cli("down", stack_dir=stack_dir)
     assert down.returncode == 0 and "nothing to stop" in down.stdout
+    assert "warm Prefect API: none recorded" in down.stdout
 
     missing = tmp_path / "no-such-events"
     up = _cli("up", "--events", str(missing), "--port", "1", stack_dir=stack_dir)

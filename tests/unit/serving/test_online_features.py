@@ -248,3 +248,27 @@ def test_a_customer_read_while_chunks_are_applied_is_never_half_updated():
     writer.join()
     assert torn == []
     assert state.read_one(state.row_of["busy"], 0).aggregates["_n"] == 3 * len(chunks)
+
+
+def test_a_ring_goes_back_to_the_pool_when_its_customer_goes_quiet():
+    rng = np.random.default_rng(9)
+    cutoff = end_of_day_micros(BASE_DAY)
+    # events on SLOTS + 5 days: the 5 oldest leave the window 300 days later
+    busy = [random_event("busy", cutoff - d * DAY_US, rng, True) for d in range(60, 60 + SLOTS)]
+    busy += [random_event("busy", cutoff - d * DAY_US, rng, True) for d in range(360, 365)]
+    state = seeded_state(busy, cutoff, 1)
+    assert state.every_day_customers == 1
+    pool = state.nbytes()
+    later = [random_event("other", cutoff + 100 * DAY_US, rng, True)]
+    state.apply(event_arrays(events_table(later)))
+    assert state.every_day_customers == 0  # its 5 oldest days left: 32 left, back in slots
+    assert_same_features(state, busy + later, BASE_DAY + 100, set(REQUIRED_COLUMNS))
+    assert_same_features(state, busy + later, BASE_DAY + 330, set(REQUIRED_COLUMNS))
+    # the next busy customer takes the ring handed back: the pool does not grow
+    start = cutoff + 101 * DAY_US
+    other = [random_event("next", start + d * DAY_US, rng, True) for d in range(SLOTS + 3)]
+    state.apply(event_arrays(events_table(other)))
+    assert state.every_day_customers == 1
+    assert state.nbytes() == pool
+    last = BASE_DAY + 101 + SLOTS + 2
+    assert_same_features(state, busy + later + other, last, set(REQUIRED_COLUMNS))

@@ -29,6 +29,12 @@ def _events(spark, rows):
     return spark.createDataFrame(rows, schema)
 
 
+@pytest.fixture(autouse=True)
+def _tiny_inputs(tiny_spark):
+    """Tiny inputs: Spark with one shuffle partition, no re-planning, interpreted expressions
+    (``TINY_INPUT_SPARK_CONF`` in tests/conftest.py)."""
+
+
 def _row(cid, day, amount=10.0, etype="purchase", qty=1, cat="home", ch="web"):
     return (cid, dt.datetime(2025, 1, 1) + dt.timedelta(days=day), amount, etype, qty, cat, ch)
 
@@ -115,6 +121,9 @@ def test_labels_come_from_the_horizon_window_only(spark, events):
     assert labels(dt.datetime(2025, 1, 22), dt.datetime(2025, 1, 28)) == {"A": 0.0, "B": 0.0}
 
 
+@pytest.mark.slow(
+    reason="Spark runs the wide query once for every cutoff and again for each cutoff alone"
+)
 def test_every_cutoff_from_one_pass_equals_each_cutoff_alone(spark, events):
     cutoffs = [
         Cutoff("early", dt.datetime(2025, 1, 10), label_until=dt.datetime(2025, 1, 20)),

@@ -45,14 +45,9 @@ DOCS = Path(__file__).parents[4] / "docs" / "data-contract.md"
 
 
 @pytest.fixture
-def small_shuffles(spark):
-    """Tiny inputs: one shuffle partition saves most of the per-job task overhead."""
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", "1")
-    try:
-        yield spark
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", before)
+def small_shuffles(tiny_spark):
+    """Tiny inputs: Spark with one shuffle partition, no re-planning, interpreted expressions."""
+    return tiny_spark
 
 
 def _features(spark, rows, columns=ALL_COLUMNS, slices=2) -> dict[str, dict]:
@@ -177,24 +172,38 @@ def _split_compare(got: dict[str, dict]) -> None:
                 assert right[cid][name] == pytest.approx(value, rel=1e-9, abs=1e-9), (cid, name)
 
 
-@PROPERTY
-@given(past=events_strategy, future=events_strategy)
-def test_events_after_the_cutoff_never_change_features(small_shuffles, past, future):
-    # One Spark job per example: the plain history ("L|") and the history plus later events
-    # ("R|", including customers seen only later) side by side.
-    future = [(c, d + 1e-3, *rest) for c, d, *rest in future]
-    rows = _rows(past, prefix="L|") + _rows(past, prefix="R|") + _rows(future, -1.0, "R|")
-    rows += _rows([("late", 3.0, 1.0, "purchase", 1, None, None)], -1.0, "R|")
+# Spark pays its cost per job, not per row: each example is a batch of up to CASES generated
+# cases in one job, every case under a customer prefix of its own (features are per customer, so
+# cases never see each other). Four jobs check up to 24 cases where ten jobs checked ten.
+CASES = 6
+BATCHED = settings(PROPERTY, max_examples=4)
+
+
+@BATCHED
+@given(cases=st.lists(st.tuples(events_strategy, events_strategy), min_size=1, max_size=CASES))
+def test_events_after_the_cutoff_never_change_features(small_shuffles, cases):
+    # The plain history ("L|") and the history plus later events ("R|", including customers
+    # seen only later) side by side, every case in the same job.
+    rows = _rows([("late", 3.0, 1.0, "purchase", 1, None, None)], -1.0, "R|")
+    for i, (past, future) in enumerate(cases):
+        future = [(c, d + 1e-3, *rest) for c, d, *rest in future]
+        rows += _rows(past, prefix=f"L|{i}.") + _rows(past, prefix=f"R|{i}.")
+        rows += _rows(future, -1.0, f"R|{i}.")
     _split_compare(_features(small_shuffles, rows))
 
 
-@PROPERTY
-@given(past=events_strategy, seed=st.integers(0, 10_000))
-def test_shuffling_input_rows_never_changes_features(small_shuffles, past, seed):
-    shuffled = list(past)
-    random.Random(seed).shuffle(shuffled)
-    rows = _rows(past, prefix="L|") + _rows(shuffled, prefix="R|")
-    random.Random(seed + 1).shuffle(rows)
+@BATCHED
+@given(
+    cases=st.lists(st.tuples(events_strategy, st.integers(0, 10_000)), min_size=1, max_size=CASES),
+    seed=st.integers(0, 10_000),
+)
+def test_shuffling_input_rows_never_changes_features(small_shuffles, cases, seed):
+    rows = []
+    for i, (past, case_seed) in enumerate(cases):
+        shuffled = list(past)
+        random.Random(case_seed).shuffle(shuffled)
+        rows += _rows(past, prefix=f"L|{i}.") + _rows(shuffled, prefix=f"R|{i}.")
+    random.Random(seed).shuffle(rows)
     _split_compare(_features(small_shuffles, rows, slices=3))
 
 

@@ -54,6 +54,9 @@ def _shuffles(df) -> int:
     return sum("ShuffledRowRDD" in line for line in lineage.splitlines())
 
 
+@pytest.mark.slow(
+    reason="validate, features and preprocess on Spark with the backtest at three origins, counting their jobs"
+)
 @ENGINES
 def test_job_budget_per_stage_and_figures_from_the_writes(
     spark, local_store, small_events, in_process_rows, budget
