@@ -17,8 +17,9 @@ from flows.context import current_pool, record_stage_result, resolve_run_id
 from flows.dag import CONTENDER, upstream_results
 from flows.params import StageParams, resolve
 from infra.errors import HybridflowInputError
+from tasks.policy.contending import ContenderResult, TrainingOptions
 from tasks.reporting.records import contender_stage
-from tasks.stages.contenders import ContenderResult, TrainingOptions, launch_contender
+from tasks.stages.contenders import launch_contender
 
 
 @flow(name=CONTENDER.flow_name, retries=1, retry_delay_seconds=5)

@@ -5,7 +5,7 @@
 here or starts ``torchrun -m tasks.stages.train_process``, whose ranks call
 :func:`train_stage` and whose rank 0 hands back the same typed :class:`TrainStageOutput`.
 Which families contend: ``TrainingOptions.families``, else ``HYBRIDFLOW_TRAIN__FAMILIES``; each
-is fitted, calibrated and backtested the same way (:mod:`tasks.stages.contenders`), registered
+is fitted, calibrated and backtested the same way (:mod:`tasks.policy.contending`), registered
 as its own version, and only the champion (:mod:`tasks.ml.champion`) goes to the gate. A
 contender that its own unit of the run already fitted (the pipeline dispatches one per family,
 in parallel) is read back from the store instead of fitted here.
@@ -38,13 +38,7 @@ from tasks.ml.quality import run_backtest
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.ml.training_loop import EpochRecord
 from tasks.ml.warm_start import CODE_VERSION
-from tasks.reporting.records import (
-    FeaturesResult,
-    PreprocessResult,
-    StageReport,
-    TrainResult,
-)
-from tasks.stages.contenders import (
+from tasks.policy.contending import (
     MIN_EXAMPLES_PER_CLASS,
     Contender,
     TrainingInterrupted,
@@ -53,6 +47,12 @@ from tasks.stages.contenders import (
     contend,
     opened_snapshot,
     published_contender,
+)
+from tasks.reporting.records import (
+    FeaturesResult,
+    PreprocessResult,
+    StageReport,
+    TrainResult,
 )
 
 __all__ = [

@@ -24,13 +24,9 @@ from infra.errors import HybridflowInputError, StoreError
 from infra.settings import HybridflowSettings, get_settings
 from infra.storage.store import ObjectStore, open_store
 from tasks.ml.ddp import shutdown_distributed
+from tasks.policy.contending import ContenderResult, TrainingInterrupted, TrainingOptions
 from tasks.reporting.records import FeaturesResult, PreprocessResult, read_stage_manifest
-from tasks.stages.contenders import (
-    ContenderResult,
-    TrainingInterrupted,
-    TrainingOptions,
-    fit_contender,
-)
+from tasks.stages.contenders import fit_contender
 from tasks.stages.train import TrainStageOutput, train_stage
 
 EXIT_INTERRUPTED = 3

@@ -13,8 +13,8 @@ from infra.settings import HybridflowSettings
 from infra.storage.registry import ModelRegistry
 from infra.storage.store import LocalFolderStore
 from tasks.ml.models import get_family
+from tasks.policy.contending import TrainingOptions
 from tasks.reporting.records import contender_stage
-from tasks.stages.contenders import TrainingOptions
 from tasks.stages.train_process import contender_for_run, train_for_run
 from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
