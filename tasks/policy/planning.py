@@ -68,7 +68,9 @@ def contender_costs(
     and training origin), as the workload of its contender unit ``contender-<family>``."""
     costs = []
     for spec in family_specs(families, settings.train.specs):
-        hints = get_family(spec.kind).cost_hints(spec, n_features, settings.train)
+        hints = get_family(spec.kind).cost_hints(
+            spec, n_features, settings.train, settings.sequence_length
+        )
         costs.append(
             ContenderCost(
                 stage=contender_stage(spec.kind),
@@ -85,7 +87,7 @@ def model_cost(families: list[str], n_features: int, settings: HybridflowSetting
     one example per customer and training origin), the largest one may be the model that
     scores."""
     hints = [
-        get_family(spec.kind).cost_hints(spec, n_features, settings.train)
+        get_family(spec.kind).cost_hints(spec, n_features, settings.train, settings.sequence_length)
         for spec in family_specs(families, settings.train.specs)
     ]
     return ModelCost(

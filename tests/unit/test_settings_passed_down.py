@@ -15,9 +15,6 @@ ALLOWED = {
     # the torchrun entry point: the settings of the process torchrun started (its launcher's
     # environment), read once in main() and passed down from there
     "tasks/stages/train_process.py": 1,
-    # left (issue 31): the sequence family's cost hints need the features' sequence length,
-    # which the family protocol's cost_hints(spec, n_features, TrainingSettings) does not carry
-    "tasks/ml/models/sequence.py": 1,
     # left (issue 31): process-level defaults read where no flow is around: DuckDB's memory
     # limit and spill folder (also in Spark's Python workers), the cluster's shared-filesystem
     # check, the S3 store's retries (open_store runs in executors too)

@@ -180,9 +180,14 @@ class ModelFamily(ABC):
 
     @abstractmethod
     def cost_hints(
-        self, spec: FamilySpec, n_features: int, settings: TrainingSettings
+        self,
+        spec: FamilySpec,
+        n_features: int,
+        settings: TrainingSettings,
+        sequence_length: int = 0,
     ) -> CostHints:
-        """Size and work of one model of ``spec`` on ``n_features`` features."""
+        """Size and work of one model of ``spec`` on ``n_features`` features (and, where the
+        features stage publishes them, each customer's last ``sequence_length`` events)."""
 
     def warm_start(self, production: FittedModel, spec: FamilySpec) -> FittedModel | str:
         """A model to continue fitting from ``production`` (same kind and features), or why

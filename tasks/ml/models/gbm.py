@@ -159,7 +159,11 @@ class GBMFamily(ModelFamily):
         return GBMModel(GBMConfig.model_validate(config), files[TREES_FILE].decode())
 
     def cost_hints(
-        self, spec: FamilySpec, n_features: int, settings: TrainingSettings
+        self,
+        spec: FamilySpec,
+        n_features: int,
+        settings: TrainingSettings,
+        sequence_length: int = 0,
     ) -> CostHints:
         assert isinstance(spec, GBMSpec)
         rounds = min(spec.max_rounds, 300)  # early stopping ends most fits well before the cap

@@ -154,7 +154,11 @@ class LogisticFamily(ModelFamily):
         return LogisticModel(LogisticConfig.model_validate(config))
 
     def cost_hints(
-        self, spec: FamilySpec, n_features: int, settings: TrainingSettings
+        self,
+        spec: FamilySpec,
+        n_features: int,
+        settings: TrainingSettings,
+        sequence_length: int = 0,
     ) -> CostHints:
         assert isinstance(spec, LogisticSpec)
         k = n_features + 1

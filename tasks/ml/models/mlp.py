@@ -74,7 +74,11 @@ class MLPFamily(NetworkFamily):
         )
 
     def cost_hints(
-        self, spec: FamilySpec, n_features: int, settings: TrainingSettings
+        self,
+        spec: FamilySpec,
+        n_features: int,
+        settings: TrainingSettings,
+        sequence_length: int = 0,
     ) -> CostHints:
         assert isinstance(spec, MLPSpec)
         params = mlp_parameters(n_features, spec.hidden_sizes)

@@ -130,10 +130,14 @@ class SequenceFamily(NetworkFamily):
         return dataclasses.replace(job, data=job.data.with_features(network.config.inputs()))
 
     def cost_hints(
-        self, spec: FamilySpec, n_features: int, settings: TrainingSettings
+        self,
+        spec: FamilySpec,
+        n_features: int,
+        settings: TrainingSettings,
+        sequence_length: int = 0,
     ) -> CostHints:
         assert isinstance(spec, SequenceSpec)
-        length = max(1, settings_sequence_length())
+        length = max(1, sequence_length)
         score = sequence_flops_per_row(spec, n_features, length)
         return CostHints(
             parameters=sequence_parameters(spec, n_features),
@@ -155,13 +159,6 @@ class SequenceFamily(NetworkFamily):
             spec.hidden_sizes,
         )
         return production if same else "it has another architecture"
-
-
-def settings_sequence_length() -> int:
-    """The events per customer the features stage publishes (``HYBRIDFLOW_SEQUENCE_LENGTH``)."""
-    from infra.settings import get_settings
-
-    return get_settings().sequence_length
 
 
 def _encoder_parameters(spec: SequenceSpec) -> int:

@@ -155,7 +155,7 @@ def test_without_sequences_in_the_snapshot_the_family_says_what_to_set(tmp_path)
 def test_the_cost_estimate_grows_with_customers_events_and_width(monkeypatch):
     """What the router sizes the train stage by: FLOPs per customer grow with N x width (a
     transformer's also with N x N), and every training origin adds an example per customer."""
-    from infra.settings import HybridflowSettings, get_settings
+    from infra.settings import HybridflowSettings
     from tasks.ml.models.sequence import SequenceSpec, sequence_flops_per_row
     from tasks.policy.planning import model_cost
 
@@ -170,11 +170,10 @@ def test_the_cost_estimate_grows_with_customers_events_and_width(monkeypatch):
         2 * model_cost(["sequence"], 46, one).train_flops_per_row
     )
     costs = {}
+    monkeypatch.setenv("HYBRIDFLOW_SEQUENCE_LENGTH", "128")  # the run's settings decide, not this
     for n in (16, 64):  # the events the features stage publishes decide N
-        monkeypatch.setenv("HYBRIDFLOW_SEQUENCE_LENGTH", str(n))
-        get_settings.cache_clear()
-        costs[n] = model_cost(["sequence"], 46, one).train_flops_per_row
-    get_settings.cache_clear()
+        with_length = one.model_copy(update={"sequence_length": n})
+        costs[n] = model_cost(["sequence"], 46, with_length).train_flops_per_row
     assert costs[64] > 3 * costs[16] > 3 * model_cost(["mlp"], 46, one).train_flops_per_row
 
 

@@ -93,7 +93,13 @@ class ToyFamily(ModelFamily):
     def load(self, config: dict[str, Any], files: dict[str, bytes]) -> ToyModel:
         return ToyModel(config)
 
-    def cost_hints(self, spec: FamilySpec, n_features: int, settings: TrainingSettings):
+    def cost_hints(
+        self,
+        spec: FamilySpec,
+        n_features: int,
+        settings: TrainingSettings,
+        sequence_length: int = 0,
+    ):
         return CostHints(
             parameters=n_features + 1,
             train_flops_per_row=10.0 * n_features,
