@@ -85,31 +85,6 @@ class LockedTally:
             self._tally.add(term)
 
 
-def _score_in_process(
-    store: ObjectStore,
-    units: list[ScoringUnit],
-    model: ScoringModel,
-    as_of: dt.date,
-    batch_rows: int,
-    rows_done: Tally | None,
-    model_loads: Tally | None,
-    workers: int,
-) -> int:
-    """Score ``units`` in this process, ``workers`` threads at once (pyarrow and torch release
-    the GIL), with the model loaded once; returns the rows scored."""
-    counted_worker_model(model, model_loads)  # loaded once, before the threads share it
-    tally = None if rows_done is None else LockedTally(rows_done)
-
-    def score(share: list[ScoringUnit]) -> int:
-        return sum(score_units(store, share, model, as_of, batch_rows, tally))
-
-    # each thread runs in the caller's context: a progress sink publishes to the flow run's API
-    caller = contextvars.copy_context()
-    with ThreadPoolExecutor(workers) as pool:
-        shares = [units[i::workers] for i in range(workers)]
-        return sum(pool.map(lambda share: caller.copy().run(score, share), shares))
-
-
 def score_in_threads(
     store: ObjectStore,
     units: list[ScoringUnit],

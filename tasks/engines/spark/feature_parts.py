@@ -13,6 +13,7 @@ with the unpublished generation.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,7 +145,7 @@ class _Published:
     schema: pa.Schema | None
 
 
-class TaskPartsFrame:
+class TaskPartsFrame(ABC):
     """A :class:`tasks.engines.feature_frame.FeatureFrame` whose outputs are written as parts by
     Spark tasks when the ``with`` block is entered (:meth:`_run`, a subclass's job) and
     published by :meth:`publish`."""
@@ -156,10 +157,10 @@ class TaskPartsFrame:
         self._events_after = 0
         self.spark_jobs: int | None = None
 
+    @abstractmethod
     def _run(self, data_prefixes: list[str]) -> list[dict]:
         """The job writing every output's parts under ``data_prefixes`` (one per output, in
         order); what the tasks handed back (:data:`PART_DONE` rows)."""
-        raise NotImplementedError
 
     def __enter__(self) -> TaskPartsFrame:
         published = [_Published(new_data_prefix(o.prefix), [], 0, 0.0, None) for o in self._outputs]
