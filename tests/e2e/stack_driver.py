@@ -23,7 +23,9 @@ def cli(args: list[str], env: dict[str, str], timeout: float = 400) -> str:
     proc = subprocess.run(
         [HYBRIDFLOW, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
     )
-    print(f"hybridflow {' '.join(args)}: {time.monotonic() - started:.1f}s")
+    print(
+        f"{time.strftime('%H:%M:%S')} hybridflow {' '.join(args)}: {time.monotonic() - started:.1f}s"
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"hybridflow {' '.join(args)} exited {proc.returncode}:\n{output}"
     return output
@@ -49,7 +51,9 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float, every: float =
     while time.monotonic() < deadline:
         value = probe()
         if value:
-            print(f"waited {time.monotonic() - started:.1f}s for {what}")
+            print(
+                f"{time.strftime('%H:%M:%S')} waited {time.monotonic() - started:.1f}s for {what}"
+            )
             return value
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
@@ -58,6 +62,14 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float, every: float =
 def stack_state(stack_dir: Path) -> dict[str, Any]:
     """The stack's recorded state (URLs, PIDs)."""
     return json.loads((stack_dir / "stack.json").read_text())
+
+
+def keep_logs(stack_dir: Path, output_dir: Path) -> None:
+    """The stack's logs (server, workers and the flow runs they ran) copied to the test's output
+    folder, where they outlive the stack's temporary folder."""
+    logs = stack_dir / "logs"
+    if logs.is_dir():
+        shutil.copytree(logs, output_dir / "stack-logs", dirs_exist_ok=True)
 
 
 def ensure_chromium() -> str:

@@ -20,14 +20,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.stack_driver import FINAL, child_runs, cli, stack_state, wait_for
+from tests.e2e.stack_driver import FINAL, child_runs, cli, keep_logs, stack_state, wait_for
 from tests.integration.serving_process import running_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
 T = "2025-12-31"
-SHIFT = ["--shift-after", "2025-10-02", "--shift-purchase-factor", "3", "--shift-app-share", "0.8"]
-DEMO = ["--customers", "1500", "--seed", "5"]
+# `hybridflow demo-data --customers 1500 --seed 5 [--shift-after ...]`, generated in this process
+SHIFT = {"shift_after": dt.date(2025, 10, 2), "shift_purchase_factor": 3, "shift_app_share": 0.8}
+DEMO = {"customers": 1500, "seed": 5}
 
 
 @pytest.fixture
@@ -36,6 +37,9 @@ def stack_env(stack_base_env, tmp_path) -> dict[str, str]:
         "HYBRIDFLOW_STORE": str(tmp_path / "store"),
         "HYBRIDFLOW_REFRESH__SAFETY_NET_HOURS": "0",  # no wall-clock refresh during the test
         "HYBRIDFLOW_SERVE__POLL_INTERVAL_S": "0.5",
+        # one family: what is proven here is when a refresh runs and where, not the contest
+        # (tests/e2e/test_deployed_stack.py and the integration tests run several families)
+        "HYBRIDFLOW_TRAIN__FAMILIES": "logistic",
     }
 
 
@@ -46,10 +50,11 @@ def test_drift_starts_a_refresh_through_a_trigger_and_serving_follows(
     stack_env, tmp_path, output_dir
 ):
     from infra.stack.processes import ProcessRecord, is_alive, kill_tree
+    from tasks.data.demo_events import DemoDataParams, generate_demo_events
 
     base, shifted = tmp_path / "base", tmp_path / "shifted"
-    cli(["demo-data", *DEMO, "--out", str(base)], stack_env)
-    cli(["demo-data", *DEMO, *SHIFT, "--out", str(shifted)], stack_env)
+    generate_demo_events(DemoDataParams(**DEMO), base)
+    generate_demo_events(DemoDataParams(**DEMO, **SHIFT), shifted)
     stack_dir = Path(stack_env["HYBRIDFLOW_STACK_DIR"])
     recorded: list[ProcessRecord] = []
     try:
@@ -73,6 +78,7 @@ def test_drift_starts_a_refresh_through_a_trigger_and_serving_follows(
         leftovers = [r for r in recorded if is_alive(r)]
         for record in leftovers:
             kill_tree(record)
+        keep_logs(stack_dir, output_dir)
     assert "server" in down and not leftovers, f"still running after down: {leftovers}"
 
 
