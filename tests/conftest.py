@@ -108,6 +108,19 @@ def prefect_harness():
 
 
 @pytest.fixture
+def session_api_url(prefect_harness) -> str:
+    """The URL of the session's Prefect API (:func:`prefect_harness`), for a ``hybridflow``
+    subprocess whose test is not about the command's own API: with ``PREFECT_API_URL`` set the
+    command starts none (a temporary API costs it ~8-10 s of CPU). Tests about the temporary
+    API (it starts, it stops, it dies with the command) leave it unset."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    assert url, "prefect_harness set no API URL"
+    return url
+
+
+@pytest.fixture
 def local_store(tmp_path):
     """A fresh folder store."""
     from infra.storage.store import LocalFolderStore

@@ -32,12 +32,15 @@ SAME_MODEL = {
 }
 
 
-def _run(events, tmp_path, name: str, extra: dict[str, str]) -> dict:
+def _run(events, tmp_path, name: str, api_url: str, extra: dict[str, str]) -> dict:
+    """``hybridflow run --json`` on ``events`` with a store of its own, reporting to the
+    session's Prefect API (both runs share it: neither starts a temporary one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "AWS_"))}
     env.update(
         HYBRIDFLOW_STORE=str(tmp_path / name / "store"),
         HYBRIDFLOW_WORK_DIR=str(tmp_path / name / "work"),
         PREFECT_HOME=str(tmp_path / name / "prefect"),
+        PREFECT_API_URL=api_url,
         **SAME_MODEL,
         **extra,
     )
@@ -103,7 +106,7 @@ def events(tmp_path):
 @pytest.mark.slow(
     reason="a two-worker Spark cluster and two `hybridflow run` pipelines (local mode and a client-mode driver)"
 )
-def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events):
+def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events, session_api_url):
     from infra.stack.processes import launcher_into, stop
     from infra.stack.spark_cluster import (
         SparkClusterSpec,
@@ -111,7 +114,7 @@ def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events):
         stop_cluster,
     )
 
-    local = _run(events, tmp_path, "local", {})
+    local = _run(events, tmp_path, "local", session_api_url, {})
     spec = SparkClusterSpec(workers=2, worker_cores=1, worker_memory="1g", driver_memory="1g")
     records: dict = {}
     launch = launcher_into(records, tmp_path / "cluster" / "logs", REPO)
@@ -125,6 +128,7 @@ def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events):
             events,
             tmp_path,
             "client-mode",
+            session_api_url,
             {
                 "HYBRIDFLOW_SPARK_MASTER": master_url,
                 "HYBRIDFLOW_SPARK_EXECUTOR_MEMORY": "1g",

@@ -13,9 +13,13 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def _hybridflow(args, cwd, store, timeout=600):
+def _hybridflow(args, cwd, store, timeout=600, api_url=None):
+    """``hybridflow ARGS``; without ``api_url`` in embedded mode (the CLI starts its own
+    temporary API), else reporting to that API."""
     env = dict(os.environ, HYBRIDFLOW_STORE=str(store))
-    env.pop("PREFECT_API_URL", None)  # embedded mode: the CLI starts its own ephemeral API
+    env.pop("PREFECT_API_URL", None)
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
     env["PREFECT_HOME"] = str(cwd / "prefect-home")
     return subprocess.run(
         [sys.executable, "-m", "cli.main", *args],
@@ -144,11 +148,9 @@ def _four_column_log(demo_events: Path, path: Path) -> Path:
     return path
 
 
-@pytest.mark.slow(
-    reason="a whole `hybridflow run` subprocess on a CSV log: its temporary Prefect API, three contenders"
-)
+@pytest.mark.slow(reason="a whole `hybridflow run` subprocess on a CSV log: three contenders")
 def test_first_run_on_a_four_column_log_ends_with_predictions_and_a_leaderboard(
-    demo_events, tmp_path
+    demo_events, tmp_path, session_api_url
 ):
     log = _four_column_log(demo_events, tmp_path / "transactions.csv")
     maps = [
@@ -158,7 +160,8 @@ def test_first_run_on_a_four_column_log_ends_with_predictions_and_a_leaderboard(
         "amount=Amount",
     ]
     args = ["run", "--events", str(log), "--json"] + [a for m in maps for a in ("--map", m)]
-    proc = _hybridflow(args, tmp_path, tmp_path / "store")
+    # reporting to the session's API: the temporary API is test_run_json_...'s subject
+    proc = _hybridflow(args, tmp_path, tmp_path / "store", api_url=session_api_url)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["promoted"] and summary["scored_with"] == summary["model_version"]

@@ -228,7 +228,8 @@ def _error_line(stderr: str) -> str:
     return lines[0]
 
 
-def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def _cli(tmp_path: Path, *args: str, api_url: str | None = None) -> subprocess.CompletedProcess:
+    """``hybridflow run ARGS``: with its own temporary API, or reporting to ``api_url``."""
     env = os.environ | {
         "HYBRIDFLOW_STORE": str(tmp_path / "store"),
         "PREFECT_HOME": str(tmp_path / "prefect"),
@@ -236,6 +237,8 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     }
     env.pop("PREFECT_API_URL", None)
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
     return subprocess.run(
         [str(HYBRIDFLOW), "run", *args],
         cwd=tmp_path,
@@ -261,14 +264,15 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
 
 
 @pytest.mark.e2e
-def test_cli_too_many_bad_rows_exits_2_after_writing_the_quarantine(tmp_path):
+def test_cli_too_many_bad_rows_exits_2_after_writing_the_quarantine(tmp_path, session_api_url):
     events = tmp_path / "events.csv"
     events.write_text(
         "customer_id,event_time,amount\n"
         "c1,2025-01-01 10:00:00,1\nc2,2025-01-02 10:00:00,2\n"
         ",2025-01-03 10:00:00,3\nc4,2025-01-04 10:00:00,-4\n"
     )
-    done = _cli(tmp_path, "--events", str(events), "--max-bad-fraction", "0.1", "--json")
+    args = ["--events", str(events), "--max-bad-fraction", "0.1", "--json"]
+    done = _cli(tmp_path, *args, api_url=session_api_url)
     assert done.returncode == 2, done.stderr[-2000:]
     last = _error_line(done.stderr)
     assert "2 of 4 event rows (50.0%) are bad, over --max-bad-fraction 10.0%" in last
