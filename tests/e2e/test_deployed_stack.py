@@ -351,10 +351,10 @@ def _outputs_are_in_s3(s3, predictions_link: str) -> None:
 def _check_ui(stack_env, flow_run_id: str, run_name: str, tmp_path, output_dir) -> None:
     url = f"http://127.0.0.1:{stack_env['PORT']}/runs/flow-run/{flow_run_id}"
     profile = tmp_path / f"chromium-{uuid.uuid4().hex[:6]}"
-    dom = chromium(url, profile, "--dump-dom")
+    shot = output_dir / "flow-run.png"
+    # one browser start for both: the DOM and the screenshot after the page's scripts ran
+    dom = chromium(url, profile, "--dump-dom", f"--screenshot={shot}")
     (output_dir / "flow-run.html").write_text(dom)
     assert "Completed" in dom, "the run page does not show the Completed state"
     assert run_name in dom, f"the run page does not name the run {run_name}"
-    shot = output_dir / "flow-run.png"
-    chromium(url, profile, f"--screenshot={shot}")
     assert shot.stat().st_size > 10_000
