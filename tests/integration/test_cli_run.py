@@ -13,13 +13,9 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def _hybridflow(args, cwd, store, timeout=600, api_url=None):
-    """``hybridflow ARGS``; without ``api_url`` in embedded mode (the CLI starts its own
-    temporary API), else reporting to that API."""
+def _hybridflow(args, cwd, store, timeout=600):
     env = dict(os.environ, HYBRIDFLOW_STORE=str(store))
-    env.pop("PREFECT_API_URL", None)
-    if api_url:
-        env["PREFECT_API_URL"] = api_url
+    env.pop("PREFECT_API_URL", None)  # embedded mode: the CLI starts its own ephemeral API
     env["PREFECT_HOME"] = str(cwd / "prefect-home")
     return subprocess.run(
         [sys.executable, "-m", "cli.main", *args],
@@ -45,63 +41,6 @@ def _temporary_apis(prefect_home) -> list[int]:
         ):
             found.append(int(proc.name))
     return found
-
-
-@pytest.mark.slow(
-    reason="a whole `hybridflow run` subprocess: interpreter, imports, its temporary Prefect API, three contenders"
-)
-def test_run_json_prints_the_summary_line_last(demo_events, tmp_path):
-    proc = _hybridflow(
-        ["run", "--events", str(demo_events), "--json"], tmp_path, tmp_path / "store"
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    # the CLI exits without interpreter teardown, after its exit handlers: the temporary API
-    # it started is stopped, Prefect's workers drained without errors
-    assert _temporary_apis(tmp_path / "prefect-home") == []
-    assert "Error logging to API" not in proc.stderr
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    for key in (
-        "status",
-        "flow_run_id",
-        "model_version",
-        "promoted",
-        "metrics",
-        "predictions_uri",
-        "rows_read",
-        "rows_quarantined",
-        "rows_scored",
-        "stages",
-    ):
-        assert key in summary, key
-    assert summary["status"] == "completed" and summary["promoted"] is True
-    assert set(summary["metrics"]) >= {
-        "test_auc",
-        "test_pr_auc",
-        "test_logloss",
-        "n_train",
-        "n_test",
-    }
-    names = [s["name"] for s in summary["stages"]]
-    # one contender unit per family between preprocess and train (default: logistic, gbm, mlp)
-    assert names[:3] == ["validate", "features", "preprocess"]
-    assert names[-2:] == ["train", "batch_inference"]
-    assert sorted(names[3:-2]) == ["contender-gbm", "contender-logistic", "contender-mlp"]
-    assert all({"name", "seconds", "device"} <= set(s) for s in summary["stages"])
-    # the run's fixed cost, from the process's start to its first stage, step by step
-    steps = summary["startup"]
-    assert list(steps) == [
-        "interpreter",
-        "imports",
-        "prefect_api",
-        "pipeline_flow_run",
-        "planning",
-    ]
-    assert all(v >= 0 for v in steps.values())
-    assert summary["startup_seconds"] == pytest.approx(sum(steps.values()), abs=0.01)
-    assert 0 < summary["startup_seconds"] < summary["seconds"] + steps["interpreter"] + 60
-
-    listing = _hybridflow(["models", "list"], tmp_path, tmp_path / "store", timeout=120)
-    assert listing.returncode == 0 and f"* {summary['model_version']}" in listing.stdout
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path):
@@ -148,10 +87,16 @@ def _four_column_log(demo_events: Path, path: Path) -> Path:
     return path
 
 
-@pytest.mark.slow(reason="a whole `hybridflow run` subprocess on a CSV log: three contenders")
-def test_first_run_on_a_four_column_log_ends_with_predictions_and_a_leaderboard(
-    demo_events, tmp_path, session_api_url
+@pytest.mark.slow(
+    reason="a whole `hybridflow run` subprocess: interpreter, imports, its temporary Prefect API, three contenders"
+)
+def test_first_run_on_a_four_column_log_prints_the_summary_last_with_a_leaderboard(
+    demo_events, tmp_path
 ):
+    """One `hybridflow run --json` as a user runs it, on a shop's four-column CSV export mapped
+    with ``--map``: the summary line last, the temporary API stopped at exit, predictions and a
+    leaderboard of every family, then ``models list``. (The demo's Parquet log runs through the
+    CLI to its summary in tests/e2e: test_cluster_run.py, test_refresh_triggers.py.)"""
     log = _four_column_log(demo_events, tmp_path / "transactions.csv")
     maps = [
         "customer_id=CustomerID",
@@ -160,11 +105,54 @@ def test_first_run_on_a_four_column_log_ends_with_predictions_and_a_leaderboard(
         "amount=Amount",
     ]
     args = ["run", "--events", str(log), "--json"] + [a for m in maps for a in ("--map", m)]
-    # reporting to the session's API: the temporary API is test_run_json_...'s subject
-    proc = _hybridflow(args, tmp_path, tmp_path / "store", api_url=session_api_url)
+    proc = _hybridflow(args, tmp_path, tmp_path / "store")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # the CLI exits without interpreter teardown, after its exit handlers: the temporary API
+    # it started is stopped, Prefect's workers drained without errors
+    assert _temporary_apis(tmp_path / "prefect-home") == []
+    assert "Error logging to API" not in proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["promoted"] and summary["scored_with"] == summary["model_version"]
+    for key in (
+        "status",
+        "flow_run_id",
+        "model_version",
+        "promoted",
+        "metrics",
+        "predictions_uri",
+        "rows_read",
+        "rows_quarantined",
+        "rows_scored",
+        "stages",
+    ):
+        assert key in summary, key
+    assert summary["status"] == "completed" and summary["promoted"] is True
+    assert summary["scored_with"] == summary["model_version"]
+    assert set(summary["metrics"]) >= {
+        "test_auc",
+        "test_pr_auc",
+        "test_logloss",
+        "n_train",
+        "n_test",
+    }
+    names = [s["name"] for s in summary["stages"]]
+    # one contender unit per family between preprocess and train (default: logistic, gbm, mlp)
+    assert names[:3] == ["validate", "features", "preprocess"]
+    assert names[-2:] == ["train", "batch_inference"]
+    assert sorted(names[3:-2]) == ["contender-gbm", "contender-logistic", "contender-mlp"]
+    assert all({"name", "seconds", "device"} <= set(s) for s in summary["stages"])
+    # the run's fixed cost, from the process's start to its first stage, step by step
+    steps = summary["startup"]
+    assert list(steps) == [
+        "interpreter",
+        "imports",
+        "prefect_api",
+        "pipeline_flow_run",
+        "planning",
+    ]
+    assert all(v >= 0 for v in steps.values())
+    assert summary["startup_seconds"] == pytest.approx(sum(steps.values()), abs=0.01)
+    assert 0 < summary["startup_seconds"] < summary["seconds"] + steps["interpreter"] + 60
+
     assert summary["rows_scored"] > 1000
     board = summary["metrics"]["leaderboard"]
     assert sorted(r["family"] for r in board) == ["gbm", "logistic", "mlp"]
@@ -175,3 +163,6 @@ def test_first_run_on_a_four_column_log_ends_with_predictions_and_a_leaderboard(
 
     predictions = pd.read_parquet(summary["predictions_uri"])
     assert len(predictions) == summary["rows_scored"] and predictions.score.between(0, 1).all()
+
+    listing = _hybridflow(["models", "list"], tmp_path, tmp_path / "store", timeout=120)
+    assert listing.returncode == 0 and f"* {summary['model_version']}" in listing.stdout
