@@ -1,9 +1,11 @@
 """The features of customers in the online state, by the batch stage's formulas
-(:func:`tasks.definitions.feature_formulas.feature_values`) evaluated on numpy arrays."""
+(:func:`tasks.definitions.feature_formulas.feature_values`) evaluated on numpy arrays for many
+customers, on Python floats for one (a request's)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -37,37 +39,49 @@ class ArrayOps:
     def log(self, value: np.ndarray) -> np.ndarray:
         return np.log(value)
 
-    def if_positive(self, test: np.ndarray, then: np.ndarray, otherwise: np.ndarray) -> np.ndarray:
-        return np.where(test > 0, then, otherwise)
+    def if_positive(
+        self, test: np.ndarray, then: Callable[[], np.ndarray], otherwise: np.ndarray
+    ) -> np.ndarray:
+        return np.where(test > 0, then(), otherwise)
 
 
-class ScalarOps:
-    """:class:`ArrayOps` for one customer: the same operations on float64 scalars (a division
-    by zero gives inf or NaN, as on arrays, and the formulas never keep it)."""
+class FloatOps:
+    """:class:`ArrayOps` for one customer, on plain Python floats (a request reads one
+    customer: a Python float operation costs a fraction of a numpy scalar's). NaN stands for
+    SQL's null as on arrays; the formulas divide by an expression that can be zero only in the
+    ``then`` of :meth:`if_positive`, called here only when that expression is positive, so no
+    division raises."""
 
-    def __init__(self, aggregates: dict[str, np.float64]) -> None:
-        self._aggregates = aggregates
+    __slots__ = ("agg",)
 
-    def agg(self, name: str) -> np.float64:
-        return self._aggregates[name]
+    def __init__(self, aggregates: dict[str, float]) -> None:
+        self.agg = aggregates.__getitem__
 
-    def lit(self, value: float) -> np.float64:
-        return np.float64(value)
+    @staticmethod
+    def lit(value: float) -> float:
+        return float(value)
 
-    def coalesce(self, value: np.float64, default: np.float64) -> np.float64:
+    @staticmethod
+    def coalesce(value: float, default: float) -> float:
         return default if value != value else value  # NaN is the one value unequal to itself
 
-    def double(self, value: np.float64) -> np.float64:
-        return np.float64(value)
+    @staticmethod
+    def double(value: float) -> float:
+        return float(value)
 
-    def greatest(self, first: np.float64, second: np.float64) -> np.float64:
-        return np.fmax(first, second)
+    @staticmethod
+    def greatest(first: float, second: float) -> float:
+        if first != first:  # SQL's greatest skips nulls, as np.fmax does
+            return second
+        return first if second != second or first >= second else second
 
-    def log(self, value: np.float64) -> np.float64:
-        return np.log(value)
+    @staticmethod
+    def log(value: float) -> float:
+        return math.log(value) if value > 0 else (-math.inf if value == 0 else math.nan)
 
-    def if_positive(self, test: np.float64, then: np.float64, otherwise: np.float64) -> np.float64:
-        return then if test > 0 else otherwise
+    @staticmethod
+    def if_positive(test: float, then: Callable[[], float], otherwise: float) -> float:
+        return then() if test > 0 else otherwise
 
 
 def online_features(
@@ -86,8 +100,7 @@ def fresh_features(
     whichever is later, with the newest event's time (microseconds) they include."""
     if len(rows) == 1:
         one = state.read_one(int(rows[0]), at_least_day)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            values = feature_values(ScalarOps(one.aggregates), end_of_day_micros(one.day))
+        values = feature_values(FloatOps(one.aggregates), end_of_day_micros(one.day))
         return np.asarray([[values[name] for name in names]], dtype=np.float64), one.newest
     reading = state.read(rows, at_least_day)
     return _evaluate(reading.aggregates, reading.day, names), reading.newest

@@ -5,11 +5,15 @@ An engine computes the aggregates of :data:`AGGREGATES` per customer and cutoff
 the endpoint's per-customer state); :func:`feature_values` turns them into features through an
 :class:`Ops` (:class:`tasks.data.feature_sql.SqlOps`, :class:`serving.online.features.ArrayOps`).
 The formulas use ``+ - * /`` between expressions and with numbers, which the engines'
-expressions provide.
+expressions provide; every division by an expression that can be zero is under
+:meth:`Ops.if_positive`, whose ``then`` is built only when needed, so the same formulas run on
+SQL, on numpy arrays and on plain Python floats (:class:`serving.online.features.FloatOps`, where
+``x / 0.0`` raises).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from tasks.definitions.feature_specs import (
@@ -79,8 +83,10 @@ class Ops(Protocol[E]):
         """The natural logarithm."""
         ...
 
-    def if_positive(self, test: E, then: E, otherwise: E) -> E:
-        """``then`` where ``test > 0``, else ``otherwise``."""
+    def if_positive(self, test: E, then: Callable[[], E], otherwise: E) -> E:
+        """``then()`` where ``test > 0``, else ``otherwise`` (null or NaN is not > 0). ``then``
+        builds the expression: a scalar engine calls it only when ``test > 0`` (it may divide
+        by ``test``); an array or SQL engine calls it once and keeps it where ``test > 0``."""
         ...
 
 
@@ -96,7 +102,10 @@ def feature_values(ops: Ops[Any], cutoff_micros: int) -> dict[str, Any]:
         return (cutoff - micros) / DAY_MICROS
 
     def safe_div(num: Any, den: Any) -> Any:
-        return ops.if_positive(den, num / den, ops.lit(0.0))
+        return ops.if_positive(den, lambda: num / den, ops.lit(0.0))
+
+    def entropy(total: Any, clogc: Any) -> Any:
+        return ops.if_positive(total, lambda: ops.log(total) - clogc / total, ops.lit(0.0))
 
     zero, none = ops.lit(0.0), ops.lit(NO_PURCHASE_DAYS)
     n_p = ops.double(a("_n_p"))
@@ -141,7 +150,5 @@ def feature_values(ops: Ops[Any], cutoff_micros: int) -> dict[str, Any]:
         total = ops.double(ops.coalesce(a(f"_{col}_total"), ops.lit(0)))
         values[f"n_{plural}"] = ops.double(ops.coalesce(a(f"_{col}_values"), ops.lit(0)))
         values[f"top_{col}_share"] = safe_div(a(f"_{col}_top"), total)
-        values[f"{col}_entropy"] = ops.if_positive(
-            total, ops.log(total) - a(f"_{col}_clogc") / total, zero
-        )
+        values[f"{col}_entropy"] = entropy(total, a(f"_{col}_clogc"))
     return values
