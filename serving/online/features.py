@@ -1,14 +1,15 @@
 """The features of customers in the online state, by the batch stage's formulas
 (:func:`tasks.definitions.feature_formulas.feature_values`) evaluated on numpy arrays for many
-customers, on Python floats for one (a request's)."""
+customers, compiled to a Python function on floats for one (a request's:
+:mod:`serving.online.scalar_formulas`)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from serving.online.scalar_formulas import scalar_features
 from serving.online.state import OnlineState, end_of_day_micros
 from tasks.definitions.feature_formulas import feature_values
 
@@ -39,49 +40,8 @@ class ArrayOps:
     def log(self, value: np.ndarray) -> np.ndarray:
         return np.log(value)
 
-    def if_positive(
-        self, test: np.ndarray, then: Callable[[], np.ndarray], otherwise: np.ndarray
-    ) -> np.ndarray:
-        return np.where(test > 0, then(), otherwise)
-
-
-class FloatOps:
-    """:class:`ArrayOps` for one customer, on plain Python floats (a request reads one
-    customer: a Python float operation costs a fraction of a numpy scalar's). NaN stands for
-    SQL's null as on arrays; the formulas divide by an expression that can be zero only in the
-    ``then`` of :meth:`if_positive`, called here only when that expression is positive, so no
-    division raises."""
-
-    __slots__ = ("agg",)
-
-    def __init__(self, aggregates: dict[str, float]) -> None:
-        self.agg = aggregates.__getitem__
-
-    @staticmethod
-    def lit(value: float) -> float:
-        return float(value)
-
-    @staticmethod
-    def coalesce(value: float, default: float) -> float:
-        return default if value != value else value  # NaN is the one value unequal to itself
-
-    @staticmethod
-    def double(value: float) -> float:
-        return float(value)
-
-    @staticmethod
-    def greatest(first: float, second: float) -> float:
-        if first != first:  # SQL's greatest skips nulls, as np.fmax does
-            return second
-        return first if second != second or first >= second else second
-
-    @staticmethod
-    def log(value: float) -> float:
-        return math.log(value) if value > 0 else (-math.inf if value == 0 else math.nan)
-
-    @staticmethod
-    def if_positive(test: float, then: Callable[[], float], otherwise: float) -> float:
-        return then() if test > 0 else otherwise
+    def if_positive(self, test: np.ndarray, then: np.ndarray, otherwise: np.ndarray) -> np.ndarray:
+        return np.where(test > 0, then, otherwise)
 
 
 def online_features(
@@ -100,8 +60,8 @@ def fresh_features(
     whichever is later, with the newest event's time (microseconds) they include."""
     if len(rows) == 1:
         one = state.read_one(int(rows[0]), at_least_day)
-        values = feature_values(FloatOps(one.aggregates), end_of_day_micros(one.day))
-        return np.asarray([[values[name] for name in names]], dtype=np.float64), one.newest
+        values = scalar_features(names, end_of_day_micros(one.day))(one.aggregates)
+        return np.asarray([values], dtype=np.float64), one.newest
     reading = state.read(rows, at_least_day)
     return _evaluate(reading.aggregates, reading.day, names), reading.newest
 

@@ -19,7 +19,7 @@ Only the constructs both engines parse the same way are used: ``FILTER (WHERE ..
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -247,8 +247,8 @@ class SqlOps:
     def log(self, value: Sql) -> Sql:
         return Sql(f"ln({value})")
 
-    def if_positive(self, test: Sql, then: Callable[[], Sql], otherwise: Sql) -> Sql:
-        return Sql(f"(CASE WHEN {test} > 0 THEN {then()} ELSE {otherwise} END)")
+    def if_positive(self, test: Sql, then: Sql, otherwise: Sql) -> Sql:
+        return Sql(f"(CASE WHEN {test} > 0 THEN {then} ELSE {otherwise} END)")
 
 
 def seen_condition(cutoff: Cutoff) -> str:

@@ -3,17 +3,17 @@
 An engine computes the aggregates of :data:`AGGREGATES` per customer and cutoff
 (:mod:`tasks.data.feature_sql` as SQL for Spark and DuckDB, :mod:`serving.online.state` from
 the endpoint's per-customer state); :func:`feature_values` turns them into features through an
-:class:`Ops` (:class:`tasks.data.feature_sql.SqlOps`, :class:`serving.online.features.ArrayOps`).
+:class:`Ops` (:class:`tasks.data.feature_sql.SqlOps`, :class:`serving.online.features.ArrayOps`,
+:class:`serving.online.scalar_formulas.PythonOps`).
 The formulas use ``+ - * /`` between expressions and with numbers, which the engines'
-expressions provide; every division by an expression that can be zero is under
-:meth:`Ops.if_positive`, whose ``then`` is built only when needed, so the same formulas run on
-SQL, on numpy arrays and on plain Python floats (:class:`serving.online.features.FloatOps`, where
-``x / 0.0`` raises).
+expressions provide; :class:`serving.online.scalar_formulas.PythonOps` renders them as Python
+source for one customer's floats, where ``x / 0.0`` raises: so every division by an expression
+that can be zero stays in the ``then`` of :meth:`Ops.if_positive` (evaluated only where the
+test is positive there, as in SQL's CASE).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from tasks.definitions.feature_specs import (
@@ -83,10 +83,8 @@ class Ops(Protocol[E]):
         """The natural logarithm."""
         ...
 
-    def if_positive(self, test: E, then: Callable[[], E], otherwise: E) -> E:
-        """``then()`` where ``test > 0``, else ``otherwise`` (null or NaN is not > 0). ``then``
-        builds the expression: a scalar engine calls it only when ``test > 0`` (it may divide
-        by ``test``); an array or SQL engine calls it once and keeps it where ``test > 0``."""
+    def if_positive(self, test: E, then: E, otherwise: E) -> E:
+        """``then`` where ``test > 0``, else ``otherwise``."""
         ...
 
 
@@ -102,10 +100,7 @@ def feature_values(ops: Ops[Any], cutoff_micros: int) -> dict[str, Any]:
         return (cutoff - micros) / DAY_MICROS
 
     def safe_div(num: Any, den: Any) -> Any:
-        return ops.if_positive(den, lambda: num / den, ops.lit(0.0))
-
-    def entropy(total: Any, clogc: Any) -> Any:
-        return ops.if_positive(total, lambda: ops.log(total) - clogc / total, ops.lit(0.0))
+        return ops.if_positive(den, num / den, ops.lit(0.0))
 
     zero, none = ops.lit(0.0), ops.lit(NO_PURCHASE_DAYS)
     n_p = ops.double(a("_n_p"))
@@ -150,5 +145,7 @@ def feature_values(ops: Ops[Any], cutoff_micros: int) -> dict[str, Any]:
         total = ops.double(ops.coalesce(a(f"_{col}_total"), ops.lit(0)))
         values[f"n_{plural}"] = ops.double(ops.coalesce(a(f"_{col}_values"), ops.lit(0)))
         values[f"top_{col}_share"] = safe_div(a(f"_{col}_top"), total)
-        values[f"{col}_entropy"] = entropy(total, a(f"_{col}_clogc"))
+        values[f"{col}_entropy"] = ops.if_positive(
+            total, ops.log(total) - a(f"_{col}_clogc") / total, zero
+        )
     return values

@@ -1,5 +1,5 @@
-"""A request's read of one customer (plain Python: :meth:`OnlineState.read_one`, the formulas on
-Python floats through :class:`serving.online.features.FloatOps`) gives what the array path and
+"""A request's read of one customer (plain Python: :meth:`OnlineState.read_one`, the formulas
+compiled to Python on floats by :mod:`serving.online.scalar_formulas`) gives what the array path and
 the batch features stage give, in the cases where a float path is most likely to part from
 them: zero denominators, empty windows, a customer seen only after the snapshot, a customer
 with a ring of every day, a day's count past a slot's width. (Random streams:
@@ -16,7 +16,8 @@ import pytest
 
 from serving.online.days import SLOTS
 from serving.online.events import DAY_US, end_of_day_micros, event_arrays
-from serving.online.features import ArrayOps, FloatOps, fresh_features, online_features
+from serving.online.features import ArrayOps, fresh_features, online_features
+from serving.online.scalar_formulas import scalar_features
 from serving.online.state import OnlineState
 from tasks.data.validation_duckdb import GOOD_EVENTS_SCHEMA
 from tasks.definitions.contract import CONTRACT_COLUMNS, REQUIRED_COLUMNS
@@ -94,14 +95,15 @@ def test_the_formulas_on_python_floats_equal_them_on_arrays_at_their_corners(cas
     aggregates = corner_aggregates()[case]
     assert set(aggregates) == set(AGGREGATES)
     cutoff = end_of_day_micros(BASE_DAY)
-    floats = feature_values(FloatOps(aggregates), cutoff)  # no division by zero raises
+    names = feature_names(set(CONTRACT_COLUMNS))
+    floats = scalar_features(names, cutoff)(aggregates)  # no division by zero raises
     arrays = {name: np.asarray([v]) for name, v in aggregates.items()}
     with np.errstate(divide="ignore", invalid="ignore"):
         expected = feature_values(ArrayOps(arrays), cutoff)
-    names = feature_names(set(CONTRACT_COLUMNS))
-    for name in names:
-        assert type(floats[name]) is float, name
-        assert same(floats[name], float(expected[name][0])), (name, floats[name], expected[name])
+    assert len(floats) == len(names)
+    for name, value in zip(names, floats, strict=True):
+        assert type(value) is float, name
+        assert same(value, float(expected[name][0])), (name, value, expected[name])
 
 
 def corner_customers() -> tuple[list[dict], list[dict], int]:
