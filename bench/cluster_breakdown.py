@@ -290,6 +290,29 @@ def arm(validated_json: str, version: str) -> None:
                 )
             ]
         )
+        frame_s = {}
+
+        def frame():
+            from tasks.engines.feature_frame import FeatureOutput
+            from tasks.engines.spark.features_per_partition import PartitionFeatureFrame
+
+            wanted = [
+                FeatureOutput(cutoffs.train, "bench/breakdown/training"),
+                FeatureOutput((cutoffs.score,), "bench/breakdown/scoring"),
+                FeatureOutput(cutoffs.backtest, "bench/breakdown/backtest"),
+            ]
+            started = time.perf_counter()
+            with PartitionFeatureFrame(
+                spark, store, validated.events_prefix, wanted, ALL_COLUMNS
+            ) as built:
+                frame_s["jobs (shuffle + a task per partition)"] = time.perf_counter() - started
+                started = time.perf_counter()
+                for output in wanted:
+                    built.publish(output)
+                frame_s["publish 3 outputs"] = time.perf_counter() - started
+
+        job("store-shuffle frame", frame)
+        out["store-shuffle frame parts"].append(dict(frame_s))
         job(
             "features stage",
             lambda: build_features(
@@ -318,7 +341,7 @@ def arm(validated_json: str, version: str) -> None:
 
 def event_log_summary(folder: Path) -> list[dict]:
     """Per job (by description): wall, and per stage the tasks' summed metrics (seconds)."""
-    files = [f for f in folder.iterdir() if f.is_file()]
+    files = [f for f in folder.rglob("*") if f.is_file()]
     jobs: dict[int, dict] = {}
     stage_job: dict[int, int] = {}
     stages: dict[int, dict] = defaultdict(lambda: defaultdict(float))
@@ -377,7 +400,7 @@ def _duckdb_one_task(files: list[Path], as_of) -> float:
     table = pa.concat_tables(pq.read_table(f) for f in files)
     con = duckdb.connect()
     con.register("t", table)
-    half = con.execute("SELECT * FROM t WHERE hash(customer_id) % 2 = 0").arrow()
+    half = con.execute("SELECT * FROM t WHERE hash(customer_id) % 2 = 0").to_arrow_table()
     con.close()
     cutoffs = pipeline_cutoffs(as_of, HORIZON_DAYS, Origins(count=1))
     outputs = [cutoffs.train, (cutoffs.score,), cutoffs.backtest]
@@ -455,13 +478,17 @@ def main() -> dict:
             }
         spec = SparkClusterSpec(workers=2, worker_cores=1, worker_memory="1g", driver_memory="1g")
         launch = launcher_into(records, work / "logs", REPO)
-        master_url, _ = start_standalone(launch, work / "cluster", spec, dict(os.environ))
+        master_url = os.environ.get("BENCH_BREAKDOWN_MASTER")  # e.g. local[2]: a smoke test
+        if master_url is None:
+            master_url, _ = start_standalone(launch, work / "cluster", spec, dict(os.environ))
         log_dir = work / "events-log"
         log_dir.mkdir()
         conf = {
             "spark.executor.extraJavaOptions": QUICK_JIT_OPTIONS,
             "spark.eventLog.enabled": "true",
             "spark.eventLog.dir": f"file://{log_dir}",
+            "spark.eventLog.rolling.enabled": "false",
+            "spark.eventLog.compress": "false",
         }
         env = {k: v for k, v in os.environ.items() if not k.startswith("HYBRIDFLOW_SPARK")}
         env |= {
