@@ -290,9 +290,8 @@ def arm(validated_json: str, version: str) -> None:
                 )
             ]
         )
-        frame_s = {}
 
-        def frame():
+        def frame(frame_s: dict) -> None:
             from tasks.engines.feature_frame import FeatureOutput
             from tasks.engines.spark.features_per_partition import PartitionFeatureFrame
 
@@ -311,8 +310,9 @@ def arm(validated_json: str, version: str) -> None:
                     built.publish(output)
                 frame_s["publish 3 outputs"] = time.perf_counter() - started
 
-        job("store-shuffle frame", frame)
-        out["store-shuffle frame parts"].append(dict(frame_s))
+        parts: dict = {}
+        job("store-shuffle frame", lambda parts=parts: frame(parts))
+        out["store-shuffle frame parts"].append(parts)
         job(
             "features stage",
             lambda: build_features(
