@@ -3,7 +3,7 @@
 Events that are not clustered by customer (an S3 store's executors write them a file per task)
 hold a customer's events in several files. One Spark job of a task per events file reads its
 file from the store, splits the rows by ``hash(customer_id) % buckets`` (DuckDB's hash) and puts
-one Parquet piece per bucket it has rows of back into the store, under a folder of the caller's
+one piece per bucket it has rows of back into the store (an Arrow IPC file, zstd), under a folder of the caller's
 (an unpublished generation); the driver gets (bucket, key, rows) per piece. A bucket's pieces
 then hold every event of its customers, so the task per bucket
 (:mod:`tasks.engines.spark.features_per_bucket`) computes their features as it does on
@@ -23,22 +23,23 @@ a job whose tasks disagree is refused rather than computing features over split 
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from infra.compute.duckdb_session import duckdb_connection, sql_string, task_memory_limit
+from infra.compute.duckdb_session import duckdb_connection, task_memory_limit
 from infra.compute.executor_io import dataset_arrow_schema, executor_store, read_part_file
 from infra.storage.datasets import read_dataset_manifest
 from infra.storage.store import ObjectStore
 
-BUCKET_COLUMN = "_hf_bucket"
+PIECE_SUFFIX = ".arrow"
+PIECE_BATCH_ROWS = 65_536
 PIECE_ARROW = pa.schema(
     [
         pa.field("bucket", pa.int64(), False),
@@ -57,9 +58,9 @@ def hasher() -> str:
     return f"duckdb {duckdb.__version__}"
 
 
-def piece_key(target_prefix: str, bucket: int, token: str, index: int) -> str:
-    """The store key of one task attempt's ``index``-th piece of ``bucket``."""
-    return f"{target_prefix}/bucket-{bucket:05d}/{token}-{index}.parquet"
+def piece_key(target_prefix: str, bucket: int, token: str) -> str:
+    """The store key of one task attempt's piece of ``bucket``."""
+    return f"{target_prefix}/bucket-{bucket:05d}/{token}{PIECE_SUFFIX}"
 
 
 def split_by_customer(
@@ -73,32 +74,51 @@ def split_by_customer(
     memory: str | None = None,
 ) -> list[tuple[int, str, int]]:
     """Split the events file ``key`` (of the dataset generation ``data_prefix``, read as
-    ``schema``) by customer into ``buckets`` buckets, one Parquet piece per bucket it has rows
-    of, put under ``target_prefix``; returns (bucket, key, rows) per piece."""
+    ``schema``) by customer into ``buckets`` buckets, one piece per bucket it has rows of, put
+    under ``target_prefix``; returns (bucket, key, rows) per piece."""
     table = pa.Table.from_batches(list(read_part_file(store, data_prefix, key, schema)), schema)
     if table.num_rows == 0:
         return []
-    token = uuid.uuid4().hex[:16]
     con = duckdb_connection(threads=1, memory=memory)
-    pieces = []
     try:
         con.register("events", table)
-        with tempfile.TemporaryDirectory(prefix="hybridflow-shuffle-") as tmp:
-            out = Path(tmp) / "pieces"
-            con.execute(
-                f"COPY (SELECT *, hash(customer_id) % {int(buckets)} AS {BUCKET_COLUMN} "
-                f"FROM events) TO {sql_string(str(out))} "
-                f"(FORMAT parquet, PARTITION_BY ({BUCKET_COLUMN}))"
-            )
-            for folder in sorted(out.iterdir()):
-                bucket = int(folder.name.split("=", 1)[1])
-                for i, path in enumerate(sorted(folder.glob("*.parquet"))):
-                    target = piece_key(target_prefix, bucket, token, i)
-                    store.put_file(target, path)
-                    pieces.append((bucket, target, pq.ParquetFile(path).metadata.num_rows))
+        # a projection keeps the rows' order (DuckDB's preserve_insertion_order, on by default)
+        ids = con.sql(f"SELECT (hash(customer_id) % {int(buckets)})::INTEGER FROM events")
+        bucket_of = ids.to_arrow_table().column(0)
     finally:
         con.close()
+    by_bucket = table.take(pc.sort_indices(bucket_of))
+    counts = np.bincount(bucket_of.to_numpy(), minlength=buckets)
+    token, pieces, start = uuid.uuid4().hex[:16], [], 0
+    for bucket, rows in enumerate(counts.tolist()):
+        if rows:
+            target = piece_key(target_prefix, bucket, token)
+            store.put_bytes(target, piece_bytes(by_bucket.slice(start, rows)))
+            pieces.append((bucket, target, rows))
+        start += rows
     return pieces
+
+
+def piece_bytes(rows: pa.Table) -> bytes:
+    """A piece as an Arrow IPC file (zstd): written and read several times faster than Parquet
+    (at 270k events: 0.15 s against 0.6-0.7 s to split and encode), about 1.5x its size."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_file(sink, rows.schema, options=options) as writer:
+        writer.write_table(rows, max_chunksize=PIECE_BATCH_ROWS)
+    return sink.getvalue().to_pybytes()
+
+
+def is_piece(path: Path | str) -> bool:
+    """Whether a file is a piece of the shuffle (else: a Parquet file of events)."""
+    return str(path).endswith(PIECE_SUFFIX)
+
+
+def read_pieces(paths: Sequence[Path]) -> pa.RecordBatchReader:
+    """The rows of the pieces at ``paths`` (local files) as one stream, a batch at a time."""
+    files = [pa.ipc.open_file(pa.memory_map(str(path))) for path in paths]
+    batches = (f.get_batch(i) for f in files for i in range(f.num_record_batches))
+    return pa.RecordBatchReader.from_batches(files[0].schema, batches)
 
 
 def shuffle_by_customer(

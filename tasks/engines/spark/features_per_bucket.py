@@ -29,6 +29,7 @@ from infra.compute.spark_io import SparkJobs, check_cluster_sees
 from infra.storage.store import ObjectStore
 from tasks.data.cutoffs import Cutoff
 from tasks.engines.feature_frame import FeatureOutput
+from tasks.engines.spark.customer_shuffle import is_piece, read_pieces
 from tasks.engines.spark.feature_parts import (
     PART_DONE,
     PartWritten,
@@ -51,19 +52,20 @@ def bucket_features(
     sequence_length: int = 0,
 ) -> tuple[list[PartWritten], int]:
     """:func:`tasks.engines.spark.feature_parts.write_feature_parts` of the customers in the event
-    ``files`` (all of their events). Runs in a Spark task's Python worker; files of a remote
-    store are downloaded to a temporary folder first."""
+    ``files`` (all of their events: Parquet files, or the pieces of
+    :mod:`tasks.engines.spark.customer_shuffle`). Runs in a Spark task's Python worker; files of
+    a remote store are downloaded to a temporary folder first."""
     with tempfile.TemporaryDirectory(prefix="hybridflow-bucket-") as tmp:
         paths = []
         for i, key in enumerate(files):
             local = store.local_path(key)
             if local is None:
-                local = Path(tmp) / f"events-{i}.parquet"
+                local = Path(tmp) / f"events-{i}{Path(key).suffix}"
                 store.get_file(key, local)
             paths.append(local)
         return write_feature_parts(
             store,
-            paths,
+            read_pieces(paths) if paths and all(is_piece(p) for p in paths) else paths,
             available,
             targets,
             threads=threads,
