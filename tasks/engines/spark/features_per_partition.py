@@ -13,9 +13,10 @@ SQL the in-process path runs and puts one part file per output into the store
 the first output's unpublished generation folder and are deleted once the parts are written (a
 run that dies leaves them to that generation's sweep).
 
-No event passes between the JVM and Python (Spark's shuffle would convert every row from Arrow
-to the JVM's rows and back): on the two-worker cluster at 1.08M events this took the job from
-X s to Y s (docs/benchmarks.md "The cluster path at engine speed"). The partitions are sized as
+No event passes between the JVM and Python: Spark's own shuffle (``repartition`` then
+``mapInArrow``, this path until 3 Dec 2026) converts every event from Arrow to the JVM's rows and
+back, which on the two-worker cluster took longer than the feature SQL itself (docs/benchmarks.md
+"The cluster path at engine speed" has the breakdown). The partitions are sized as
 validate sizes its buckets (:func:`infra.compute.spark_io.bucket_count`: one for a small input,
 else a multiple of the cores with at most about 4M events each).
 """
