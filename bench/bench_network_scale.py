@@ -85,7 +85,8 @@ def _logloss(model, data, split: str) -> float:
 
 
 def _bare_loop(model: nn.Module, data, batch: int, threads: int, epochs: int, lr: float):
-    """Preloaded tensors, randperm, gather, step; validation each epoch; samples/s."""
+    """Preloaded tensors, randperm, gather (``index_select``: 3x faster than ``x[idx]`` on
+    this CPU, so the stronger baseline), step; validation each epoch; samples/s."""
     from tasks.ml.training_loop import network_logits
 
     torch.set_num_threads(threads)
@@ -101,7 +102,8 @@ def _bare_loop(model: nn.Module, data, batch: int, threads: int, epochs: int, lr
         order = torch.randperm(len(y), generator=gen)
         for i in range(0, len(order), batch):
             idx = order[i : i + batch]
-            loss = loss_fn(model(x[idx]), y[idx])
+            xb, yb = torch.index_select(x, 0, idx), torch.index_select(y, 0, idx)
+            loss = loss_fn(model(xb), yb)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
