@@ -117,18 +117,62 @@ def train_backtest_model(
     spec: FamilySpec,
     settings: TrainingSettings,
     device: torch.device,
+    production_rows: int | None = None,
 ) -> FittedModel:
     """A fresh model of ``spec``'s family fitted the way the run fits it (same settings and
     seed; no warm start: a production model may have seen the judged window) on the ``earlier``
-    snapshot (features at T-2H, labels in (T-2H, T-H]): on :func:`backtest_sample` of its
-    training rows."""
-    job = FitJob(
-        data=backtest_sample(earlier, settings.backtest_max_rows),
-        normalizer=normalizer,
-        settings=settings,
-        device=device,
-    )
+    snapshot (features at T-2H, labels in (T-2H, T-H]): :func:`backtest_fit_job`."""
+    job = backtest_fit_job(earlier, normalizer, settings, device, production_rows)
     return get_family(spec.kind).fit(spec, job).model
+
+
+def backtest_fit_job(
+    earlier: SnapshotStream,
+    normalizer: Normalizer,
+    settings: TrainingSettings,
+    device: torch.device,
+    production_rows: int | None = None,
+) -> FitJob:
+    """The backtest's fit: on :func:`backtest_sample` of ``earlier``'s training rows. When it
+    samples, a network fit is planned (batch, learning rate, threads) for the unsampled rows it
+    stands for, so each of its steps costs what a full fit's step costs, and its epochs are
+    capped by :func:`backtest_epochs` so it passes no more examples than the production fit
+    (on ``production_rows`` training rows; default: ``earlier``'s) passes at the least. Every
+    figure used is a row count: nothing the production fit learnt from its labels."""
+    rows = earlier.rows("train")
+    data = backtest_sample(earlier, settings.backtest_max_rows)
+    if data is earlier:
+        return FitJob(data=data, normalizer=normalizer, settings=settings, device=device)
+    epochs = backtest_epochs(settings, data.rows("train"), production_rows or rows)
+    log.info(
+        "backtest: a network fit is planned for the %d unsampled rows and runs at most %d "
+        "epochs (the examples of the production fit's shortest run, %d x %d rows)",
+        rows,
+        epochs,
+        min_epochs(settings),
+        production_rows or rows,
+    )
+    return FitJob(
+        data=data,
+        normalizer=normalizer,
+        settings=settings.model_copy(update={"max_epochs": epochs}),
+        device=device,
+        plan_rows=rows,
+    )
+
+
+def min_epochs(settings: TrainingSettings) -> int:
+    """The fewest epochs a network fit runs: early stopping waits ``patience`` epochs without
+    improvement after the first."""
+    return min(settings.max_epochs, settings.patience + 1)
+
+
+def backtest_epochs(settings: TrainingSettings, sample_rows: int, production_rows: int) -> int:
+    """The most epochs the backtest's network fit on ``sample_rows`` rows may run: as many as
+    pass the examples the production fit on ``production_rows`` rows passes at the least
+    (:func:`min_epochs` of them), at least one and at most ``max_epochs``."""
+    budget = min_epochs(settings) * production_rows
+    return max(1, min(settings.max_epochs, budget // max(1, sample_rows)))
 
 
 def backtest_sample(earlier: SnapshotStream, max_rows: int) -> SnapshotStream:
@@ -160,14 +204,16 @@ def backtest_comparison(
     settings: TrainingSettings,
     device: torch.device,
     method: CalibrationMethod,
+    production_rows: int | None = None,
 ) -> tuple[Calibration, ModelComparison]:
     """Fit at T-2H (:func:`train_backtest_model`), then judge it and the baseline on every
-    split of ``judged_on`` (the run's examples at T-H with their outcomes in (T-H, T])."""
+    split of ``judged_on`` (the run's examples at T-H with their outcomes in (T-H, T]);
+    ``production_rows``: the training rows of the production fit it must not outspend."""
     log.info(
         "backtest of %s: fitting at T-2H on %d customers, judging on %d customers at T-H",
         spec.kind,
         earlier.rows("train"),
         sum(judged_on.rows(s) for s in SPLITS),
     )
-    model = train_backtest_model(earlier, normalizer, spec, settings, device)
+    model = train_backtest_model(earlier, normalizer, spec, settings, device, production_rows)
     return assess(model, earlier, judged_on, SPLITS, method)

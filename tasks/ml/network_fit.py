@@ -170,21 +170,24 @@ def unusable_reason(exc: BaseException) -> str:
 
 
 def plan_fit(network: nn.Module, job: FitJob, learning_rate: float) -> NetworkPlan:
-    """The batch, learning rate, warm-up and CPU threads for ``network`` on ``job``'s data (the
-    threads matter on CPU only), logged."""
+    """The batch, learning rate, warm-up and CPU threads for ``network`` on ``job``'s data (or
+    the ``job.plan_rows`` it stands for; the threads matter on CPU only), logged."""
     n_params = sum(p.numel() for p in network.parameters())
+    rows = job.data.rows("train")
     plan = network_plan(
         job.settings,
-        train_rows=job.data.rows("train"),
+        train_rows=job.plan_rows or rows,
         parameters=n_params,
         learning_rate=learning_rate,
         processes=job.ctx.world_size,
         chunk_rows=job.data.chunk_rows,
     )
+    planned_for = f" (planned for {job.plan_rows})" if job.plan_rows else ""
     log.info(
-        "training %d parameters on %d rows: %s",
+        "training %d parameters on %d rows%s: %s",
         n_params,
-        job.data.rows("train"),
+        rows,
+        planned_for,
         plan.describe(cpu=job.device.type == "cpu"),
     )
     return plan

@@ -61,7 +61,9 @@ def judge_candidate(
         test.baseline.logloss,
         test.baseline.ece,
     )
-    backtest = run_backtest(store, prepared, judged, spec, settings, device, as_of, horizon_days)
+    backtest = run_backtest(
+        store, prepared, judged, spec, settings, device, as_of, horizon_days, data.rows("train")
+    )
     return model, ModelEvaluation(calibration=calibration, test=test, backtest=backtest)
 
 
@@ -74,9 +76,11 @@ def run_backtest(
     device: torch.device,
     as_of: dt.date,
     horizon_days: int,
+    production_rows: int | None = None,
 ) -> BacktestReport:
     """Fit ``spec``'s family on the backtest snapshot (origins from T-2H down) and judge it on
-    ``data``, the run's examples at T-H."""
+    ``data``, the run's examples at T-H (``production_rows``: the training rows of the
+    production fit, which bound the backtest fit's examples when it samples)."""
     windows = BacktestWindows.of(as_of, horizon_days)
     if prepared.backtest_snapshot_prefix is None:
         reason = prepared.backtest_skipped or "no backtest snapshot was published"
@@ -93,7 +97,14 @@ def run_backtest(
             cache_bytes=settings.train.stream_cache_mb << 20,
         )
         calibration, result = backtest_comparison(
-            earlier, normalizer, data, spec, settings.train, device, settings.train.calibration
+            earlier,
+            normalizer,
+            data,
+            spec,
+            settings.train,
+            device,
+            settings.train.calibration,
+            production_rows,
         )
         n_train, origins = earlier.rows("train"), earlier.origins()
     finally:

@@ -24,7 +24,7 @@ from infra.settings import TrainingSettings
 from tasks.ml.checkpoints import CheckpointPolicy
 from tasks.ml.ddp import DistContext
 from tasks.ml.logistic import sigmoid
-from tasks.ml.metrics import classification_metrics
+from tasks.ml.metrics import log_loss, roc_auc
 from tasks.ml.snapshot_reader import SnapshotStream
 
 log = logging.getLogger(__name__)
@@ -118,8 +118,9 @@ def network_logits(
 
 
 def evaluate(model: nn.Module, data: SnapshotStream, split: str) -> dict[str, float]:
-    """Metrics of the network's raw sigmoid on ``split``, streamed chunk by chunk (as during
-    training, before a calibration is fitted)."""
+    """Log loss and ROC AUC of the network's raw sigmoid on ``split`` (what an epoch is judged
+    and logged by), streamed chunk by chunk (as during training, before a calibration is
+    fitted)."""
     ys, ps = [], []
     was_training = model.training
     model.eval()
@@ -127,7 +128,8 @@ def evaluate(model: nn.Module, data: SnapshotStream, split: str) -> dict[str, fl
         ys.append(y)
         ps.append(sigmoid(network_logits(model, x)))
     model.train(was_training)
-    return classification_metrics(np.concatenate(ys), np.concatenate(ps))
+    labels, probabilities = np.concatenate(ys), np.concatenate(ps)
+    return {"logloss": log_loss(labels, probabilities), "auc": roc_auc(labels, probabilities)}
 
 
 def train_model(

@@ -161,7 +161,15 @@ def train_stage(
 
         def recipe_backtest(spec: FamilySpec) -> GateFigures:
             report = run_backtest(
-                store, prepared, data.newest_origin(), spec, settings, device, as_of, horizon_days
+                store,
+                prepared,
+                data.newest_origin(),
+                spec,
+                settings,
+                device,
+                as_of,
+                horizon_days,
+                data.rows("train"),
             )
             if report.result is None:
                 raise ValueError(f"the backtest of {spec.kind} was skipped: {report.reason}")

@@ -32,23 +32,13 @@ class InProcessSnapshotBuilder:
         seed: int,
         metadata: Metadata,
     ) -> tuple[DatasetManifest, dict[str, Any]]:
-        return publish_snapshot_in_process(store, examples, out_prefix, features, seed, metadata)
-
-
-def publish_snapshot_in_process(
-    store: ObjectStore,
-    examples: DatasetManifest,
-    out_prefix: str,
-    features: list[str],
-    seed: int,
-    metadata: Metadata,
-) -> tuple[DatasetManifest, dict[str, Any]]:
-    """Split ``examples`` by customer and publish them at ``out_prefix`` with
-    ``metadata(values)``; returns the dataset and the values (split counts, the normaliser's
-    statistics) named as the Spark job's observed aggregates are."""
-    carried = [ORIGIN, *sequence_columns(dataset_arrow_schema(store, examples).names)]
-    table = read_table(store, examples, ["customer_id", "label", *features, *carried])
-    table = table.append_column("split", assign_split(table["customer_id"], seed))
-    values = split_values(table, features)
-    extra = {**metadata(values), **spark_schema_metadata(table.schema)}
-    return write_table(table, store, out_prefix, partition_by="split", metadata=extra), values
+        """Split ``examples`` by customer and publish them at ``out_prefix`` with
+        ``metadata(values)``; returns the dataset and the values (split counts, the normaliser's
+        statistics) named as the Spark job's observed aggregates are."""
+        carried = [ORIGIN, *sequence_columns(dataset_arrow_schema(store, examples).names)]
+        table = read_table(store, examples, ["customer_id", "label", *features, *carried])
+        table = table.append_column("split", assign_split(table["customer_id"], seed))
+        values = split_values(table, features)
+        extra = {**metadata(values), **spark_schema_metadata(table.schema)}
+        published = write_table(table, store, out_prefix, partition_by="split", metadata=extra)
+        return published, values

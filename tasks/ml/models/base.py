@@ -124,7 +124,9 @@ class ConfiguredModel(FittedModel):
 class FitJob:
     """What a family's ``fit`` gets: the snapshot, its normaliser and the training settings;
     where to run (device, DDP ranks), a warm-start model of the same family, and the
-    checkpoints of this training (None: no checkpoints, e.g. the backtest's fit)."""
+    checkpoints of this training (None: no checkpoints, e.g. the backtest's fit);
+    ``plan_rows``: the training rows a network's batch, learning rate and threads are planned
+    for (None: ``data``'s; the backtest's fit on a sample names the rows it stands for)."""
 
     data: SnapshotStream
     normalizer: Normalizer
@@ -135,6 +137,7 @@ class FitJob:
     checkpoints: CheckpointStore | None = None
     checkpoint_policy: CheckpointPolicy | None = None
     stop_after_steps: int | None = None
+    plan_rows: int | None = None
 
 
 def _cpu() -> torch.device:

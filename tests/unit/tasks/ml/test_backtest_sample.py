@@ -14,7 +14,13 @@ from infra.settings import TrainingSettings
 from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from infra.storage.store import LocalFolderStore
 from tasks.ml import backtest as backtest_module
-from tasks.ml.backtest import backtest_sample, train_backtest_model
+from tasks.ml.backtest import (
+    backtest_epochs,
+    backtest_fit_job,
+    backtest_sample,
+    train_backtest_model,
+)
+from tasks.ml.network_plan import network_plan
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SnapshotStream
 from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
@@ -105,3 +111,57 @@ def test_a_backtest_fit_sees_only_the_sampled_rows(earlier, monkeypatch):
     model = train_backtest_model(data, normalizer, family.spec({}), settings, torch.device("cpu"))
     assert model is not None
     assert seen and seen[0] < data.rows("train") // 3
+
+
+def test_a_sampled_backtest_fit_is_planned_for_the_unsampled_rows_and_its_epochs_bounded(
+    earlier,
+):
+    data, normalizer = earlier
+    rows = data.rows("train")
+    settings = TrainingSettings(backtest_max_rows=rows // 4, max_epochs=30, patience=3)
+    job = backtest_fit_job(data, normalizer, settings, torch.device("cpu"), production_rows=rows)
+    sample = job.data.rows("train")
+    assert sample < rows // 3 and job.plan_rows == rows
+    # the production fit passes at least 4 epochs x its rows; the sample may pass no more
+    assert job.settings.max_epochs == backtest_epochs(settings, sample, rows) == 4 * rows // sample
+    assert job.settings.max_epochs * sample <= 4 * rows
+    # a production fit on many more rows leaves more epochs, never more than max_epochs
+    assert backtest_epochs(settings, sample, 100 * rows) == 30
+    assert backtest_epochs(settings, 10 * rows, rows) == 1
+    assert backtest_epochs(TrainingSettings(max_epochs=2, patience=3), 100, 100) == 2
+    # nothing sampled (at most backtest_max_rows rows): the fit as the run does it
+    whole = backtest_fit_job(
+        data, normalizer, TrainingSettings(backtest_max_rows=rows), torch.device("cpu")
+    )
+    assert whole.data is data and whole.plan_rows is None
+    assert whole.settings == TrainingSettings(backtest_max_rows=rows)
+
+
+@pytest.fixture(scope="module")
+def large_earlier(tmp_path_factory):
+    """Enough training rows (~140k) that a fit on all of them gets a larger batch."""
+    store = LocalFolderStore(tmp_path_factory.mktemp("large-sample-store"))
+    _, prepared = publish_synthetic_snapshot(store, "large", rows=200_000, seed=6)
+    manifest = read_dataset_manifest(store, prepared.snapshot_prefix)
+    normalizer = Normalizer.model_validate(manifest.metadata["normalizer"])
+    return SnapshotStream(local_dataset_dir(store, manifest), normalizer.features), normalizer
+
+
+def test_a_sampled_backtest_network_fit_steps_like_a_full_fit_and_stops_within_budget(
+    large_earlier,
+):
+    """The mlp's backtest on a 10% sample runs the batch a fit on all the T-2H rows runs (on
+    the old code: the sample's own, smaller batch) and, with a production fit on as many rows
+    as the sample, the 4 epochs that fit passes at the least (old: up to max_epochs)."""
+    data, normalizer = large_earlier
+    rows = data.rows("train")
+    settings = TrainingSettings(backtest_max_rows=rows // 10, threads=1)
+    family = backtest_module.get_family("mlp")
+    job = backtest_fit_job(data, normalizer, settings, torch.device("cpu"), rows // 10)
+    sample = job.data.rows("train")
+    outcome = family.fit(family.spec({}), job)
+    full = network_plan(settings, train_rows=rows, parameters=1, learning_rate=1e-3)
+    own = network_plan(settings, train_rows=sample, parameters=1, learning_rate=1e-3)
+    assert outcome.record["batch_size"] == full.batch_size > own.batch_size
+    assert outcome.record["epochs"] == 4
+    assert outcome.record["samples_seen"] <= 4 * (rows // 10)
