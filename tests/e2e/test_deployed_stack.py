@@ -21,10 +21,10 @@ from tests.e2e.stack_driver import FINAL, chromium, cli, keep_logs, stack_state,
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
 # long enough to be killed after its first checkpoint: 40 small-batch epochs, no early stop (the
-# patience is the epochs), about 14,000 steps of batch 8 on this data, the first checkpoint at
-# step 200; the kill follows it within a poll (0.5 s) while the fit has ~98 % of its steps ahead
-# (200 epochs, as before, was five times the training in each of the network's four fits:
-# run 1's, run 2's resumed fit, and their backtests)
+# patience is the epochs), the first checkpoint at step 200, in the first two epochs; the kill
+# follows it within a poll (0.5 s), while the fit has over 38 epochs ahead and the contender's
+# run a second fit of 40 after it (its backtest). 200 epochs, as before, was five times the
+# training in each of the network's four fits: run 1's, run 2's resumed fit and their backtests.
 TRAINING = {
     "HYBRIDFLOW_TRAIN__BATCH_SIZE": "8",
     "HYBRIDFLOW_TRAIN__MAX_EPOCHS": "40",
