@@ -19,7 +19,7 @@ from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.engines.feature_frame import FeatureOutput
 from tasks.engines.in_process.features import InProcessFeatureFrame
 from tasks.engines.spark.features_per_bucket import BucketFeatureFrame, bucket_features
-from tasks.engines.spark.features_per_partition import PartitionFeatureFrame
+from tasks.engines.spark.features_per_partition import PIECES_FOLDER, PartitionFeatureFrame
 from tasks.reporting.records import ValidateResult
 from tasks.stages.features import feature_frame, features_stage
 from tasks.stages.validate import validate_stage
@@ -177,6 +177,11 @@ def test_buckets_and_partitions_give_the_in_process_outputs(
         assert training.count() == result.n_training
         assert training.schema["label"].dataType.typeName() == "double"
         assert training.schema["seq_gap_days"].dataType.typeName() == "array"
+    assert _shuffle_pieces(local_store) == []  # the shuffle's pieces went with the job
+
+
+def _shuffle_pieces(store) -> list[str]:
+    return [k for k in store.list("") if f"/{PIECES_FOLDER}/" in k]
 
 
 def test_events_after_as_of_change_no_feature_of_a_partition(
@@ -211,14 +216,17 @@ def test_events_after_as_of_change_no_feature_of_a_partition(
         _same(_rows(local_store, getattr(here, name)), _rows(local_store, getattr(result, name)))
 
 
-def test_a_failed_task_publishes_nothing(spark, local_store, validated):
-    events = _republished(spark, local_store, validated, "broken", 2)
+@pytest.mark.parametrize("buckets", [2, None], ids=["per-bucket", "per-partition"])
+def test_a_failed_task_publishes_nothing(spark, local_store, validated, buckets):
+    name = f"broken-{buckets}"
+    events = _republished(spark, local_store, validated, name, buckets)
     manifest = read_dataset_manifest(local_store, events.events_prefix)
     local_store.put_bytes(manifest.files[-1], b"not parquet")
     with pytest.raises(Exception, match="parquet|Parquet"):
-        features_stage(spark, local_store, "broken", events, None, 90, False, SPARK)
-    assert find_dataset(local_store, run_dataset_prefix("broken", "training_examples")) is None
-    assert find_dataset(local_store, run_dataset_prefix("broken", "backtest_examples")) is None
+        features_stage(spark, local_store, name, events, None, 90, False, SPARK)
+    assert find_dataset(local_store, run_dataset_prefix(name, "training_examples")) is None
+    assert find_dataset(local_store, run_dataset_prefix(name, "backtest_examples")) is None
+    assert _shuffle_pieces(local_store) == []
 
 
 def test_a_task_reads_and_writes_a_remote_store(spark, local_store, validated, s3_store):

@@ -27,7 +27,9 @@ from infra.compute.executor_io import executor_store
 from infra.compute.spark import conf_value
 from infra.compute.spark_io import SparkJobs, check_cluster_sees
 from infra.storage.store import ObjectStore
+from tasks.data.cutoffs import Cutoff
 from tasks.engines.feature_frame import FeatureOutput
+from tasks.engines.spark.customer_shuffle import is_piece, read_pieces
 from tasks.engines.spark.feature_parts import (
     PART_DONE,
     PartWritten,
@@ -50,19 +52,20 @@ def bucket_features(
     sequence_length: int = 0,
 ) -> tuple[list[PartWritten], int]:
     """:func:`tasks.engines.spark.feature_parts.write_feature_parts` of the customers in the event
-    ``files`` (all of their events). Runs in a Spark task's Python worker; files of a remote
-    store are downloaded to a temporary folder first."""
+    ``files`` (all of their events: Parquet files, or the pieces of
+    :mod:`tasks.engines.spark.customer_shuffle`). Runs in a Spark task's Python worker; files of
+    a remote store are downloaded to a temporary folder first."""
     with tempfile.TemporaryDirectory(prefix="hybridflow-bucket-") as tmp:
         paths = []
         for i, key in enumerate(files):
             local = store.local_path(key)
             if local is None:
-                local = Path(tmp) / f"events-{i}.parquet"
+                local = Path(tmp) / f"events-{i}{Path(key).suffix}"
                 store.get_file(key, local)
             paths.append(local)
         return write_feature_parts(
             store,
-            paths,
+            read_pieces(paths) if paths and all(is_piece(p) for p in paths) else paths,
             available,
             targets,
             threads=threads,
@@ -99,30 +102,53 @@ class BucketFeatureFrame(TaskPartsFrame):
 
     def _run(self, data_prefixes: list[str]) -> list[dict]:
         """The job: a task per bucket; what each wrote, one row per bucket and output."""
-        store_uri = self._store.uri
-        buckets, available, sequence_length = self._buckets, self._available, self._sequence_length
-        output_cutoffs = [o.cutoffs for o in self._outputs]
-        threads = max(1, int(conf_value(self._spark, "spark.task.cpus", "1")))
-
-        def compute(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            store = executor_store(store_uri)
-            memory = task_memory_limit(max(1, (os.cpu_count() or 1) // threads))
-            for batch in batches:
-                for bucket in batch.column("id").to_pylist():
-                    parts, after = bucket_features(
-                        store,
-                        buckets[bucket],
-                        available,
-                        task_targets(output_cutoffs, data_prefixes, bucket),
-                        threads=threads,
-                        memory=memory,
-                        sequence_length=sequence_length,
-                    )
-                    yield parts_done(bucket, parts, after)
-
-        n = len(buckets)
         with SparkJobs(self._spark) as jobs:
-            tasks = self._spark.range(0, n, 1, numPartitions=n)
-            rows = [r.asDict() for r in tasks.mapInArrow(compute, PART_DONE).collect()]
+            rows = bucket_tasks(
+                self._spark,
+                self._store.uri,
+                self._buckets,
+                [o.cutoffs for o in self._outputs],
+                data_prefixes,
+                self._available,
+                self._sequence_length,
+            )
         self.spark_jobs = jobs.count
         return rows
+
+
+def bucket_tasks(
+    spark: SparkSession,
+    store_uri: str,
+    buckets: list[list[str]],
+    output_cutoffs: list[tuple[Cutoff, ...]],
+    data_prefixes: list[str],
+    available: set[str],
+    sequence_length: int = 0,
+) -> list[dict]:
+    """One job of a task per bucket (its event files in the store at ``store_uri``), writing
+    each output's part of the bucket under the output's data folder; the
+    :data:`tasks.engines.spark.feature_parts.PART_DONE` rows the tasks handed back (part = the
+    bucket's index)."""
+    threads = max(1, int(conf_value(spark, "spark.task.cpus", "1")))
+
+    def compute(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        store = executor_store(store_uri)
+        memory = task_memory_limit(max(1, (os.cpu_count() or 1) // threads))
+        for batch in batches:
+            for bucket in batch.column("id").to_pylist():
+                parts, after = bucket_features(
+                    store,
+                    buckets[bucket],
+                    available,
+                    task_targets(output_cutoffs, data_prefixes, bucket),
+                    threads=threads,
+                    memory=memory,
+                    sequence_length=sequence_length,
+                )
+                yield parts_done(bucket, parts, after)
+
+    if not buckets:
+        return []
+    n = len(buckets)
+    tasks = spark.range(0, n, 1, numPartitions=n)
+    return [r.asDict() for r in tasks.mapInArrow(compute, PART_DONE).collect()]
