@@ -21,10 +21,8 @@ rows with 2 threads.
 Besides wall seconds, each figure has its CPU seconds: for the cluster path those of every
 process of the bench's tree (moto's server thread, the master, workers, executors and their
 Python workers, the driver), for a baseline its own; ``cpu_ratio`` is the baseline's CPU over the
-cluster path's for the same work, its throughput on a busy machine. On a shared box the
-baselines' wall seconds suffer more from other load than the cluster's (two threads that wait on
-each other against one-threaded tasks), so ``cpu_ratio`` is the figure that holds across loads;
-on an idle box the wall ratio is at most about it (the cluster path also has serial steps).
+cluster path's for the same work: its throughput relative to the baseline's on a busy machine,
+which moves little with other load on a shared box (the wall ratio is what a user waits for).
 
 Both run through Spark Connect (the stack's way: the server's executors stay up) and as a
 client-mode driver (``spark://``: this process's child starts a driver whose executors the
