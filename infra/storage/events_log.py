@@ -97,8 +97,14 @@ def encode_segment(events: pa.Table, segment_id: str, content_sha256: str) -> En
     meta = {INFO_KEY: info.model_dump_json(exclude={"seq"}).encode()}
     out = io.BytesIO()
     # statistics for the times only (what a reader prunes by; those of the texts would double
-    # the time this takes)
-    pq.write_table(table.replace_schema_metadata(meta), out, write_statistics=["event_time"])
+    # the time this takes); dictionaries for the texts with few values only (most ids of a
+    # batch differ: their dictionary costs time and bytes)
+    pq.write_table(
+        table.replace_schema_metadata(meta),
+        out,
+        write_statistics=["event_time"],
+        use_dictionary=["event_type", "category", "channel"],
+    )
     return EncodedSegment(out.getvalue(), info)
 
 

@@ -1,5 +1,7 @@
 """The features of customers in the online state, by the batch stage's formulas
-(:func:`tasks.definitions.feature_formulas.feature_values`) evaluated on numpy arrays."""
+(:func:`tasks.definitions.feature_formulas.feature_values`) evaluated on numpy arrays for many
+customers, compiled to a Python function on floats for one (a request's:
+:mod:`serving.online.scalar_formulas`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from serving.online.scalar_formulas import scalar_features
 from serving.online.state import OnlineState, end_of_day_micros
 from tasks.definitions.feature_formulas import feature_values
 
@@ -41,35 +44,6 @@ class ArrayOps:
         return np.where(test > 0, then, otherwise)
 
 
-class ScalarOps:
-    """:class:`ArrayOps` for one customer: the same operations on float64 scalars (a division
-    by zero gives inf or NaN, as on arrays, and the formulas never keep it)."""
-
-    def __init__(self, aggregates: dict[str, np.float64]) -> None:
-        self._aggregates = aggregates
-
-    def agg(self, name: str) -> np.float64:
-        return self._aggregates[name]
-
-    def lit(self, value: float) -> np.float64:
-        return np.float64(value)
-
-    def coalesce(self, value: np.float64, default: np.float64) -> np.float64:
-        return default if value != value else value  # NaN is the one value unequal to itself
-
-    def double(self, value: np.float64) -> np.float64:
-        return np.float64(value)
-
-    def greatest(self, first: np.float64, second: np.float64) -> np.float64:
-        return np.fmax(first, second)
-
-    def log(self, value: np.float64) -> np.float64:
-        return np.log(value)
-
-    def if_positive(self, test: np.float64, then: np.float64, otherwise: np.float64) -> np.float64:
-        return then if test > 0 else otherwise
-
-
 def online_features(
     state: OnlineState, rows: np.ndarray, cutoff_day: int, names: Sequence[str]
 ) -> np.ndarray:
@@ -86,9 +60,8 @@ def fresh_features(
     whichever is later, with the newest event's time (microseconds) they include."""
     if len(rows) == 1:
         one = state.read_one(int(rows[0]), at_least_day)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            values = feature_values(ScalarOps(one.aggregates), end_of_day_micros(one.day))
-        return np.asarray([[values[name] for name in names]], dtype=np.float64), one.newest
+        values = scalar_features(names, end_of_day_micros(one.day))(one.aggregates)
+        return np.asarray([values], dtype=np.float64), one.newest
     reading = state.read(rows, at_least_day)
     return _evaluate(reading.aggregates, reading.day, names), reading.newest
 

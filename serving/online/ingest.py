@@ -342,8 +342,7 @@ def check_contract(raw: pa.Table) -> CheckedEvents:
         codes[flags() & (codes == 0)] = REASONS.index(reason) + 1
     valid = np.flatnonzero(codes == 0)
     if valid.size > 1:
-        copies = valid[_extra_copies(events.take(pa.array(valid)))]
-        codes[copies] = REASONS.index(REASON_DUPLICATE) + 1
+        codes[_extra_copies(events, valid)] = REASONS.index(REASON_DUPLICATE) + 1
     return CheckedEvents(events, codes, raw)
 
 
@@ -373,18 +372,38 @@ def _quantity(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return pa.array(whole), ~ok
 
 
-def _extra_copies(valid: pa.Table) -> np.ndarray:
-    """Positions in ``valid`` of each row that repeats an earlier one exactly. Copies share
-    their time: only rows that share it with another are compared whole."""
-    t = valid.column("event_time").combine_chunks().cast(pa.int64()).to_numpy()
+def _extra_copies(events: pa.Table, valid: np.ndarray) -> np.ndarray:
+    """The rows among ``valid`` (positions in ``events``, ascending) that repeat an earlier
+    valid row exactly (every column equal, nulls equal to nulls). Copies share their time:
+    only rows that share it with another are compared whole, as rows of codes (a text's code
+    in its column's distinct values, a number's bits)."""
+    times = pc.fill_null(events.column("event_time").combine_chunks().cast(pa.int64()), 0)
+    t = times.to_numpy(zero_copy_only=False)[valid]
     in_order = bool((t[1:] >= t[:-1]).all())  # batches are sent in time order, often
     order = np.arange(t.size) if in_order else np.argsort(t, kind="stable")
     same = t[order][1:] == t[order][:-1]
     if not same.any():
         return np.zeros(0, dtype=np.intp)
-    shared = np.zeros(len(order), dtype=bool)
+    shared = np.zeros(t.size, dtype=bool)
     shared[order[1:][same]] = True
     shared[order[:-1][same]] = True
-    candidates = np.flatnonzero(shared)
-    frame = valid.take(pa.array(candidates)).to_pandas()
-    return candidates[frame.duplicated(keep="first").to_numpy()]
+    rows = valid[shared]
+    candidates = events.take(pa.array(rows))
+    keys = np.empty((rows.size, candidates.num_columns), dtype=np.int64)
+    for j, column in enumerate(candidates.columns):
+        keys[:, j] = _codes(column.combine_chunks())
+    _, first = np.unique(keys, axis=0, return_index=True)
+    copy = np.ones(rows.size, dtype=bool)
+    copy[first] = False
+    return rows[copy]
+
+
+def _codes(column: pa.Array) -> np.ndarray:
+    """Equal values as equal int64s: a text's index in its distinct values (-1 for null), a
+    number's bits (the columns checked here have no null numbers; -0.0 is 0.0 already)."""
+    if pa.types.is_string(column.type):
+        indices = pc.dictionary_encode(column).indices
+        return pc.fill_null(indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    if pa.types.is_floating(column.type):
+        return column.to_numpy(zero_copy_only=False).astype(np.float64).view(np.int64)
+    return column.cast(pa.int64()).to_numpy(zero_copy_only=False)

@@ -3,9 +3,13 @@
 An engine computes the aggregates of :data:`AGGREGATES` per customer and cutoff
 (:mod:`tasks.data.feature_sql` as SQL for Spark and DuckDB, :mod:`serving.online.state` from
 the endpoint's per-customer state); :func:`feature_values` turns them into features through an
-:class:`Ops` (:class:`tasks.data.feature_sql.SqlOps`, :class:`serving.online.features.ArrayOps`).
+:class:`Ops` (:class:`tasks.data.feature_sql.SqlOps`, :class:`serving.online.features.ArrayOps`,
+:class:`serving.online.scalar_formulas.PythonOps`).
 The formulas use ``+ - * /`` between expressions and with numbers, which the engines'
-expressions provide.
+expressions provide; :class:`serving.online.scalar_formulas.PythonOps` renders them as Python
+source for one customer's floats, where ``x / 0.0`` raises: so every division by an expression
+that can be zero stays in the ``then`` of :meth:`Ops.if_positive` (evaluated only where the
+test is positive there, as in SQL's CASE).
 """
 
 from __future__ import annotations

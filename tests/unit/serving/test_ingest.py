@@ -196,3 +196,44 @@ def test_only_the_first_rows_are_listed_but_all_are_counted():
     assert problem.extra["refused"] == {"invalid_amount": 100}
     assert len(problem.problems) == 1 + 20
     assert np.all([p["message"].startswith("invalid_amount") for p in problem.problems[1:]])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_extra_copies_are_the_rows_repeating_an_earlier_valid_row_exactly(seed):
+    """Many ties in time (a live stream's microseconds), rows equal but for one column, nulls,
+    an invalid row among copies, times out of order: the refused copies are exactly the valid
+    rows equal in every column (nulls equal) to an earlier valid row."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    base = dt.datetime(2025, 7, 1, tzinfo=dt.UTC)
+    t = rng.integers(0, 40, n)
+    if seed % 2:
+        t = np.sort(t)
+    rows = [
+        {
+            "customer_id": f"c{rng.integers(3)}",
+            "event_time": (base + dt.timedelta(microseconds=int(t[i]))).isoformat(),
+            "amount": [0.0, -0.0, 1.5, -1.0][rng.integers(4)],
+            "event_type": ["purchase", "view", None][rng.integers(3)],
+            "quantity": [1, 2, None][rng.integers(3)],
+            "category": ["a", None, ""][rng.integers(3)],
+            "channel": ["web", None][rng.integers(2)],
+        }
+        for i in range(n)
+    ]
+    checked = check_contract(parse_events(json.dumps(rows).encode(), "application/json"))
+    events = checked.events.to_pylist()
+    seen, expected = set(), []
+    for i, row in enumerate(events):
+        if checked.reason(i) not in (None, "duplicate_event"):
+            continue  # refused for another reason: not a row copies repeat
+        key = tuple(row.values())
+        expected.append(key in seen)
+        seen.add(key)
+    got = [
+        checked.reason(i) == "duplicate_event"
+        for i in range(n)
+        if checked.reason(i) in (None, "duplicate_event")
+    ]
+    assert got == expected
+    assert 0 < sum(expected) < len(expected)
