@@ -61,9 +61,13 @@ def _row(subject: str, warm: tuple[float, float, dict], base: tuple[float, float
 
 def flow_run_cost(api_url: str) -> dict:
     """Seconds a parent flow takes with ``SUBFLOWS`` empty subflows against with none, on the
-    API at ``api_url``: Prefect's bookkeeping per flow run."""
+    API at ``api_url``: Prefect's bookkeeping per flow run, with heartbeats as a ``hybridflow``
+    command runs them (off without a server: each flow run's end would wait up to 1 s for its
+    heartbeat thread, which no command pays)."""
     from prefect import flow
     from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from infra.prefect_runtime.env import heartbeats_only_for_a_server
 
     @flow(name="bench-empty", persist_result=False)
     def empty() -> None:
@@ -74,7 +78,7 @@ def flow_run_cost(api_url: str) -> dict:
         for _ in range(children):
             empty()
 
-    with temporary_settings(updates={PREFECT_API_URL: api_url}):
+    with heartbeats_only_for_a_server(), temporary_settings(updates={PREFECT_API_URL: api_url}):
         parent(0)  # warm-up: the client, the flow's registration
         started = time.perf_counter()
         parent(0)
