@@ -226,12 +226,16 @@ def arm(validated_json: str, duck_dir: str, version: str) -> None:
 
 
 def _run_arm(mode: str, env: dict[str, str], validated, duck_dir: Path, version: str) -> dict:
-    code = (
-        "import sys; from bench.bench_cluster import arm; arm(sys.argv[1], sys.argv[2], "
-        "sys.argv[3])"
-    )
+    args = [validated.model_dump_json(), str(duck_dir), version]
+    return run_arm_process("bench.bench_cluster", args, env, f"{mode} arm")
+
+
+def run_arm_process(module: str, args: list[str], env: dict[str, str], what: str) -> dict:
+    """``module.arm(*args)`` in a child Python process with ``env`` (a driver of its own); the
+    JSON it prints on its last ``ARM `` line."""
+    code = f"import sys; from {module} import arm; arm(*sys.argv[1:])"
     done = subprocess.run(
-        [sys.executable, "-c", code, validated.model_dump_json(), str(duck_dir), version],
+        [sys.executable, "-c", code, *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -240,7 +244,7 @@ def _run_arm(mode: str, env: dict[str, str], validated, duck_dir: Path, version:
     )
     lines = [x for x in done.stdout.splitlines() if x.startswith("ARM ")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{mode} arm failed: {done.stderr[-4000:]}")
+        raise RuntimeError(f"{what} failed: {done.stderr[-4000:]}")
     return json.loads(lines[-1][4:])
 
 
@@ -257,19 +261,14 @@ def main(results_dir: Path) -> list[dict]:
     )
     from infra.storage.store import LocalFolderStore, S3Store
     from tasks.definitions.feature_specs import feature_names
-    from tests.fixtures.moto_s3 import start_moto
+    from tests.fixtures.moto_s3 import moto_env, start_moto
 
     customers = int(os.environ.get("BENCH_CLUSTER_CUSTOMERS", "50000"))
     inference_rows = int(os.environ.get("BENCH_CLUSTER_INFERENCE_ROWS", "1000000"))
     work = Path(tempfile.mkdtemp(prefix="hf-bench-cluster-"))
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request lines
     server, endpoint = start_moto()
-    aws = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
+    aws = moto_env(endpoint)
     saved = {k: os.environ.get(k) for k in aws}
     os.environ.update(aws)
     records: dict = {}

@@ -31,8 +31,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -49,6 +47,7 @@ from bench.bench_cluster import (
     _to_s3_unclustered,
     _torch_seconds,
     _valid_events,
+    run_arm_process,
 )
 from bench.bench_features import ALL_COLUMNS, HORIZON_DAYS, duckdb_features
 from bench.bench_inference import AS_OF as INFERENCE_AS_OF
@@ -423,19 +422,14 @@ def main() -> dict:
     from infra.storage.datasets import read_dataset_manifest
     from infra.storage.store import LocalFolderStore, S3Store
     from tasks.definitions.feature_specs import feature_names
-    from tests.fixtures.moto_s3 import start_moto
+    from tests.fixtures.moto_s3 import moto_env, start_moto
 
     customers = int(os.environ.get("BENCH_CLUSTER_CUSTOMERS", "50000"))
     inference_rows = int(os.environ.get("BENCH_CLUSTER_INFERENCE_ROWS", "1000000"))
     work = Path(tempfile.mkdtemp(prefix="hf-cluster-breakdown-"))
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server, endpoint = start_moto()
-    aws = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
+    aws = moto_env(endpoint)
     os.environ.update(aws)
     result: dict = {"load_before": os.getloadavg()[0]}
     records: dict = {}
@@ -499,19 +493,9 @@ def main() -> dict:
             "HYBRIDFLOW_SPARK_EXECUTOR_MEMORY": "1g",
             "HYBRIDFLOW_SPARK_CONF": json.dumps(conf),
         }
-        code = "import sys; from bench.cluster_breakdown import arm; arm(sys.argv[1], sys.argv[2])"
-        done = subprocess.run(
-            [sys.executable, "-c", code, validated.model_dump_json(), version],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1800,
+        result["driver"] = run_arm_process(
+            "bench.cluster_breakdown", [validated.model_dump_json(), version], env, "breakdown arm"
         )
-        lines = [x for x in done.stdout.splitlines() if x.startswith("ARM ")]
-        if done.returncode != 0 or not lines:
-            raise RuntimeError(f"breakdown arm failed: {done.stderr[-4000:]}")
-        result["driver"] = json.loads(lines[-1][4:])
         result["spark_jobs"] = event_log_summary(log_dir)
     finally:
         stop_cluster(records)
