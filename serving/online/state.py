@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -212,9 +213,19 @@ class OnlineState:
 
     def apply_delta(self, delta: Delta, rows: np.ndarray, customers: int = APPLY_GROUPS) -> None:
         """Add a batch's per-customer sums (``rows``: each customer's row, :meth:`group_rows`)
-        into the state, ``customers`` at a time under one hold of the lock. A customer's sums go
-        in at once (a read sees all of the batch's events of a customer or none); ``newest``
-        moves with each part (the newest event applied so far)."""
+        into the state, ``customers`` at a time under one hold of the lock (:meth:`apply_parts`
+        all at once)."""
+        for _ in self.apply_parts(delta, rows, customers):
+            pass
+
+    def apply_parts(
+        self, delta: Delta, rows: np.ndarray, customers: int = APPLY_GROUPS
+    ) -> Iterator[int]:
+        """:meth:`apply_delta` a part at a time: adds the sums of ``customers`` customers under
+        one hold of the lock, then yields how many customers are in (the caller may serve reads
+        before it asks for the next part; the whole delta is in when the iterator ends). A
+        customer's sums go in at once (a read sees all of the batch's events of a customer or
+        none); ``newest`` moves with each part (the newest event applied so far)."""
         if delta.groups == 0:
             return
         bounds = [*range(0, delta.groups, customers), delta.groups]
@@ -251,6 +262,7 @@ class OnlineState:
                         self._publish(part_rows)
                 finally:
                     self._changed()
+            yield bounds[i + 1]
 
     def _publish(self, rows: np.ndarray) -> None:
         """Make the new customers among ``rows`` (their events just applied) readable."""
