@@ -28,6 +28,7 @@ import signal
 import struct
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from serving.online import prepare
@@ -121,6 +122,7 @@ class ProcessWorker:
                 "serving.online.worker",
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
+                env=_worker_env(),
             )
             log.info("ingest worker started (pid %d)", self._proc.pid)
         return self._proc
@@ -148,6 +150,14 @@ class ProcessWorker:
         await proc.wait()
         if self._proc is proc:
             self._proc = None
+
+
+def _worker_env() -> dict[str, str]:
+    """This process's environment, with the folder that holds the ``serving`` package first on
+    the worker's import path (however this process found it)."""
+    home = str(Path(prepare.__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH", "")
+    return os.environ | {"PYTHONPATH": os.pathsep.join(p for p in (home, path) if p)}
 
 
 # --- the worker process ---------------------------------------------------------------------
