@@ -24,8 +24,15 @@ import pyarrow as pa
 from infra.storage.events_log import EncodedSegment, SegmentInfo, encode_segment
 from infra.storage.events_log import decode_segment as read_segment
 from serving.online.delta import Delta, delta_of
-from serving.online.events import EventArrays, event_arrays
-from serving.online.ingest import IngestError, check_contract, parse_events
+from serving.online.events import NO_TIME, EventArrays, event_arrays
+from serving.online.ingest import (
+    REASON_BEFORE_SNAPSHOT,
+    REASON_IN_THE_FUTURE,
+    REASON_PURCHASE_OUT_OF_ORDER,
+    IngestError,
+    check_contract,
+    parse_events,
+)
 
 
 @dataclass(frozen=True)
@@ -54,9 +61,7 @@ class PreparedBatch:
     segment_id: str
     sha: str
     segment: EncodedSegment  # its events in time order
-    arrays: EventArrays  # the same events, in the same order
-    delta: Delta  # their per-customer sums
-    order: np.ndarray | None  # the position as sent of each event in time order; None: as sent
+    delta: Delta  # their per-customer sums (all the online checks need, and the apply)
 
 
 @dataclass(frozen=True)
@@ -86,13 +91,13 @@ def prepare_batch(
         return Refusal.of(problem, checked.rows)
     sha = hashlib.sha256(body).hexdigest()
     segment_id = segment_id_of(sha, idempotency_key)
-    events, arrays, order = checked.events, event_arrays(checked.events), None
+    events, arrays = checked.events, event_arrays(checked.events)
     if not (np.diff(arrays.t) >= 0).all():  # a segment is in time order; sent so, often
         order = np.argsort(arrays.t, kind="stable")
         events = events.take(pa.array(order))
         arrays = arrays.take(order, permutation=True)
     segment = encode_segment(events, segment_id, sha)
-    return PreparedBatch(segment_id, sha, segment, arrays, delta_of(arrays), order)
+    return PreparedBatch(segment_id, sha, segment, delta_of(arrays))
 
 
 def decode_segment(seq: int, data: bytes, where: str, after_us: int) -> DecodedSegment:
@@ -107,13 +112,24 @@ def decode_segment(seq: int, data: bytes, where: str, after_us: int) -> DecodedS
 
 
 def online_refusal(
-    body: bytes, content_type: str, refused: list[tuple[str, np.ndarray]]
+    body: bytes, content_type: str, seed_cutoff: int, latest: int, last_purchase: dict[str, int]
 ) -> Refusal:
-    """The refusal of a batch the contract accepted and the online state did not: ``refused``
-    holds, in the online checks' order, each reason and its rows (a mask over the batch as
-    sent); a row gets the first reason that holds for it."""
+    """The refusal of a batch the contract accepted and the online state did not, naming its
+    rows: at or before the state's ``seed_cutoff``, after ``latest`` (microseconds), or a
+    purchase before its customer's last one in the state (``last_purchase``: of the batch's
+    customers that have one); a row gets the first of these reasons that holds for it."""
     checked = check_contract(parse_events(body, content_type))
-    for reason, mask in refused:
+    arrays = event_arrays(checked.events)
+    customers = arrays.customer
+    last = np.fromiter(
+        (last_purchase.get(c, NO_TIME) for c in customers.values), np.int64, len(customers.values)
+    )
+    reasons = [
+        (REASON_BEFORE_SNAPSHOT, arrays.t <= seed_cutoff),
+        (REASON_IN_THE_FUTURE, arrays.t > latest),
+        (REASON_PURCHASE_OUT_OF_ORDER, arrays.purchase & (arrays.t < last[customers.codes])),
+    ]
+    for reason, mask in reasons:
         checked = checked.refuse_where(mask, reason)
     problem = checked.problem()
     if problem is None:

@@ -41,11 +41,8 @@ from infra.storage.events_log import SEGMENT_SCHEMA, EventsLog, SegmentInfo
 from infra.storage.store import ObjectStore, PreconditionFailed
 from serving.metrics import ServingMetrics
 from serving.online.delta import Delta
-from serving.online.events import DAY_US, EventArrays, event_arrays
+from serving.online.events import DAY_US, Coded, event_arrays
 from serving.online.ingest import (
-    REASON_BEFORE_SNAPSHOT,
-    REASON_IN_THE_FUTURE,
-    REASON_PURCHASE_OUT_OF_ORDER,
     refused,
 )
 from serving.online.prepare import (
@@ -268,56 +265,56 @@ class OnlineFeatures:
             follower = self.follower
             if follower is None:
                 raise refused("online", f"no online state ({self.status})", status=503)
-            arrays = prepared.arrays
+            delta = prepared.delta
+            customers = Coded(delta.group_code, delta.customers, every_value_used=True)
             for _ in range(APPEND_ATTEMPTS):
                 await self._catch_up(follower)
                 if prepared.segment_id in follower.segments:
                     return self._repeated(follower, prepared.segment_id, prepared.sha)
-                code_rows = follower.state.code_rows(arrays.customer)
-                known = code_rows[arrays.customer.codes]
-                refusals = self._online_refusals(follower, arrays, known)
-                if any(mask.any() for _, mask in refusals):
-                    await self._refuse(body, content_type, refusals, prepared.order)
+                code_rows = follower.state.code_rows(customers)
+                if self._refuses(follower, delta, code_rows[delta.group_code]):
+                    await self._refuse(follower, body, content_type, delta.customers, code_rows)
                 seq = follower.seq + 1
                 try:
                     info = await asyncio.to_thread(self.log.put, seq, prepared.segment)
                 except PreconditionFailed:
                     continue  # another replica took that number: read it, check again
-                await self._apply(follower, info, prepared.delta, code_rows)
+                await self._apply(follower, info, delta, code_rows)
                 self._note(self._accepted, info.rows)
                 self._metrics.events_ingested.labels("accepted").inc(info.rows)
                 return self._answer(follower, info.seq, prepared.segment_id, info.rows, False)
         raise refused("log", f"the log moved on {APPEND_ATTEMPTS} times in a row", status=503)
 
-    def _online_refusals(
-        self, follower: Follower, arrays: EventArrays, known: np.ndarray
-    ) -> list[tuple[str, np.ndarray]]:
-        """Each online reason (in the order they are given) and the events it holds for."""
+    def _latest(self) -> int:
+        """The latest event time taken now (microseconds): the clock plus ``max_lead_s``."""
+        return int((self._clock() + self._settings.max_lead_s) * 1e6)
+
+    def _refuses(self, follower: Follower, delta: Delta, rows: np.ndarray) -> bool:
+        """Whether the online state refuses an event of the batch summed in ``delta`` (``rows``:
+        each of its customers' rows, -1 for new ones): one at or before the snapshot's cutoff,
+        one later than the clock allows, or a purchase before its customer's last one."""
         state = follower.state
-        latest = int((self._clock() + self._settings.max_lead_s) * 1e6)
-        return [
-            (REASON_BEFORE_SNAPSHOT, arrays.t <= state.seed_cutoff),
-            (REASON_IN_THE_FUTURE, arrays.t > latest),
-            (REASON_PURCHASE_OUT_OF_ORDER, state.purchase_order_breaks(arrays, known)),
-        ]
+        return (
+            int(delta.first_t.min()) <= state.seed_cutoff
+            or delta.newest > self._latest()
+            or bool(state.purchases_before_last(delta, rows).any())
+        )
 
     async def _refuse(
         self,
+        follower: Follower,
         body: bytes,
         content_type: str,
-        refusals: list[tuple[str, np.ndarray]],
-        order: np.ndarray | None,
+        customers: list[str],
+        code_rows: np.ndarray,
     ) -> None:
-        """Raise the refusal naming the rows (``refusals``' masks are over the events in time
-        order, ``order`` their positions as sent)."""
-        if order is not None:
-            as_sent = []
-            for reason, mask in refusals:
-                sent = np.empty_like(mask)
-                sent[order] = mask
-                as_sent.append((reason, sent))
-            refusals = as_sent
-        refusal: Refusal = await self._worker.call(online_refusal, body, content_type, refusals)
+        """Raise the refusal naming the rows the online state refuses (the rare batch: the
+        worker reads its body again; ``code_rows``: the row of each of ``customers``)."""
+        state = follower.state
+        last = state.last_purchases(customers, code_rows)
+        refusal: Refusal = await self._worker.call(
+            online_refusal, body, content_type, state.seed_cutoff, self._latest(), last
+        )
         self._metrics.events_ingested.labels("refused").inc(refusal.rows)
         raise refusal.error()
 

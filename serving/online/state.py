@@ -201,6 +201,29 @@ class OnlineState:
         breaks[bought] = events.t[bought] < last
         return breaks
 
+    def purchases_before_last(self, delta: Delta, rows: np.ndarray) -> np.ndarray:
+        """For each customer of ``delta`` (``rows``: their rows, -1 for one the state has not
+        seen): True when its first purchase in the batch is before its last purchase in the
+        state (:meth:`purchase_order_breaks` of the batch's events, per customer)."""
+        bought = (delta.n_p > 0) & (rows >= 0)
+        breaks = np.zeros(delta.groups, dtype=bool)
+        with self.lock:
+            last = self._life["last_p_t"][rows[bought]]
+        breaks[bought] = delta.first_p_t[bought] < last
+        return breaks
+
+    def last_purchases(self, customers: list[str], rows: np.ndarray) -> dict[str, int]:
+        """The last purchase time in the state of each of ``customers`` that has one
+        (``rows``: theirs, -1 for one the state has not seen)."""
+        known = np.flatnonzero(rows >= 0)
+        with self.lock:
+            last = self._life["last_p_t"][rows[known]]
+        return {
+            customers[i]: t
+            for i, t in zip(known.tolist(), last.tolist(), strict=True)
+            if t != NO_TIME
+        }
+
     def _apply_where(self, events: EventArrays, mask: np.ndarray, rows: np.ndarray | None) -> int:
         if not mask.all():
             events = events.take(mask)

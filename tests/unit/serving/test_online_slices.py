@@ -232,7 +232,7 @@ def test_a_killed_worker_is_started_again_and_the_call_tried_once_more():
 
     first, second, prepared = asyncio.run(scenario())
     assert second is not None and second != first
-    assert isinstance(prepared, PreparedBatch) and prepared.arrays.size == 2
+    assert isinstance(prepared, PreparedBatch) and prepared.delta.events == 2
 
 
 def test_the_workers_answers_are_the_functions_own_and_its_errors_are_raised_here():
@@ -301,3 +301,26 @@ def test_a_worker_gone_for_good_is_an_error_not_a_hang(monkeypatch):
             await worker.close()
 
     asyncio.run(scenario())
+
+
+def test_the_purchase_order_check_per_customer_is_the_per_event_check():
+    state = seeded()
+    # the 5 days after the cutoff, then a batch that reaches back into them: some purchases
+    # come before their customer's last one
+    state.apply(event_arrays(events_table(later_events(8, 40, 300))))
+    rows = random_stream(9, 45, 300, 4, False)
+    late = [r | {"event_time": r["event_time"] + dt.timedelta(days=8)} for r in rows]
+    events = event_arrays(events_table(late))
+    per_event = state.purchase_order_breaks(events)
+    delta = delta_of(events)
+    code_rows = state.code_rows(events.customer)
+    per_customer = state.purchases_before_last(delta, code_rows[delta.group_code])
+    expected = np.zeros(delta.groups, dtype=bool)
+    group_of_code = {int(c): g for g, c in enumerate(delta.group_code.tolist())}
+    for code in np.unique(events.customer.codes[per_event]).tolist():
+        expected[group_of_code[code]] = True
+    assert 0 < expected.sum() < delta.groups
+    np.testing.assert_array_equal(per_customer, expected)
+    last = state.last_purchases(delta.customers, code_rows)
+    for customer, t in last.items():
+        assert t == state.read_one(state.row_of[customer], 0).aggregates["_last_p_t"]
