@@ -21,12 +21,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import logging
+import mmap
 import os
 import pickle
 import signal
 import struct
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -42,6 +45,9 @@ _CALLS: dict[str, Callable[..., Any]] = {
     "online_refusal": prepare.online_refusal,
 }
 _PR_SET_PDEATHSIG = 1
+_PIPE_BYTES = 1 << 20  # Linux's default most for a process without privileges
+_SHARED_FROM = 64 * 1024  # answers' arrays of this many bytes or more go through a mapped file
+_READ_LIMIT = 1 << 30  # what the answers' reader buffers before it pauses the pipe
 
 
 class WorkerGone(RuntimeError):
@@ -123,7 +129,11 @@ class ProcessWorker:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 env=_worker_env(),
+                limit=_READ_LIMIT,
             )
+            transport = self._proc._transport  # type: ignore[attr-defined]
+            for fd in (0, 1):
+                _widen_pipe(transport.get_pipe_transport(fd).get_extra_info("pipe").fileno())
             log.info("ingest worker started (pid %d)", self._proc.pid)
         return self._proc
 
@@ -133,9 +143,10 @@ class ProcessWorker:
         await proc.stdin.drain()
         try:
             size = _HEADER.unpack(await proc.stdout.readexactly(_HEADER.size))[0]
-            return pickle.loads(await proc.stdout.readexactly(size))
+            envelope = await proc.stdout.readexactly(size)
         except asyncio.IncompleteReadError as exc:
             raise WorkerGone(f"the ingest worker (pid {proc.pid}) ended") from exc
+        return opened(envelope)
 
     async def _reap(self, proc: asyncio.subprocess.Process, stop: bool = False) -> None:
         if stop and proc.returncode is None:
@@ -150,6 +161,13 @@ class ProcessWorker:
         await proc.wait()
         if self._proc is proc:
             self._proc = None
+
+
+def _widen_pipe(fd: int) -> None:
+    """Let a pipe hold :data:`_PIPE_BYTES` (Linux; the default 64 KiB makes a batch's answer
+    cross in dozens of turns of both processes); as it is where that is not allowed."""
+    with contextlib.suppress(OSError, AttributeError):
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
 
 
 def _worker_env() -> dict[str, str]:
@@ -182,8 +200,57 @@ def _read_exactly(stream: Any, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
+def sealed(answer: object, shared: Path | None) -> bytes:
+    """An answer as the envelope :func:`opened` reads: a pickle whose arrays (their buffers,
+    pickle protocol 5) are in a file of ``shared`` (a folder in memory) when they are large,
+    so the endpoint maps them instead of copying them through the pipe a few times; else
+    inline."""
+    buffers: list[pickle.PickleBuffer] = []
+    meta = pickle.dumps(answer, protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    sizes = [r.nbytes for r in raws]
+    if shared is not None and sum(sizes) >= _SHARED_FROM:
+        try:
+            fd, path = tempfile.mkstemp(prefix="hybridflow-ingest-", dir=shared)
+            with os.fdopen(fd, "wb") as out:
+                for raw in raws:
+                    out.write(raw)
+            return pickle.dumps((meta, sizes, path, None), protocol=5)
+        except OSError:  # full or gone: inline
+            with contextlib.suppress(OSError, UnboundLocalError):
+                os.unlink(path)
+    return pickle.dumps((meta, sizes, None, b"".join(raws)), protocol=5)
+
+
+def opened(envelope: bytes) -> Any:
+    """The answer in an envelope from :func:`sealed` (its arrays on the mapped file, which
+    is removed at once: the mapping keeps it while they live; or on a copy of the inline
+    bytes). Arrays come back writable."""
+    meta, sizes, path, inline = pickle.loads(envelope)
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        finally:
+            os.unlink(path)
+    else:
+        data = bytearray(inline)
+    view, buffers, at = memoryview(data), [], 0
+    for size in sizes:
+        buffers.append(view[at : at + size])
+        at += size
+    return pickle.loads(meta, buffers=buffers)
+
+
+def _shared_folder() -> Path | None:
+    """A folder in memory for answers (``/dev/shm`` where there is one)."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
 def serve_calls(stdin: Any, stdout: Any) -> None:
     """Answer calls from ``stdin`` on ``stdout`` until ``stdin`` ends."""
+    shared = _shared_folder()
     while (header := _read_exactly(stdin, _HEADER.size)) is not None:
         request = _read_exactly(stdin, _HEADER.unpack(header)[0])
         if request is None:
@@ -194,9 +261,9 @@ def serve_calls(stdin: Any, stdout: Any) -> None:
         except Exception as exc:  # the caller raises it
             answer = (False, exc)
         try:
-            data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+            data = sealed(answer, shared)
         except Exception as exc:  # an exception that does not pickle
-            data = pickle.dumps((False, RuntimeError(f"{name}: {exc!r} ({answer[1]!r})")))
+            data = sealed((False, RuntimeError(f"{name}: {exc!r} ({answer[1]!r})")), None)
         stdout.write(_HEADER.pack(len(data)) + data)
         stdout.flush()
 

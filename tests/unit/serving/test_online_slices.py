@@ -324,3 +324,22 @@ def test_the_purchase_order_check_per_customer_is_the_per_event_check():
     last = state.last_purchases(delta.customers, code_rows)
     for customer, t in last.items():
         assert t == state.read_one(state.row_of[customer], 0).aggregates["_last_p_t"]
+
+
+def test_an_answer_crosses_through_a_mapped_file_or_inline_and_leaves_nothing_behind(tmp_path):
+    from serving.online.worker import opened, sealed
+
+    big = {"a": np.arange(100_000, dtype=np.int64), "ids": ["x", "y"]}
+    envelope = sealed(big, tmp_path)
+    assert len(envelope) < 10_000  # the arrays are in the file, not in the pipe
+    assert len(list(tmp_path.iterdir())) == 1
+    back = opened(envelope)
+    assert list(tmp_path.iterdir()) == []  # removed once mapped
+    np.testing.assert_array_equal(back["a"], big["a"])
+    back["a"][0] = -1  # writable, and the sender's copy is not
+    assert back["ids"] == ["x", "y"] and big["a"][0] == 0
+    small = opened(sealed({"a": np.arange(10)}, tmp_path))
+    small["a"][0] = 5
+    assert list(tmp_path.iterdir()) == [] and small["a"].tolist()[:2] == [5, 1]
+    inline = opened(sealed(big, None))  # no folder in memory: through the pipe
+    np.testing.assert_array_equal(inline["a"], big["a"])
