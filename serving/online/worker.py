@@ -46,6 +46,7 @@ _CALLS: dict[str, Callable[..., Any]] = {
 }
 _PR_SET_PDEATHSIG = 1
 _PIPE_BYTES = 1 << 20  # Linux's default most for a process without privileges
+_SHARED_PREFIX = "hybridflow-ingest-"
 _SHARED_FROM = 64 * 1024  # answers' arrays of this many bytes or more go through a mapped file
 _READ_LIMIT = 1 << 30  # what the answers' reader buffers before it pauses the pipe
 
@@ -122,6 +123,7 @@ class ProcessWorker:
 
     async def _started(self) -> asyncio.subprocess.Process:
         if self._proc is None or self._proc.returncode is not None:
+            remove_orphans(_shared_folder())
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
@@ -211,7 +213,7 @@ def sealed(answer: object, shared: Path | None) -> bytes:
     sizes = [r.nbytes for r in raws]
     if shared is not None and sum(sizes) >= _SHARED_FROM:
         try:
-            fd, path = tempfile.mkstemp(prefix="hybridflow-ingest-", dir=shared)
+            fd, path = tempfile.mkstemp(prefix=f"{_SHARED_PREFIX}{os.getpid()}-", dir=shared)
             with os.fdopen(fd, "wb") as out:
                 for raw in raws:
                     out.write(raw)
@@ -240,6 +242,18 @@ def opened(envelope: bytes) -> Any:
         buffers.append(view[at : at + size])
         at += size
     return pickle.loads(meta, buffers=buffers)
+
+
+def remove_orphans(shared: Path | None) -> None:
+    """Remove the answer files of workers that are gone (a worker killed, or an endpoint
+    killed, between an answer's file written and mapped)."""
+    if shared is None:
+        return
+    for path in shared.glob(f"{_SHARED_PREFIX}*"):
+        pid = path.name.removeprefix(_SHARED_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _shared_folder() -> Path | None:

@@ -343,3 +343,20 @@ def test_an_answer_crosses_through_a_mapped_file_or_inline_and_leaves_nothing_be
     assert list(tmp_path.iterdir()) == [] and small["a"].tolist()[:2] == [5, 1]
     inline = opened(sealed(big, None))  # no folder in memory: through the pipe
     np.testing.assert_array_equal(inline["a"], big["a"])
+
+
+def test_answer_files_of_workers_that_are_gone_are_removed(tmp_path):
+    from serving.online.worker import remove_orphans, sealed
+
+    mine = sealed({"a": np.arange(100_000)}, tmp_path)  # this process's: alive, kept
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (tmp_path / f"hybridflow-ingest-{gone}-abc").write_bytes(b"x")
+    remove_orphans(tmp_path)
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(f"hybridflow-ingest-{os.getpid()}-")
+    assert mine
