@@ -15,6 +15,7 @@ import math
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ from infra.compute.duckdb_session import (
     sql_identifier,
     sql_string,
 )
-from tasks.data.input_formats import CsvDialect
+from tasks.data.input_formats import CsvDialect, ParsedCounts
 from tasks.data.spark_text import java_double_strings
 from tasks.data.text_values_duckdb import (
     define_text_macros,
@@ -62,6 +63,9 @@ GOOD_EVENTS_SCHEMA = pa.schema(
     ]
 )
 """The good events' columns, as Spark's validate writes them (in the contract's order)."""
+FormatDetector = Callable[[list[str], ParsedCounts], str | None]
+"""Chooses the ``event_time`` format from a sample of the texts, a tie by the whole column's
+counts (:func:`tasks.data.input_formats.choose_timestamp_format`)."""
 TIME_SAMPLES = 200  # event_time texts a detected format is chosen from (as Spark's sample)
 TIME_UNITS = ("s", "ms", "us")  # nanoseconds: Spark keeps micros, or refuses the file
 
@@ -176,7 +180,7 @@ class InProcessValidation:
         tables: dict[str, pa.Table] | None = None,
         bounds: RowBounds | None = None,
         timestamp_format: str | None = None,
-        detect_format: Callable[[list[str]], str | None] | None = None,
+        detect_format: FormatDetector | None = None,
         passes: int = 1,
     ) -> None:
         """``source``: a DuckDB relation (SQL) over the input, which may name ``tables``;
@@ -193,8 +197,10 @@ class InProcessValidation:
         self._define_sql_functions()
         self.timestamp_format = timestamp_format
         if detect_format is not None and _text(self._types.get("event_time", pa.null())):
+            time_column = sql_identifier(sources["event_time"])
             self.timestamp_format = detect_format(
-                self._time_samples(source, sql_identifier(sources["event_time"]))
+                self._time_samples(source, time_column),
+                partial(self._parsed_counts, source, time_column),
             )
         columns = ", ".join(
             f"{self._micros(c, sql_identifier(sources[c]))} AS {c}" for c in self._present
@@ -265,7 +271,7 @@ class InProcessValidation:
         sources: dict[str, str],
         bounds: RowBounds | None = None,
         timestamp_format: str | None = None,
-        detect_format: Callable[[list[str]], str | None] | None = None,
+        detect_format: FormatDetector | None = None,
         passes: int = 1,
     ) -> InProcessValidation:
         """Over Parquet ``files`` of one schema (Arrow types by contract name)."""
@@ -286,7 +292,7 @@ class InProcessValidation:
         dialect: CsvDialect,
         columns: Sequence[str],
         timestamp_format: str | None = None,
-        detect_format: Callable[[list[str]], str | None] | None = None,
+        detect_format: FormatDetector | None = None,
         bounds: RowBounds | None = None,
         passes: int = 1,
     ) -> InProcessValidation:
@@ -326,6 +332,15 @@ class InProcessValidation:
             f"SELECT {text} FROM {source} WHERE coalesce({text}, '') <> '' LIMIT {TIME_SAMPLES}"
         ).fetchall()
         return [r[0] for r in rows]
+
+    def _parsed_counts(
+        self, source: str, column: str, formats: Sequence[str | None]
+    ) -> dict[str | None, int]:
+        """How many of the input's ``event_time`` texts each of ``formats`` parses (one pass)."""
+        counts = ", ".join(f"count({text_time_micros(column, f)})" for f in formats)
+        row = self._con.execute(f"SELECT {counts} FROM {source}").fetchone()
+        assert row is not None  # an aggregate without grouping has one row
+        return dict(zip(formats, (int(n) for n in row), strict=True))
 
     def _micros(self, name: str, column: str) -> str:
         """An input column as the validation reads it: times as micros since the epoch."""

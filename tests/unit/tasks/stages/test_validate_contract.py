@@ -446,3 +446,23 @@ def test_duckdb_and_spark_read_and_validate_csv_alike(
         spark_result.last_event,
     )
     assert result.available_columns == spark_result.available_columns
+
+
+def test_a_log_whose_first_rows_fit_day_and_month_first_is_read_as_the_whole_column_says(
+    spark, local_store, tmp_path
+):
+    # an export sorted by time (the UCI Online Retail log): its first 200+ rows fall on days
+    # 1-12 of a month and parse both ways; only later rows show the month comes first
+    early = [f"c{i % 7},12/{1 + i % 12}/2010 8:{i % 60:02d},2.5" for i in range(240)]
+    late = [f"c{i},12/{13 + i}/2010 9:00,1.0" for i in range(10)]
+    path = _write(tmp_path / "sorted.csv", "\n".join(["customer,date,price", *early, *late]))
+    options = InputOptions(
+        column_map={"customer_id": "customer", "event_time": "date", "amount": "price"}
+    )
+    for engine, limit in (("spark", 0), ("duckdb", None)):
+        result, good, _ = _engine_outputs(
+            spark, local_store, path, f"sorted-{engine}", limit, options
+        )
+        assert result.quarantine_reasons == {}, engine
+        assert result.rows_valid == 250, engine
+        assert result.last_event.date() == dt.date(2010, 12, 22), engine
