@@ -29,9 +29,10 @@ class TrainingSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore")
 
     families: Annotated[list[str], NoDecode] = Field(
-        default=["logistic", "gbm", "mlp"],
-        description="model families that contend in every training run (the champion is "
-        "promoted): any of logistic, gbm, mlp",
+        default=["rfm", "logistic", "gbm", "mlp"],
+        description="model families that contend in every training run (the champion goes to "
+        "the promotion gate): any of rfm (the RFM baseline's recipe), logistic, gbm, mlp, "
+        "sequence",
     )
     specs: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
