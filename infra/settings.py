@@ -29,9 +29,10 @@ class TrainingSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore")
 
     families: Annotated[list[str], NoDecode] = Field(
-        default=["logistic", "gbm", "mlp"],
-        description="model families that contend in every training run (the champion is "
-        "promoted): any of logistic, gbm, mlp",
+        default=["rfm", "logistic", "gbm", "mlp"],
+        description="model families that contend in every training run (the champion goes to "
+        "the promotion gate): any of rfm (the RFM baseline's recipe), logistic, gbm, mlp, "
+        "sequence",
     )
     specs: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
@@ -84,8 +85,9 @@ class TrainingSettings(BaseSettings):
     )
     calibration: CalibrationMethod = Field(
         default="temperature",
-        description="post-hoc calibration fitted on the val split and stored in the bundle "
-        "(temperature: best out-of-time log loss measured; platt also moves the base rate)",
+        description="post-hoc calibration fitted on the val split, kept when it pays there "
+        "(cross-validated), stored in the bundle (temperature: best out-of-time log loss "
+        "measured; platt also moves the base rate)",
     )
 
     @field_validator("families", mode="before")
