@@ -79,7 +79,8 @@ class ThreadWorker:
 class ProcessWorker:
     """The work in a worker process (started on the first call, or by :meth:`start`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nice: int = 0) -> None:
+        self._nice = nice  # added to the worker's niceness: requests first, ingestion after
         self._proc: asyncio.subprocess.Process | None = None
         self._turn = asyncio.Lock()
 
@@ -128,6 +129,7 @@ class ProcessWorker:
                 sys.executable,
                 "-m",
                 "serving.online.worker",
+                str(self._nice),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 env=_worker_env(),
@@ -283,9 +285,14 @@ def serve_calls(stdin: Any, stdout: Any) -> None:
 
 
 def main() -> None:
+    """``python -m serving.online.worker [NICE]``: answer the endpoint's calls, ``NICE`` added
+    to this process's niceness."""
     _die_with_parent()
     if os.getppid() == 1:  # the parent died before the line above
         return
+    if len(sys.argv) > 1 and int(sys.argv[1]):
+        with contextlib.suppress(OSError):
+            os.nice(int(sys.argv[1]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C stops the endpoint, which stops this
     serve_calls(sys.stdin.buffer, sys.stdout.buffer)
 
