@@ -135,9 +135,8 @@ class ProcessWorker:
                 env=_worker_env(),
                 limit=_READ_LIMIT,
             )
-            transport = self._proc._transport  # type: ignore[attr-defined]
             for fd in (0, 1):
-                _widen_pipe(transport.get_pipe_transport(fd).get_extra_info("pipe").fileno())
+                _widen_pipe(self._proc, fd)
             log.info("ingest worker started (pid %d)", self._proc.pid)
         return self._proc
 
@@ -167,11 +166,13 @@ class ProcessWorker:
             self._proc = None
 
 
-def _widen_pipe(fd: int) -> None:
-    """Let a pipe hold :data:`_PIPE_BYTES` (Linux; the default 64 KiB makes a batch's answer
-    cross in dozens of turns of both processes); as it is where that is not allowed."""
+def _widen_pipe(proc: asyncio.subprocess.Process, fd: int) -> None:
+    """Let the worker's pipe ``fd`` (0: its input, 1: its output) hold :data:`_PIPE_BYTES`
+    (Linux; with the default 64 KiB a large batch crosses in many turns of both processes); as
+    it is where that is not allowed or the event loop does not show the pipe (uvloop)."""
     with contextlib.suppress(OSError, AttributeError):
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
+        pipe = proc._transport.get_pipe_transport(fd).get_extra_info("pipe")  # type: ignore[attr-defined]
+        fcntl.fcntl(pipe.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
 
 
 def _worker_env() -> dict[str, str]:
