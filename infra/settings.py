@@ -85,8 +85,9 @@ class TrainingSettings(BaseSettings):
     )
     calibration: CalibrationMethod = Field(
         default="temperature",
-        description="post-hoc calibration fitted on the val split and stored in the bundle "
-        "(temperature: best out-of-time log loss measured; platt also moves the base rate)",
+        description="post-hoc calibration fitted on the val split, kept when it pays there "
+        "(cross-validated), stored in the bundle (temperature: best out-of-time log loss "
+        "measured; platt also moves the base rate)",
     )
 
     @field_validator("families", mode="before")

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from tasks.data.event_time_spark import parse_event_time
 from tasks.data.input_formats import check_required_columns, warn_extra_columns
 from tasks.data.validation_sql import (
+    ROW_KEY,
     RowBounds,
     contract_rules,
     deduplicated_sql,
@@ -54,7 +55,16 @@ def conform_events(df: DataFrame, timestamp_format: str | None = None) -> DataFr
             col = F.trim(F.col(name).cast("string"))
             fallback = F.lit(default).cast("string")
             typed.append(F.when((col.isNull()) | (col == ""), fallback).otherwise(col).alias(name))
-    return df.select(*typed, *src)
+    return df.select(*typed, *src, _row_key(df))
+
+
+def _row_key(df: DataFrame) -> Column:
+    """A hash of the values of ``df``'s columns outside the contract (null without any)."""
+    others = [c for c in df.columns if c not in CONTRACT_COLUMNS]
+    if not others:
+        return F.lit(None).cast("bigint").alias(ROW_KEY)
+    values = [F.col("`" + c.replace("`", "``") + "`").cast("string") for c in others]
+    return F.xxhash64(*values).alias(ROW_KEY)
 
 
 @dataclass

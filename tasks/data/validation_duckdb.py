@@ -37,6 +37,7 @@ from tasks.data.text_values_duckdb import (
     text_time_micros,
 )
 from tasks.data.validation_sql import (
+    ROW_KEY,
     RowBounds,
     contract_rules,
     deduplicated_sql,
@@ -185,7 +186,7 @@ class InProcessValidation:
     ) -> None:
         """``source``: a DuckDB relation (SQL) over the input, which may name ``tables``;
         ``schema``: the input's Arrow types by contract name; ``sources``: the input's column
-        behind each contract name; ``bounds``: the event times accepted (None: any). A text
+        behind each name (contract names, and the others, whose values tell rows apart); ``bounds``: the event times accepted (None: any). A text
         ``event_time`` is parsed with ``timestamp_format`` (a Spark pattern, an epoch name;
         None: ISO-8601), or the format ``detect_format`` chooses from a sample of the values
         when it is given."""
@@ -208,6 +209,9 @@ class InProcessValidation:
         text_time = _text(self._types.get("event_time", pa.null()))
         if text_time:  # parsed above; the quarantine keeps the text as it was
             columns += f", {sql_identifier(sources['event_time'])} AS event_time_text"
+        others = [sql_identifier(n) for c, n in sources.items() if c not in CONTRACT_COLUMNS]
+        row_key = f"hash({', '.join(others)})" if others else "CAST(NULL AS UBIGINT)"
+        columns += f", {row_key} AS {ROW_KEY}"
         self._con.execute(f"CREATE TEMP VIEW input_events AS SELECT {columns} FROM {source}")
         typed = ", ".join(f"{self._typed(c)} AS {c}" for c in CONTRACT_COLUMNS)
         src = "".join(
@@ -215,7 +219,7 @@ class InProcessValidation:
             for c in self._present
         )
         self._con.execute(
-            f"CREATE TEMP VIEW conformed_events AS SELECT {typed}{src} FROM input_events"
+            f"CREATE TEMP VIEW conformed_events AS SELECT {typed}{src}, {ROW_KEY} FROM input_events"
         )
         self._rules = contract_rules(bounds)
         self.passes = max(1, passes)
@@ -301,7 +305,7 @@ class InProcessValidation:
         missing values null, a long row's extra values dropped)."""
         names = [f"column_{i}" for i in range(len(columns))]
         schema = pa.schema([(c, pa.string()) for c in columns if c in CONTRACT_COLUMNS])
-        sources = {c: n for c, n in zip(columns, names, strict=True) if c in CONTRACT_COLUMNS}
+        sources = dict(zip(columns, names, strict=True))
         return cls(
             csv_files_sql(files, dialect, names),
             schema,
