@@ -135,6 +135,12 @@ class IngestSettings(BaseSettings):
         ge=0,
         description="events later than the server's clock plus this are refused (in_the_future)",
     )
+    worker: Literal["process", "thread"] = Field(
+        default="process",
+        description="where a batch is parsed, checked, summed and encoded and a segment decoded: "
+        "a worker process of the endpoint's own (the requests' process only applies the sums), "
+        "or threads of the endpoint's process (its requests wait behind them)",
+    )
     clock: Literal["log", "wall"] = Field(
         default="log",
         description="the day features are computed at: the newest event's (log) or the later of "
