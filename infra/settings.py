@@ -141,6 +141,13 @@ class IngestSettings(BaseSettings):
         "a worker process of the endpoint's own (the requests' process only applies the sums), "
         "or threads of the endpoint's process (its requests wait behind them)",
     )
+    worker_nice: int = Field(
+        default=5,
+        ge=0,
+        le=19,
+        description="added to the ingest worker process's niceness: when the CPU is short, the "
+        "endpoint's requests go first and ingestion takes what they leave (0: as the endpoint)",
+    )
     clock: Literal["log", "wall"] = Field(
         default="log",
         description="the day features are computed at: the newest event's (log) or the later of "

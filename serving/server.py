@@ -57,7 +57,8 @@ def serve(
     holder = ModelHolder(store, metrics)
     online = None
     if cfg.ingest.online:
-        worker = ProcessWorker() if cfg.ingest.worker == "process" else ThreadWorker()
+        process = cfg.ingest.worker == "process"
+        worker = ProcessWorker(cfg.ingest.worker_nice) if process else ThreadWorker()
         online = OnlineFeatures(store, cfg.ingest, metrics, worker=worker)
     app = create_app(holder, cfg, metrics, online)
     sock = bind_socket(host or cfg.host, cfg.port if port is None else port)

@@ -79,7 +79,8 @@ class ThreadWorker:
 class ProcessWorker:
     """The work in a worker process (started on the first call, or by :meth:`start`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nice: int = 0) -> None:
+        self._nice = nice  # added to the worker's niceness: requests first, ingestion after
         self._proc: asyncio.subprocess.Process | None = None
         self._turn = asyncio.Lock()
 
@@ -128,14 +129,14 @@ class ProcessWorker:
                 sys.executable,
                 "-m",
                 "serving.online.worker",
+                str(self._nice),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 env=_worker_env(),
                 limit=_READ_LIMIT,
             )
-            transport = self._proc._transport  # type: ignore[attr-defined]
             for fd in (0, 1):
-                _widen_pipe(transport.get_pipe_transport(fd).get_extra_info("pipe").fileno())
+                _widen_pipe(self._proc, fd)
             log.info("ingest worker started (pid %d)", self._proc.pid)
         return self._proc
 
@@ -165,11 +166,13 @@ class ProcessWorker:
             self._proc = None
 
 
-def _widen_pipe(fd: int) -> None:
-    """Let a pipe hold :data:`_PIPE_BYTES` (Linux; the default 64 KiB makes a batch's answer
-    cross in dozens of turns of both processes); as it is where that is not allowed."""
+def _widen_pipe(proc: asyncio.subprocess.Process, fd: int) -> None:
+    """Let the worker's pipe ``fd`` (0: its input, 1: its output) hold :data:`_PIPE_BYTES`
+    (Linux; with the default 64 KiB a large batch crosses in many turns of both processes); as
+    it is where that is not allowed or the event loop does not show the pipe (uvloop)."""
     with contextlib.suppress(OSError, AttributeError):
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
+        pipe = proc._transport.get_pipe_transport(fd).get_extra_info("pipe")  # type: ignore[attr-defined]
+        fcntl.fcntl(pipe.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
 
 
 def _worker_env() -> dict[str, str]:
@@ -283,9 +286,14 @@ def serve_calls(stdin: Any, stdout: Any) -> None:
 
 
 def main() -> None:
+    """``python -m serving.online.worker [NICE]``: answer the endpoint's calls, ``NICE`` added
+    to this process's niceness."""
     _die_with_parent()
     if os.getppid() == 1:  # the parent died before the line above
         return
+    if len(sys.argv) > 1 and int(sys.argv[1]):
+        with contextlib.suppress(OSError):
+            os.nice(int(sys.argv[1]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C stops the endpoint, which stops this
     serve_calls(sys.stdin.buffer, sys.stdout.buffer)
 

@@ -215,7 +215,8 @@ def test_a_replica_with_a_worker_process_converges_with_the_endpoint(store):
     np.testing.assert_array_equal(on_a, on_b)
 
 
-def test_a_killed_worker_is_started_again_and_the_call_tried_once_more():
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])  # the server runs on uvloop
+def test_a_killed_worker_is_started_again_and_the_call_tried_once_more(loop):
     batch = body(event("c1", 2, 9), event("c2", 3, 1))
 
     async def scenario() -> tuple[int | None, int | None, object]:
@@ -230,7 +231,8 @@ def test_a_killed_worker_is_started_again_and_the_call_tried_once_more():
         finally:
             await worker.close()
 
-    first, second, prepared = asyncio.run(scenario())
+    run = asyncio.run if loop == "asyncio" else pytest.importorskip("uvloop").run
+    first, second, prepared = run(scenario())
     assert second is not None and second != first
     assert isinstance(prepared, PreparedBatch) and prepared.delta.events == 2
 
@@ -360,3 +362,17 @@ def test_answer_files_of_workers_that_are_gone_are_removed(tmp_path):
     left = [p.name for p in tmp_path.iterdir()]
     assert len(left) == 1 and left[0].startswith(f"hybridflow-ingest-{os.getpid()}-")
     assert mine
+
+
+def test_the_worker_runs_at_the_niceness_it_is_given():
+    async def scenario() -> int:
+        worker = ProcessWorker(nice=5)
+        try:
+            await worker.call(prepare_batch, b"[]", "application/json", None)  # it has started
+            assert worker.pid is not None
+            with open(f"/proc/{worker.pid}/stat") as f:
+                return int(f.read().rsplit(")", 1)[1].split()[16])
+        finally:
+            await worker.close()
+
+    assert asyncio.run(scenario()) == os.nice(0) + 5
