@@ -1,6 +1,7 @@
 """Training throughput of each model family through the seam against the same fit done by hand
-on the same rows: ``logistic`` against the plain numpy Newton solver (:func:`fit_logistic`,
-one penalty) , ``gbm`` against ``lightgbm.train`` with the same parameters, ``mlp`` against a
+on the same rows: ``rfm`` against the gate's own baseline fit (:func:`fit_baseline`, numpy
+Newton on the same four columns), ``logistic`` against the plain numpy Newton solver
+(:func:`fit_logistic`, one penalty) , ``gbm`` against ``lightgbm.train`` with the same parameters, ``mlp`` against a
 bare torch loop (preloaded tensors, same epochs and batch size). Ratio = family / baseline; the
 family's extra work (the logistic penalty grid, reading the snapshot, early stopping) is what the
 ratio shows.
@@ -34,6 +35,7 @@ def main(results_dir: Path) -> list[dict]:
     from infra.settings import TrainingSettings
     from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
     from infra.storage.store import LocalFolderStore
+    from tasks.ml.baseline import baseline_columns, fit_baseline
     from tasks.ml.logistic import fit_logistic
     from tasks.ml.models import FitJob, get_family, split_arrays
     from tasks.ml.normalizer import Normalizer
@@ -58,6 +60,9 @@ def main(results_dir: Path) -> list[dict]:
             family = get_family(kind)
             job = FitJob(data=data, normalizer=norm, settings=settings)
             return family.fit(family.spec(), job)
+
+        def by_hand_rfm():
+            return fit_baseline(x[:, baseline_columns(norm.features)], y)
 
         def by_hand_logistic():
             return fit_logistic(norm.transform(x), y, l2=1e-4)
@@ -107,6 +112,7 @@ def main(results_dir: Path) -> list[dict]:
 
         family_fit("gbm")  # one-off imports outside the timing
         baselines = {
+            "rfm": ("the gate's baseline fit (numpy Newton, same 4 columns)", by_hand_rfm),
             "logistic": ("numpy Newton, one penalty", by_hand_logistic),
             "gbm": ("lightgbm.train, same parameters", by_hand_gbm),
             "mlp": ("bare torch loop, same epochs", by_hand_mlp),

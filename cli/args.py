@@ -166,7 +166,7 @@ def add_families_arg(p: argparse.ArgumentParser) -> None:
         type=family_list,
         default=None,
         metavar="A,B",
-        help="model families that contend, e.g. logistic,gbm,mlp "
+        help="model families that contend, e.g. rfm,logistic,gbm,mlp "
         "(default: HYBRIDFLOW_TRAIN__FAMILIES); the champion goes to the promotion gate",
     )
 

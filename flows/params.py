@@ -65,8 +65,8 @@ class StageParams(RunInputs):
     )
     families: list[str] | None = Field(
         default=None,
-        description='train: the model families that contend, e.g. ["logistic", "gbm", '
-        '"mlp"] (default: HYBRIDFLOW_TRAIN__FAMILIES); the champion goes to the gate',
+        description='train: the model families that contend, e.g. ["rfm", "logistic", '
+        '"gbm", "mlp"] (default: HYBRIDFLOW_TRAIN__FAMILIES); the champion goes to the gate',
     )
 
 

@@ -29,9 +29,10 @@ class TrainingSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore")
 
     families: Annotated[list[str], NoDecode] = Field(
-        default=["logistic", "gbm", "mlp"],
-        description="model families that contend in every training run (the champion is "
-        "promoted): any of logistic, gbm, mlp",
+        default=["rfm", "logistic", "gbm", "mlp"],
+        description="model families that contend in every training run (the champion goes to "
+        "the promotion gate): any of rfm (the RFM baseline's recipe), logistic, gbm, mlp, "
+        "sequence",
     )
     specs: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
@@ -84,8 +85,9 @@ class TrainingSettings(BaseSettings):
     )
     calibration: CalibrationMethod = Field(
         default="temperature",
-        description="post-hoc calibration fitted on the val split and stored in the bundle "
-        "(temperature: best out-of-time log loss measured; platt also moves the base rate)",
+        description="post-hoc calibration fitted on the val split, kept when it pays there "
+        "(cross-validated), stored in the bundle (temperature: best out-of-time log loss "
+        "measured; platt also moves the base rate)",
     )
 
     @field_validator("families", mode="before")
@@ -132,6 +134,19 @@ class IngestSettings(BaseSettings):
         default=300.0,
         ge=0,
         description="events later than the server's clock plus this are refused (in_the_future)",
+    )
+    worker: Literal["process", "thread"] = Field(
+        default="process",
+        description="where a batch is parsed, checked, summed and encoded and a segment decoded: "
+        "a worker process of the endpoint's own (the requests' process only applies the sums), "
+        "or threads of the endpoint's process (its requests wait behind them)",
+    )
+    worker_nice: int = Field(
+        default=5,
+        ge=0,
+        le=19,
+        description="added to the ingest worker process's niceness: when the CPU is short, the "
+        "endpoint's requests go first and ingestion takes what they leave (0: as the endpoint)",
     )
     clock: Literal["log", "wall"] = Field(
         default="log",

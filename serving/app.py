@@ -192,6 +192,8 @@ def create_app(
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if online is not None:
+                await online.close()
 
     docs = settings.api_docs  # off unless HYBRIDFLOW_SERVE__API_DOCS: an API map for anyone
     app = FastAPI(
@@ -295,7 +297,7 @@ def create_app(
         content_type = request.headers.get("content-type", "")
         key = request.headers.get("idempotency-key")
         try:
-            answer = await asyncio.to_thread(online.ingest, body, content_type, key)
+            answer = await online.ingest(body, content_type, key)
         except IngestError as exc:
             return error_response(exc.status, exc.problems, **exc.extra)
         return JSONResponse(answer)
@@ -322,9 +324,13 @@ def create_app(
 
 async def _follow(online: OnlineFeatures, holder: ModelHolder, interval_s: float) -> None:
     """Keep the online state with the served snapshot and the events log."""
+    try:
+        await online.start()
+    except Exception:  # started again on its first call
+        log.exception("the ingest worker did not start")
     while True:
         try:
-            await asyncio.to_thread(online.sync, holder.state.snapshot)
+            await online.follow(holder.state.snapshot)
         except Exception:  # store down, unreadable segment: tried again next time
             log.exception("following the events log failed")
         await asyncio.sleep(interval_s)

@@ -2,17 +2,40 @@
 
 Bodies are parsed with pydantic-core's JSON parser in one pass: NaN/Infinity and numbers that
 overflow to infinity, strings or booleans where numbers belong, and unknown keys are refused with
-the field's path in the message.
+the field's path in the message. A customer id is a string or an integer (its decimal text), as
+``POST /events`` takes it.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 FiniteNumber = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-CustomerId = Annotated[StrictStr, Field(min_length=1, max_length=256)]
+MAX_CUSTOMER_ID_CHARS = 256
+
+
+def _customer_id_text(value: Any) -> str:
+    """A customer id as the batch stages hold it: a string trimmed of spaces, or an integer's
+    decimal text (as validation casts an integer id column, and as ``POST /events`` takes
+    ids); any other JSON type is refused."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError("must be a string or an integer")
+    text = value.strip(" ") if isinstance(value, str) else str(value)
+    if not 1 <= len(text) <= MAX_CUSTOMER_ID_CHARS:
+        raise ValueError(f"must have 1 to {MAX_CUSTOMER_ID_CHARS} characters")
+    return text
+
+
+CustomerId = Annotated[str, BeforeValidator(_customer_id_text)]
 
 
 class PredictItem(BaseModel):

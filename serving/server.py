@@ -18,6 +18,7 @@ from serving.connections import DropInvalidRequestLines, guarded_protocol
 from serving.holder import ModelHolder
 from serving.metrics import ServingMetrics
 from serving.online.service import OnlineFeatures
+from serving.online.worker import ProcessWorker, ThreadWorker
 from serving.refusals import RefusalLog
 
 log = logging.getLogger(__name__)
@@ -47,13 +48,18 @@ def serve(
     """Serve until SIGINT/SIGTERM; in-flight requests finish before the process exits."""
     cfg = settings.serve
     torch.set_num_threads(cfg.torch_threads)
-    # ingestion runs in worker threads: hand the GIL back to the request loop within 0.5 ms
-    # (the default 5 ms adds up to that to a /predict waiting behind a batch being applied)
+    # the store is read and written in threads (and ingestion's work with INGEST__WORKER=thread):
+    # hand the GIL back to the request loop within 0.5 ms (the default 5 ms adds up to that to
+    # a /predict waiting behind them)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     metrics = ServingMetrics()
     store = open_store(settings.store)
     holder = ModelHolder(store, metrics)
-    online = OnlineFeatures(store, cfg.ingest, metrics) if cfg.ingest.online else None
+    online = None
+    if cfg.ingest.online:
+        process = cfg.ingest.worker == "process"
+        worker = ProcessWorker(cfg.ingest.worker_nice) if process else ThreadWorker()
+        online = OnlineFeatures(store, cfg.ingest, metrics, worker=worker)
     app = create_app(holder, cfg, metrics, online)
     sock = bind_socket(host or cfg.host, cfg.port if port is None else port)
     bound_host, bound_port = sock.getsockname()[:2]

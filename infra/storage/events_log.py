@@ -108,6 +108,17 @@ def encode_segment(events: pa.Table, segment_id: str, content_sha256: str) -> En
     return EncodedSegment(out.getvalue(), info)
 
 
+def decode_segment(seq: int, data: bytes, where: str) -> Segment:
+    """Segment ``seq`` from its file's bytes (``where``: its address, for the error when it is
+    not a segment)."""
+    table = pq.read_table(io.BytesIO(data))
+    raw = (table.schema.metadata or {}).get(INFO_KEY)
+    if raw is None:
+        raise StoreError(f"{where}: not a segment")
+    info = SegmentInfo.model_validate_json(raw).model_copy(update={"seq": seq})
+    return Segment(info, table.replace_schema_metadata(None).cast(SEGMENT_SCHEMA))
+
+
 class EventsLog:
     """The events log of one store."""
 
@@ -133,16 +144,19 @@ class EventsLog:
 
     def read(self, seq: int) -> Segment | None:
         """Segment ``seq``, None while there is none."""
+        data = self.read_bytes(seq)
+        return None if data is None else decode_segment(seq, data, self.segment_uri(seq))
+
+    def read_bytes(self, seq: int) -> bytes | None:
+        """Segment ``seq``'s file as written (:func:`decode_segment` reads it), None while
+        there is none."""
         try:
-            data = self.store.get_bytes(events_log_segment_key(seq))
+            return self.store.get_bytes(events_log_segment_key(seq))
         except FileNotFoundError:
             return None
-        table = pq.read_table(io.BytesIO(data))
-        raw = (table.schema.metadata or {}).get(INFO_KEY)
-        if raw is None:
-            raise StoreError(f"{self.store.key_uri(events_log_segment_key(seq))}: not a segment")
-        info = SegmentInfo.model_validate_json(raw).model_copy(update={"seq": seq})
-        return Segment(info, table.replace_schema_metadata(None).cast(SEGMENT_SCHEMA))
+
+    def segment_uri(self, seq: int) -> str:
+        return self.store.key_uri(events_log_segment_key(seq))
 
     def read_info(self, seq: int) -> SegmentInfo | None:
         """Segment ``seq``'s info (its footer only where the store is a folder), None while

@@ -4,16 +4,24 @@ events log, and ingestion, which appends a batch to the log before it answers.
 One :class:`Follower` (a state and how far into the log it is) serves at a time. When the
 served snapshot changes, a new follower is seeded off to the side from the events that
 snapshot was computed from (:class:`infra.storage.datasets.SourceEvents`), replays the log and is
-swapped in; until then the old one keeps serving. Every change to a follower's state goes
-through one lock, held by ingestion (catch up, check, append, apply) and by tailing (catch up),
-so a replica applies the log's segments once each, in order, whoever wrote them.
+swapped in; until then the old one keeps serving.
+
+The serving follower changes on the event loop only, so a request reads it between changes,
+never during one: ingestion (check against the state, append, apply) and tailing (catch up)
+take turns through one lock, so the log's segments are applied once each, in order, whoever
+wrote them; a segment is applied in slices of :data:`SLICE_CUSTOMERS` customers with the loop
+serving requests in between (a request waits behind one slice at most, about a millisecond).
+The work that needs no state (parsing, the contract's checks, the per-customer sums, encoding
+and decoding segments: :mod:`serving.online.prepare`) runs in a worker
+(:mod:`serving.online.worker`: a process of its own in the server), reading and writing the
+store in threads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import datetime as dt
-import hashlib
 import io
 import logging
 import re
@@ -29,27 +37,32 @@ import pyarrow.parquet as pq
 
 from infra.settings import IngestSettings
 from infra.storage.datasets import SourceEvents
-from infra.storage.events_log import SEGMENT_SCHEMA, EventsLog, SegmentInfo, encode_segment
+from infra.storage.events_log import SEGMENT_SCHEMA, EventsLog, SegmentInfo
 from infra.storage.store import ObjectStore, PreconditionFailed
 from serving.metrics import ServingMetrics
-from serving.online.delta import Delta, delta_of
-from serving.online.events import DAY_US, EventArrays, event_arrays
+from serving.online.delta import Delta
+from serving.online.events import DAY_US, Coded, event_arrays
 from serving.online.ingest import (
-    REASON_BEFORE_SNAPSHOT,
-    REASON_IN_THE_FUTURE,
-    REASON_PURCHASE_OUT_OF_ORDER,
-    CheckedEvents,
-    check_contract,
-    parse_events,
     refused,
 )
+from serving.online.prepare import (
+    DecodedSegment,
+    PreparedBatch,
+    Refusal,
+    decode_segment,
+    online_refusal,
+    prepare_batch,
+)
 from serving.online.state import OnlineState
+from serving.online.worker import ThreadWorker, Worker
 from serving.snapshot import FeatureSnapshot
 from tasks.definitions.feature_specs import FEATURE_SPECS
 
 log = logging.getLogger(__name__)
 RATE_WINDOW_S = 60.0
 APPEND_ATTEMPTS = 100
+SLICE_CUSTOMERS = 1_024  # customers of a segment applied between two turns of the event loop
+LOOP_TURNS = 3  # turns given between slices: enough for a request that arrived to be answered
 ONLINE_FEATURES = frozenset(spec.name for spec in FEATURE_SPECS)
 _IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 
@@ -74,8 +87,16 @@ class OnlineView:
     at_least_day: int
 
 
+async def give_loop_turns(turns: int = LOOP_TURNS) -> None:
+    """Let the event loop run what is ready: I/O that arrived, and the requests it starts
+    (each turn puts this task behind what became ready meanwhile)."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
 class OnlineFeatures:
-    """The online state of the served snapshot, the log it follows, ingestion into it."""
+    """The online state of the served snapshot, the log it follows, ingestion into it. Its
+    coroutines run on one event loop (the server's)."""
 
     def __init__(
         self,
@@ -83,14 +104,16 @@ class OnlineFeatures:
         settings: IngestSettings,
         metrics: ServingMetrics,
         clock: Callable[[], float] = time.time,
+        worker: Worker | None = None,
     ) -> None:
         self.log = EventsLog(store)
         self._store = store
         self._settings = settings
         self._metrics = metrics
         self._clock = clock
-        self._write = threading.Lock()  # the one applier of the log: ingest, tail, swap
-        self._sync = threading.Lock()  # one seed or catch-up pass at a time
+        self._worker: Worker = worker or ThreadWorker()
+        self._turn = asyncio.Lock()  # the one applier of the log: ingest, tail, swap
+        self._seeding = threading.Lock()  # one seed at a time
         self.follower: Follower | None = None
         self.status = "on" if settings.online else "off: HYBRIDFLOW_SERVE__INGEST__ONLINE=false"
         self._refused_source: SourceEvents | None = None
@@ -99,75 +122,85 @@ class OnlineFeatures:
         self._applied: collections.deque[tuple[float, int]] = collections.deque()
         metrics.online_lag.set_function(self.lag_seconds)
 
+    async def start(self) -> None:
+        """Start the worker (else its first call does)."""
+        await self._worker.start()
+
+    async def close(self) -> None:
+        """Stop the worker."""
+        await self._worker.close()
+
     # following the snapshot and the log
 
-    def sync(self, snapshot: FeatureSnapshot | None) -> None:
+    async def follow(self, snapshot: FeatureSnapshot | None) -> None:
         """Follow the served ``snapshot``: seed a new state when its events differ from the
         current state's, then apply the log's new segments."""
         if not self._settings.online:
             return
-        with self._sync:
-            source = snapshot.source if snapshot is not None else None
-            current = self.follower
-            if source is None:
-                if current is not None:
-                    log.warning("the served snapshot names no events: online features off")
-                self.follower = None
-                self.status = (
-                    "off: no feature snapshot yet"
-                    if snapshot is None
-                    else f"off: snapshot as_of {snapshot.as_of} names no events to seed from"
-                )
-                return
-            if current is None or current.source != source:
-                if source == self._refused_source:  # refused once: follow the log meanwhile
-                    if current is not None:
-                        with self._write:
-                            self._catch_up(current)
-                    return
-                self.status = "seeding" if current is None else self.status
-                try:
-                    fresh = self._seeded(source)
-                except Exception as exc:  # keep serving what there is; retried on a new snapshot
-                    self._refused_source = source
-                    reason = f"cannot seed from {source.events_data_prefix}: {exc}"
-                    self.status = f"off: {reason}" if current is None else f"stale: {reason}"
-                    self._metrics.reload_failures.labels("online", "seed_error").inc()
-                    log.error("online state not seeded: %s", reason)
-                    return
-                with self._write:
-                    self._catch_up(fresh)
-                    self.follower = fresh
-                self._refused_source = None
-                self.status = "on"
-                log.info(
-                    "online state seeded at %s: %d customers, log position %d",
-                    iso_time(source.cutoff_micros),
-                    fresh.state.customers,
-                    fresh.seq,
-                )
-                return
-            with self._write:
-                self._catch_up(current)
+        source = snapshot.source if snapshot is not None else None
+        current = self.follower
+        if source is None:
+            if current is not None:
+                log.warning("the served snapshot names no events: online features off")
+            self.follower = None
+            self.status = (
+                "off: no feature snapshot yet"
+                if snapshot is None
+                else f"off: snapshot as_of {snapshot.as_of} names no events to seed from"
+            )
+            return
+        if current is not None and (current.source == source or source == self._refused_source):
+            async with self._turn:  # (a snapshot refused once: follow the log meanwhile)
+                await self._catch_up(current)
+            return
+        if source == self._refused_source:
+            return
+        self.status = "seeding" if current is None else self.status
+        try:
+            fresh = await asyncio.to_thread(self._seeded, source)
+        except Exception as exc:  # keep serving what there is; retried on a new snapshot
+            self._refused_source = source
+            reason = f"cannot seed from {source.events_data_prefix}: {exc}"
+            self.status = f"off: {reason}" if current is None else f"stale: {reason}"
+            self._metrics.reload_failures.labels("online", "seed_error").inc()
+            log.error("online state not seeded: %s", reason)
+            return
+        async with self._turn:
+            await self._catch_up(fresh)
+            self.follower = fresh
+        self._refused_source = None
+        self.status = "on"
+        log.info(
+            "online state seeded at %s: %d customers, log position %d",
+            iso_time(source.cutoff_micros),
+            fresh.state.customers,
+            fresh.seq,
+        )
 
     def _seeded(self, source: SourceEvents) -> Follower:
-        """A follower seeded with the source's events up to its cutoff, caught up with the log
-        (without the write lock: ingestion goes on meanwhile, the swap catches up the rest)."""
+        """A follower seeded with the source's events up to its cutoff and the log as it is
+        (in a thread, off to the side: ingestion goes on meanwhile, the swap catches up the
+        rest)."""
         started = time.perf_counter()
-        keys = sorted(
-            k for k in self._store.list(source.events_data_prefix) if k.endswith(".parquet")
-        )
-        if not keys:
-            raise FileNotFoundError(
-                f"{self._store.key_uri(source.events_data_prefix)} has no files"
+        with self._seeding:
+            keys = sorted(
+                k for k in self._store.list(source.events_data_prefix) if k.endswith(".parquet")
             )
-        tables = [_read_events(self._store, key) for key in keys]
-        events = pa.concat_tables(tables)
-        customers = pc.count_distinct(events.column("customer_id")).as_py()
-        state = OnlineState(source.cutoff_micros, capacity=customers + customers // 8 + 1024)
-        state.seed(event_arrays(events))
-        follower = Follower(state, source)
-        self._catch_up(follower)
+            if not keys:
+                raise FileNotFoundError(
+                    f"{self._store.key_uri(source.events_data_prefix)} has no files"
+                )
+            tables = [_read_events(self._store, key) for key in keys]
+            events = pa.concat_tables(tables)
+            customers = pc.count_distinct(events.column("customer_id")).as_py()
+            state = OnlineState(source.cutoff_micros, capacity=customers + customers // 8 + 1024)
+            state.seed(event_arrays(events))
+            follower = Follower(state, source)
+            while (data := self.log.read_bytes(follower.seq + 1)) is not None:
+                seq = follower.seq + 1
+                segment = decode_segment(seq, data, self.log.segment_uri(seq), state.seed_cutoff)
+                state.apply_delta(segment.delta, state.group_rows(segment.delta))
+                self._applied_segment(follower, segment.info, segment.delta.events)
         log.info(
             "seeded %d customers from %d events in %.1fs",
             state.customers,
@@ -176,30 +209,33 @@ class OnlineFeatures:
         )
         return follower
 
-    def _catch_up(self, follower: Follower) -> None:
-        while (segment := self.log.read(follower.seq + 1)) is not None:
-            self._apply(follower, segment.info, event_arrays(segment.events))
+    async def _catch_up(self, follower: Follower) -> None:
+        """Apply the log's segments after the follower's position (the turn is held)."""
+        while (data := await asyncio.to_thread(self.log.read_bytes, follower.seq + 1)) is not None:
+            seq = follower.seq + 1
+            segment: DecodedSegment = await self._worker.call(
+                decode_segment, seq, data, self.log.segment_uri(seq), follower.state.seed_cutoff
+            )
+            await self._apply(follower, segment.info, segment.delta)
         if follower is self.follower or self.follower is None:
             self._caught_up_at = self._clock()
 
-    def _apply(
+    async def _apply(
         self,
         follower: Follower,
         info: SegmentInfo,
-        events: EventArrays,
-        delta: Delta | None = None,
+        delta: Delta,
         code_rows: np.ndarray | None = None,
     ) -> None:
-        """Apply a segment's events (its per-customer sums ``delta`` when computed already);
+        """Apply a segment's per-customer sums ``delta`` in slices, the event loop serving
+        requests between them (the turn is held: nothing else changes the state meanwhile);
         ``code_rows``: the rows of its customers' codes looked up a moment ago."""
         state = follower.state
-        after = events.t > state.seed_cutoff
-        if not after.all():  # the snapshot's own events (a segment older than it)
-            events, delta = events.take(after), None
-        if delta is None:
-            delta = delta_of(events)
-        state.apply_delta(delta, state.group_rows(delta, code_rows))
-        applied = delta.events
+        for _ in state.apply_parts(delta, state.group_rows(delta, code_rows), SLICE_CUSTOMERS):
+            await give_loop_turns()
+        self._applied_segment(follower, info, delta.events)
+
+    def _applied_segment(self, follower: Follower, info: SegmentInfo, applied: int) -> None:
         follower.seq = info.seq
         follower.segments[info.segment_id] = (info.seq, info.content_sha256, info.rows)
         self._note(self._applied, applied)
@@ -211,62 +247,76 @@ class OnlineFeatures:
 
     # ingestion
 
-    def ingest(self, body: bytes, content_type: str, idempotency_key: str | None) -> dict:
+    async def ingest(self, body: bytes, content_type: str, idempotency_key: str | None) -> dict:
         """Check a batch, append it to the log as one segment and apply it; the answer.
         :class:`serving.online.ingest.IngestError` when anything is wrong (nothing applied)."""
         if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
             raise refused("idempotency-key", "1 to 200 of A-Z a-z 0-9 . _ : -")
-        checked = check_contract(parse_events(body, content_type))
-        if (problem := checked.problem()) is not None:
-            self._metrics.events_ingested.labels("refused").inc(checked.rows)
-            raise problem
-        sha = hashlib.sha256(body).hexdigest()
-        segment_id = idempotency_key or f"sha256:{sha}"
-        arrays = event_arrays(checked.events)
-        ordered, ordered_arrays = checked.events, arrays
-        if not (np.diff(arrays.t) >= 0).all():  # a segment is in time order; sent so, often
-            order = np.argsort(arrays.t, kind="stable")
-            ordered = checked.events.take(pa.array(order))
-            ordered_arrays = arrays.take(order, permutation=True)
-        # summed per customer and encoded before the lock: another batch may be checked and
-        # applied meanwhile
-        delta = delta_of(ordered_arrays)
-        segment = encode_segment(ordered, segment_id, sha)
-        with self._write:
+        prepared = await self._worker.call(prepare_batch, body, content_type, idempotency_key)
+        if isinstance(prepared, Refusal):
+            self._metrics.events_ingested.labels("refused").inc(prepared.rows)
+            raise prepared.error()
+        # once the turn is taken the batch is checked, written and applied whole, even if the
+        # request goes away meanwhile
+        return await asyncio.shield(self._commit(prepared, body, content_type))
+
+    async def _commit(self, prepared: PreparedBatch, body: bytes, content_type: str) -> dict:
+        async with self._turn:
             follower = self.follower
             if follower is None:
                 raise refused("online", f"no online state ({self.status})", status=503)
+            delta = prepared.delta
+            customers = Coded(delta.group_code, delta.customers, every_value_used=True)
             for _ in range(APPEND_ATTEMPTS):
-                self._catch_up(follower)
-                if segment_id in follower.segments:
-                    return self._repeated(follower, segment_id, sha)
-                code_rows = follower.state.code_rows(arrays.customer)
-                known = code_rows[arrays.customer.codes]
-                online = self._online_checks(follower, checked, arrays, known)
-                if (problem := online.problem()) is not None:
-                    self._metrics.events_ingested.labels("refused").inc(online.rows)
-                    raise problem
+                await self._catch_up(follower)
+                if prepared.segment_id in follower.segments:
+                    return self._repeated(follower, prepared.segment_id, prepared.sha)
+                code_rows = follower.state.code_rows(customers)
+                if self._refuses(follower, delta, code_rows[delta.group_code]):
+                    await self._refuse(follower, body, content_type, delta.customers, code_rows)
+                seq = follower.seq + 1
                 try:
-                    info = self.log.put(follower.seq + 1, segment)
+                    info = await asyncio.to_thread(self.log.put, seq, prepared.segment)
                 except PreconditionFailed:
                     continue  # another replica took that number: read it, check again
-                self._apply(follower, info, ordered_arrays, delta, code_rows)
+                await self._apply(follower, info, delta, code_rows)
                 self._note(self._accepted, info.rows)
                 self._metrics.events_ingested.labels("accepted").inc(info.rows)
-                return self._answer(follower, info.seq, segment_id, info.rows, duplicate=False)
+                return self._answer(follower, info.seq, prepared.segment_id, info.rows, False)
         raise refused("log", f"the log moved on {APPEND_ATTEMPTS} times in a row", status=503)
 
-    def _online_checks(
-        self, follower: Follower, checked: CheckedEvents, arrays: EventArrays, known: np.ndarray
-    ) -> CheckedEvents:
+    def _latest(self) -> int:
+        """The latest event time taken now (microseconds): the clock plus ``max_lead_s``."""
+        return int((self._clock() + self._settings.max_lead_s) * 1e6)
+
+    def _refuses(self, follower: Follower, delta: Delta, rows: np.ndarray) -> bool:
+        """Whether the online state refuses an event of the batch summed in ``delta`` (``rows``:
+        each of its customers' rows, -1 for new ones): one at or before the snapshot's cutoff,
+        one later than the clock allows, or a purchase before its customer's last one."""
         state = follower.state
-        latest = int((self._clock() + self._settings.max_lead_s) * 1e6)
-        out_of_order = state.purchase_order_breaks(arrays, known)
         return (
-            checked.refuse_where(arrays.t <= state.seed_cutoff, REASON_BEFORE_SNAPSHOT)
-            .refuse_where(arrays.t > latest, REASON_IN_THE_FUTURE)
-            .refuse_where(out_of_order, REASON_PURCHASE_OUT_OF_ORDER)
+            int(delta.first_t.min()) <= state.seed_cutoff
+            or delta.newest > self._latest()
+            or bool(state.purchases_before_last(delta, rows).any())
         )
+
+    async def _refuse(
+        self,
+        follower: Follower,
+        body: bytes,
+        content_type: str,
+        customers: list[str],
+        code_rows: np.ndarray,
+    ) -> None:
+        """Raise the refusal naming the rows the online state refuses (the rare batch: the
+        worker reads its body again; ``code_rows``: the row of each of ``customers``)."""
+        state = follower.state
+        last = state.last_purchases(customers, code_rows)
+        refusal: Refusal = await self._worker.call(
+            online_refusal, body, content_type, state.seed_cutoff, self._latest(), last
+        )
+        self._metrics.events_ingested.labels("refused").inc(refusal.rows)
+        raise refusal.error()
 
     def _repeated(self, follower: Follower, segment_id: str, sha: str) -> dict:
         seq, first_sha, rows = follower.segments[segment_id]

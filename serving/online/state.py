@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,6 +201,29 @@ class OnlineState:
         breaks[bought] = events.t[bought] < last
         return breaks
 
+    def purchases_before_last(self, delta: Delta, rows: np.ndarray) -> np.ndarray:
+        """For each customer of ``delta`` (``rows``: their rows, -1 for one the state has not
+        seen): True when its first purchase in the batch is before its last purchase in the
+        state (:meth:`purchase_order_breaks` of the batch's events, per customer)."""
+        bought = (delta.n_p > 0) & (rows >= 0)
+        breaks = np.zeros(delta.groups, dtype=bool)
+        with self.lock:
+            last = self._life["last_p_t"][rows[bought]]
+        breaks[bought] = delta.first_p_t[bought] < last
+        return breaks
+
+    def last_purchases(self, customers: list[str], rows: np.ndarray) -> dict[str, int]:
+        """The last purchase time in the state of each of ``customers`` that has one
+        (``rows``: theirs, -1 for one the state has not seen)."""
+        known = np.flatnonzero(rows >= 0)
+        with self.lock:
+            last = self._life["last_p_t"][rows[known]]
+        return {
+            customers[i]: t
+            for i, t in zip(known.tolist(), last.tolist(), strict=True)
+            if t != NO_TIME
+        }
+
     def _apply_where(self, events: EventArrays, mask: np.ndarray, rows: np.ndarray | None) -> int:
         if not mask.all():
             events = events.take(mask)
@@ -212,9 +236,19 @@ class OnlineState:
 
     def apply_delta(self, delta: Delta, rows: np.ndarray, customers: int = APPLY_GROUPS) -> None:
         """Add a batch's per-customer sums (``rows``: each customer's row, :meth:`group_rows`)
-        into the state, ``customers`` at a time under one hold of the lock. A customer's sums go
-        in at once (a read sees all of the batch's events of a customer or none); ``newest``
-        moves with each part (the newest event applied so far)."""
+        into the state, ``customers`` at a time under one hold of the lock (:meth:`apply_parts`
+        all at once)."""
+        for _ in self.apply_parts(delta, rows, customers):
+            pass
+
+    def apply_parts(
+        self, delta: Delta, rows: np.ndarray, customers: int = APPLY_GROUPS
+    ) -> Iterator[int]:
+        """:meth:`apply_delta` a part at a time: adds the sums of ``customers`` customers under
+        one hold of the lock, then yields how many customers are in (the caller may serve reads
+        before it asks for the next part; the whole delta is in when the iterator ends). A
+        customer's sums go in at once (a read sees all of the batch's events of a customer or
+        none); ``newest`` moves with each part (the newest event applied so far)."""
         if delta.groups == 0:
             return
         bounds = [*range(0, delta.groups, customers), delta.groups]
@@ -251,6 +285,7 @@ class OnlineState:
                         self._publish(part_rows)
                 finally:
                     self._changed()
+            yield bounds[i + 1]
 
     def _publish(self, rows: np.ndarray) -> None:
         """Make the new customers among ``rows`` (their events just applied) readable."""

@@ -13,8 +13,9 @@ import io
 import logging
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,9 @@ if TYPE_CHECKING:  # PySpark is imported where Spark reads the files: the CLI's 
     from infra.settings import HybridflowSettings
 
 log = logging.getLogger(__name__)
+
+ParsedCounts = Callable[[Sequence[str | None]], dict[str | None, int]]
+"""How many values of the input's whole ``event_time`` column each format parses."""
 
 CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -573,9 +577,12 @@ def check_column_types(df: DataFrame, path: Path) -> None:
 
 def detect_timestamp_format(df: DataFrame, path: Path) -> str | None:
     """For a string ``event_time``: None for ISO-8601 (Spark's own cast), else the candidate
-    format that parses the most of a small sample. No parsable sample at all is an error."""
+    format that parses the most of a small sample (a tie: of the whole column). No parsable
+    sample at all is an error."""
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
+
+    from tasks.data.event_time_spark import parsed_counts
 
     if "event_time" not in df.columns or dict(df.dtypes)["event_time"] != "string":
         return None
@@ -590,13 +597,19 @@ def detect_timestamp_format(df: DataFrame, path: Path) -> str | None:
         raise HybridflowInputError(
             f"cannot read events file(s) at {path}: {_first_line(exc)}"
         ) from None
-    return choose_timestamp_format([r["t"] for r in rows], path)
+    samples = [r["t"] for r in rows]
+    return choose_timestamp_format(samples, path, partial(parsed_counts, df))
 
 
-def choose_timestamp_format(samples: Sequence[str], path: Path) -> str | None:
+def choose_timestamp_format(
+    samples: Sequence[str], path: Path, count_parsed: ParsedCounts | None = None
+) -> str | None:
     """The format that parses the most of the ``samples`` (trimmed, non-empty ``event_time``
     texts, whichever engine read them): None for ISO-8601, an epoch name or a Spark pattern of
-    :data:`TIMESTAMP_CANDIDATES`. No parsable sample at all is an error."""
+    :data:`TIMESTAMP_CANDIDATES`. When several parse as many samples (``12/1/2010 8:26`` is
+    d/M or M/d; a log sorted by time can start with days 1-12 only), the one that parses the
+    most values of the whole column, as ``count_parsed`` counts them, wins. No parsable sample
+    at all is an error."""
     if not samples:
         return None
     scores: dict[str | None, int] = {None: sum(bool(ISO_TIME.match(s)) for s in samples)}
@@ -612,6 +625,8 @@ def choose_timestamp_format(samples: Sequence[str], path: Path) -> str | None:
             "give the format with --timestamp-format (a Spark datetime pattern)"
         )
     winners = [fmt for fmt, n in scores.items() if n == best]
+    if len(winners) > 1 and count_parsed is not None:
+        winners = _most_parsed(winners, count_parsed(winners), len(samples))
     if len(winners) > 1:
         log.warning(
             "event_time format is ambiguous (%s); using %r: set --timestamp-format to choose",
@@ -621,6 +636,20 @@ def choose_timestamp_format(samples: Sequence[str], path: Path) -> str | None:
     if winners[0] is not None:
         log.info("event_time format detected: %s", winners[0])
     return winners[0]
+
+
+def _most_parsed(
+    formats: list[str | None], counts: dict[str | None, int], n_samples: int
+) -> list[str | None]:
+    """The ``formats`` that parse the most values of the column, in their order."""
+    most = max(counts[f] for f in formats)
+    log.info(
+        "event_time: the first %d values fit %s alike; over the whole column they parse %s",
+        n_samples,
+        ", ".join(str(f) for f in formats),
+        ", ".join(f"{counts[f]:,} ({f})" for f in formats),
+    )
+    return [f for f in formats if counts[f] == most]
 
 
 def _parses(value: str, py_fmt: str) -> bool:

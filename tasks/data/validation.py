@@ -12,13 +12,10 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tasks.data.input_formats import (
-    EPOCH_MILLIS,
-    EPOCH_SECONDS,
-    check_required_columns,
-    warn_extra_columns,
-)
+from tasks.data.event_time_spark import parse_event_time
+from tasks.data.input_formats import check_required_columns, warn_extra_columns
 from tasks.data.validation_sql import (
+    ROW_KEY,
     RowBounds,
     contract_rules,
     deduplicated_sql,
@@ -58,32 +55,16 @@ def conform_events(df: DataFrame, timestamp_format: str | None = None) -> DataFr
             col = F.trim(F.col(name).cast("string"))
             fallback = F.lit(default).cast("string")
             typed.append(F.when((col.isNull()) | (col == ""), fallback).otherwise(col).alias(name))
-    return df.select(*typed, *src)
+    return df.select(*typed, *src, _row_key(df))
 
 
-def parse_event_time(df: DataFrame, timestamp_format: str | None) -> Column:
-    """``event_time`` as a timestamp (naive = UTC): native types cast, strings parsed with the
-    given/detected format (ISO-8601 when None); unparsable values become null."""
-    dtype = dict(df.dtypes)["event_time"]
-    if dtype.startswith("timestamp") or dtype == "date":
-        return F.col("event_time").cast("timestamp")
-    text = F.trim(F.col("event_time").cast("string"))
-    if timestamp_format == EPOCH_SECONDS:
-        return _epoch(text.try_cast("bigint"), 1_000_000, F.timestamp_seconds)
-    if timestamp_format == EPOCH_MILLIS:
-        return _epoch(text.try_cast("bigint"), 1_000, F.timestamp_millis)
-    if timestamp_format:
-        return F.try_to_timestamp(text, F.lit(timestamp_format))
-    return text.try_cast("timestamp")
-
-
-def _epoch(number: Column, micros_per_unit: int, to_timestamp) -> Column:
-    """An epoch number as a timestamp, null where its microseconds overflow a long (Spark fails
-    the whole query there, DuckDB's reading gives null: one absurd row is quarantined, not the
-    input refused)."""
-    longest = 2**63
-    low, high = -(longest // micros_per_unit), (longest - 1) // micros_per_unit
-    return F.when(number.between(low, high), to_timestamp(number))
+def _row_key(df: DataFrame) -> Column:
+    """A hash of the values of ``df``'s columns outside the contract (null without any)."""
+    others = [c for c in df.columns if c not in CONTRACT_COLUMNS]
+    if not others:
+        return F.lit(None).cast("bigint").alias(ROW_KEY)
+    values = [F.col("`" + c.replace("`", "``") + "`").cast("string") for c in others]
+    return F.xxhash64(*values).alias(ROW_KEY)
 
 
 @dataclass

@@ -15,6 +15,7 @@ import math
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ from infra.compute.duckdb_session import (
     sql_identifier,
     sql_string,
 )
-from tasks.data.input_formats import CsvDialect
+from tasks.data.input_formats import CsvDialect, ParsedCounts
 from tasks.data.spark_text import java_double_strings
 from tasks.data.text_values_duckdb import (
     define_text_macros,
@@ -36,6 +37,7 @@ from tasks.data.text_values_duckdb import (
     text_time_micros,
 )
 from tasks.data.validation_sql import (
+    ROW_KEY,
     RowBounds,
     contract_rules,
     deduplicated_sql,
@@ -62,6 +64,9 @@ GOOD_EVENTS_SCHEMA = pa.schema(
     ]
 )
 """The good events' columns, as Spark's validate writes them (in the contract's order)."""
+FormatDetector = Callable[[list[str], ParsedCounts], str | None]
+"""Chooses the ``event_time`` format from a sample of the texts, a tie by the whole column's
+counts (:func:`tasks.data.input_formats.choose_timestamp_format`)."""
 TIME_SAMPLES = 200  # event_time texts a detected format is chosen from (as Spark's sample)
 TIME_UNITS = ("s", "ms", "us")  # nanoseconds: Spark keeps micros, or refuses the file
 
@@ -176,12 +181,12 @@ class InProcessValidation:
         tables: dict[str, pa.Table] | None = None,
         bounds: RowBounds | None = None,
         timestamp_format: str | None = None,
-        detect_format: Callable[[list[str]], str | None] | None = None,
+        detect_format: FormatDetector | None = None,
         passes: int = 1,
     ) -> None:
         """``source``: a DuckDB relation (SQL) over the input, which may name ``tables``;
         ``schema``: the input's Arrow types by contract name; ``sources``: the input's column
-        behind each contract name; ``bounds``: the event times accepted (None: any). A text
+        behind each name (contract names, and the others, whose values tell rows apart); ``bounds``: the event times accepted (None: any). A text
         ``event_time`` is parsed with ``timestamp_format`` (a Spark pattern, an epoch name;
         None: ISO-8601), or the format ``detect_format`` chooses from a sample of the values
         when it is given."""
@@ -193,8 +198,10 @@ class InProcessValidation:
         self._define_sql_functions()
         self.timestamp_format = timestamp_format
         if detect_format is not None and _text(self._types.get("event_time", pa.null())):
+            time_column = sql_identifier(sources["event_time"])
             self.timestamp_format = detect_format(
-                self._time_samples(source, sql_identifier(sources["event_time"]))
+                self._time_samples(source, time_column),
+                partial(self._parsed_counts, source, time_column),
             )
         columns = ", ".join(
             f"{self._micros(c, sql_identifier(sources[c]))} AS {c}" for c in self._present
@@ -202,6 +209,9 @@ class InProcessValidation:
         text_time = _text(self._types.get("event_time", pa.null()))
         if text_time:  # parsed above; the quarantine keeps the text as it was
             columns += f", {sql_identifier(sources['event_time'])} AS event_time_text"
+        others = [sql_identifier(n) for c, n in sources.items() if c not in CONTRACT_COLUMNS]
+        row_key = f"hash({', '.join(others)})" if others else "CAST(NULL AS UBIGINT)"
+        columns += f", {row_key} AS {ROW_KEY}"
         self._con.execute(f"CREATE TEMP VIEW input_events AS SELECT {columns} FROM {source}")
         typed = ", ".join(f"{self._typed(c)} AS {c}" for c in CONTRACT_COLUMNS)
         src = "".join(
@@ -209,7 +219,7 @@ class InProcessValidation:
             for c in self._present
         )
         self._con.execute(
-            f"CREATE TEMP VIEW conformed_events AS SELECT {typed}{src} FROM input_events"
+            f"CREATE TEMP VIEW conformed_events AS SELECT {typed}{src}, {ROW_KEY} FROM input_events"
         )
         self._rules = contract_rules(bounds)
         self.passes = max(1, passes)
@@ -265,7 +275,7 @@ class InProcessValidation:
         sources: dict[str, str],
         bounds: RowBounds | None = None,
         timestamp_format: str | None = None,
-        detect_format: Callable[[list[str]], str | None] | None = None,
+        detect_format: FormatDetector | None = None,
         passes: int = 1,
     ) -> InProcessValidation:
         """Over Parquet ``files`` of one schema (Arrow types by contract name)."""
@@ -286,7 +296,7 @@ class InProcessValidation:
         dialect: CsvDialect,
         columns: Sequence[str],
         timestamp_format: str | None = None,
-        detect_format: Callable[[list[str]], str | None] | None = None,
+        detect_format: FormatDetector | None = None,
         bounds: RowBounds | None = None,
         passes: int = 1,
     ) -> InProcessValidation:
@@ -295,7 +305,7 @@ class InProcessValidation:
         missing values null, a long row's extra values dropped)."""
         names = [f"column_{i}" for i in range(len(columns))]
         schema = pa.schema([(c, pa.string()) for c in columns if c in CONTRACT_COLUMNS])
-        sources = {c: n for c, n in zip(columns, names, strict=True) if c in CONTRACT_COLUMNS}
+        sources = dict(zip(columns, names, strict=True))
         return cls(
             csv_files_sql(files, dialect, names),
             schema,
@@ -326,6 +336,15 @@ class InProcessValidation:
             f"SELECT {text} FROM {source} WHERE coalesce({text}, '') <> '' LIMIT {TIME_SAMPLES}"
         ).fetchall()
         return [r[0] for r in rows]
+
+    def _parsed_counts(
+        self, source: str, column: str, formats: Sequence[str | None]
+    ) -> dict[str | None, int]:
+        """How many of the input's ``event_time`` texts each of ``formats`` parses (one pass)."""
+        counts = ", ".join(f"count({text_time_micros(column, f)})" for f in formats)
+        row = self._con.execute(f"SELECT {counts} FROM {source}").fetchone()
+        assert row is not None  # an aggregate without grouping has one row
+        return dict(zip(formats, (int(n) for n in row), strict=True))
 
     def _micros(self, name: str, column: str) -> str:
         """An input column as the validation reads it: times as micros since the epoch."""

@@ -43,6 +43,9 @@ from tasks.definitions.contract import (
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 TYPED_IN_TEXT = {"event_time": "timestamp_text", "amount": "double_text"}
+ROW_KEY = "row_key"
+"""The conformed events' hash of the input's columns outside the contract (null without any):
+rows that differ only there are not copies of one event."""
 """The functions that write a kept (typed) value as text; other columns are cast."""
 
 
@@ -140,7 +143,10 @@ def deduplicated_sql(
 ) -> str:
     """Every distinct row of the conformed events ``source`` once, with ``copies`` (how many
     times it was read) and its ``reason``; a bad row also keeps its input values as text
-    (``raw_<column>``, for the ``present`` columns), a good row only its typed values.
+    (``raw_<column>``, for the ``present`` columns), a good row only its typed values. Rows are
+    the same when every column of the input is: ``source``'s ``row_key`` (a hash of the
+    columns outside the contract, null without any) takes part, so two lines of one invoice
+    that differ only in an item code are two events.
 
     The rows go to ``partitions`` partitions by ``customer_id`` first (a hint to Spark, whose
     group-by then needs no second shuffle and whose good rows come out clustered by customer; a
@@ -157,9 +163,9 @@ def deduplicated_sql(
         f", CASE WHEN reason IS NOT NULL THEN input_text_{c}(src_{c}) END AS raw_{c}"
         for c in present
     )
-    keys = ", ".join([*CONTRACT_COLUMNS, *(f"raw_{c}" for c in present), "reason"])
+    keys = ", ".join([*CONTRACT_COLUMNS, *(f"raw_{c}" for c in present), "reason", ROW_KEY])
     return f"""SELECT {keys}, count(*) AS copies FROM (
-  SELECT /*+ REPARTITION({int(partitions)}, customer_id) */ {typed}{raw}, reason
+  SELECT /*+ REPARTITION({int(partitions)}, customer_id) */ {typed}{raw}, reason, {ROW_KEY}
   FROM (SELECT *, {reason_sql(present, rules)} AS reason FROM {source}) AS flagged
 ) AS flagged_rows
 GROUP BY {keys}"""

@@ -22,7 +22,12 @@ import torch
 
 from infra.settings import CalibrationMethod, TrainingSettings
 from tasks.ml.baseline import LogisticBaseline, baseline_columns, fit_baseline
-from tasks.ml.calibration import FITTED_METHODS, Calibration, fit_calibration
+from tasks.ml.calibration import (
+    FITTED_METHODS,
+    Calibration,
+    calibration_that_pays,
+    fit_calibration,
+)
 from tasks.ml.evaluation import CalibrationScore, ModelComparison
 from tasks.ml.metrics import quality_metrics
 from tasks.ml.models import FamilySpec, FitJob, FittedModel, get_family
@@ -99,12 +104,13 @@ def assess(
     judged_splits: Iterable[str],
     method: CalibrationMethod,
 ) -> tuple[Calibration, ModelComparison]:
-    """Calibrate ``model`` on ``trained_on``'s val split, fit the baseline on its train split,
+    """Calibrate ``model`` on ``trained_on``'s val split (a map that pays there, else none),
+    fit the baseline on its train split,
     and compare both on ``judged_splits`` of ``judged_on``."""
     if judged_on.features != trained_on.features:
         raise ValueError("the judged rows must have the features the model was trained on")
     held_out = scored_rows(model, trained_on, ["val"])
-    calibration = fit_calibration(held_out.logits, held_out.labels, method)
+    calibration = calibration_that_pays(held_out.logits, held_out.labels, method)
     train = scored_rows(None, trained_on, ["train"])
     baseline = fit_baseline(train.baseline_x, train.labels)
     judged = scored_rows(model, judged_on, judged_splits)

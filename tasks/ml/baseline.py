@@ -21,6 +21,9 @@ BASELINE_FEATURES: tuple[str, ...] = (
 )
 BASELINE_L2 = 1e-4
 BASELINE_NAME = "logistic regression on recency, frequency, monetary value and tenure"
+BASELINE_FAMILY = "rfm"
+"""The model family whose recipe is this baseline's (:mod:`tasks.ml.models.rfm`): the servable
+baseline, which the gate knows cannot beat itself."""
 
 
 class LogisticBaseline(BaseModel):

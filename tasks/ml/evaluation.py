@@ -81,21 +81,24 @@ class ModelEvaluation(BaseModel):
     test: ModelComparison
     backtest: BacktestReport
 
-    def baseline_check(self) -> BaselineCheck:
+    def baseline_check(self, *, own_recipe: bool = False) -> BaselineCheck:
         """Backtest log loss of the calibrated model against the baseline's; the test split's
-        when the backtest was skipped (the check says so)."""
+        when the backtest was skipped (the check says so). ``own_recipe``: the model is the
+        baseline's recipe (family ``rfm``), which meets the rule by definition."""
         if self.backtest.result is not None:
             bt = self.backtest.result
             return BaselineCheck(
                 basis="backtest",
                 model_logloss=bt.model.logloss,
                 baseline_logloss=bt.baseline.logloss,
+                own_recipe=own_recipe,
             )
         return BaselineCheck(
             basis="test split",
             model_logloss=self.test.model.logloss,
             baseline_logloss=self.test.baseline.logloss,
             note=f"backtest skipped: {self.backtest.reason}",
+            own_recipe=own_recipe,
         )
 
     def flat_metrics(self) -> dict[str, float]:

@@ -1,7 +1,8 @@
 """The promotion gate: a champion replaces production only when it beats the RFM baseline and
 production on the measure the champion was chosen by — calibrated log loss on the same rows (the
 out-of-time backtest's, or the test split's when the backtest was skipped), a higher AUC breaking
-a tie."""
+a tie. A champion whose recipe is the baseline's (the ``rfm`` family) meets the baseline rule by
+definition — the baseline cannot beat itself — and faces every other rule."""
 
 from __future__ import annotations
 
@@ -12,22 +13,36 @@ TIE_DECIMALS = 6  # log losses (and AUCs) equal to this many decimals are a tie,
 
 
 class BaselineCheck(BaseModel):
-    """The candidate's calibrated log loss against the baseline's on the same rows."""
+    """The candidate's calibrated log loss against the baseline's on the same rows
+    (``own_recipe``: the candidate is the baseline's recipe, fitted and calibrated as a family)."""
 
     basis: str
     model_logloss: float
     baseline_logloss: float
     note: str = ""
+    own_recipe: bool = False
 
     @property
     def beaten(self) -> bool:
         """True when the candidate's log loss is lower than the baseline's."""
         return self.model_logloss < self.baseline_logloss
 
+    @property
+    def passed(self) -> bool:
+        """The baseline rule is met: the candidate beats the baseline, or is its recipe."""
+        return self.own_recipe or self.beaten
+
     def describe(self) -> str:
         """The comparison in words."""
-        verdict = "beats" if self.beaten else "does not beat"
         note = f" ({self.note})" if self.note else ""
+        if self.own_recipe:
+            return (
+                "the candidate is the RFM baseline's own recipe (family rfm), so the baseline "
+                f"rule does not apply: its calibrated {self.basis} log loss "
+                f"{self.model_logloss:.4f}, the uncalibrated baseline's "
+                f"{self.baseline_logloss:.4f}{note}"
+            )
+        verdict = "beats" if self.beaten else "does not beat"
         return (
             f"candidate {self.basis} log loss {self.model_logloss:.4f} {verdict} the RFM "
             f"baseline's {self.baseline_logloss:.4f}{note}"
@@ -85,7 +100,8 @@ def decide_promotion(
     same_recipe: bool = False,
     baseline: BaselineCheck | None = None,
 ) -> PromotionDecision:
-    """Never promote a candidate that does not beat ``baseline``; otherwise promote when there is
+    """Never promote a candidate that does not beat ``baseline`` (unless it is the baseline's
+    recipe: ``baseline.own_recipe``); otherwise promote when there is
     no production model, when production cannot be judged on the same rows (its features
     differ), when the candidate's log loss is lower than production's by more than ``margin``
     (equal to :data:`TIE_DECIMALS` decimals: a higher AUC wins), or when the figures are of the
@@ -101,7 +117,7 @@ def decide_promotion(
     )
     if baseline is None:
         return decision
-    if not baseline.beaten:
+    if not baseline.passed:
         return decision.model_copy(
             update={
                 "promote": False,

@@ -136,8 +136,9 @@ class PreprocessResult(BaseModel):
 
 
 class TrainResult(BaseModel):
-    """Output of the train stage: the champion's version, the gate's decision about it and the
-    leaderboard of every contender."""
+    """Output of the train stage: the version the gate decided on (the champion, or the run's
+    ``rfm`` contender in its place when the baseline rule refused the champion), the decision
+    and the leaderboard of every contender."""
 
     report: StageReport
     model_version: str

@@ -28,6 +28,7 @@ from infra.settings import HybridflowSettings
 from infra.storage.registry import ModelRegistry
 from infra.storage.store import ObjectStore
 from infra.warm_imports import finish_warm_imports
+from tasks.ml.baseline import BASELINE_FAMILY
 from tasks.ml.champion import LeaderboardRow, champion_line, crown, judged_figures, judging_basis
 from tasks.ml.ddp import init_distributed, launch_ddp_training
 from tasks.ml.evaluation import ModelEvaluation
@@ -237,31 +238,32 @@ def _crown_and_gate(
     recipe_backtest: RecipeBacktest,
 ) -> TrainStageOutput:
     """Rank the contenders, apply the gate to the champion (also a version an earlier run
-    registered and may not have gated before it died) and report the stage's result."""
+    registered and may not have gated before it died; the gate may judge the run's ``rfm``
+    contender in its place) and report the stage's result, of the version the gate decided on."""
     evaluations = [ModelEvaluation.model_validate(c.manifest.evaluation) for c in contenders]
     basis = judging_basis(evaluations)
     pool = options.pool or embedded_pool(device)
     board = crown([leaderboard_row(c, basis, pool) for c in contenders])
     log.info("champion: %s", champion_line(board))
     contenders = [_registered(registry, c, board) for c in contenders]
-    champion = next(c for c in contenders if c.manifest.version == board[0].version)
-    manifest = champion.manifest
     judged = data.newest_origin()  # the test split the candidate's test metrics are of
-    decision, promoted, production_version = gate_and_promote(
+    gate = gate_and_promote(
         registry,
-        manifest,
+        next(c.manifest for c in contenders if c.manifest.version == board[0].version),
         [c.manifest for c in contenders],
         judged,
         settings.promotion_margin,
         basis=basis,
         recipe_backtest=recipe_backtest,
     )
+    decision, promoted, production_version = gate.decision, gate.promoted, gate.production_version
+    gated = next(c for c in contenders if c.manifest.version == gate.candidate.version)
+    manifest = gated.manifest
     if not promoted and registry.alias() is None:
         raise HybridflowInputError(
             f"no model to score with: this run's champion {manifest.version} ({manifest.kind}) "
             f"was not promoted ({decision.reason}) and there is no production model yet; "
-            f"fix: serve it anyway with `hybridflow models promote {manifest.version}`, or give "
-            "the run more history (a longer event log) so that a contender beats the baseline"
+            f"fix: {no_model_fixes(manifest.version, [c.manifest.kind for c in contenders])}"
         )
     metrics = {
         k.removeprefix("test_"): v for k, v in manifest.metrics.items() if k.startswith("test_")
@@ -289,12 +291,30 @@ def _crown_and_gate(
         parent_version=manifest.parent_version,
         resumed_from_step=training.get("resumed_from_step"),
         steps=int(training.get("steps", 0)),
-        checkpoints_uri=champion.checkpoints_uri,
+        checkpoints_uri=gated.checkpoints_uri,
         evaluation=ModelEvaluation.model_validate(manifest.evaluation)
         if manifest.evaluation
         else None,
         leaderboard=board,
         champion_reason=champion_line(board),
-        start_reason=champion.start or str(training.get("start", "")),
+        start_reason=gated.start or str(training.get("start", "")),
     )
-    return TrainStageOutput(result=result, decision=decision, history=champion.history)
+    return TrainStageOutput(result=result, decision=decision, history=gated.history)
+
+
+def no_model_fixes(version: str, families: list[str]) -> str:
+    """What a user can do when a first run's champion was refused (``families``: the kinds that
+    contended): add the baseline's recipe when it did not contend, serve the champion anyway,
+    or give the run more history."""
+    fixes = []
+    if BASELINE_FAMILY not in families:
+        fixes.append(
+            f"add the {BASELINE_FAMILY} family (the RFM baseline's recipe, which the gate "
+            f"accepts: `--families {','.join([BASELINE_FAMILY, *families])}` or "
+            "HYBRIDFLOW_TRAIN__FAMILIES)"
+        )
+    fixes.append(f"serve it anyway with `hybridflow models promote {version}`")
+    fixes.append(
+        "give the run more history (a longer event log) so that a contender beats the baseline"
+    )
+    return ", or ".join(fixes)

@@ -10,12 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.noise_log import map_args, write_noise_log
+
 pytestmark = pytest.mark.integration
+NOISE_CUSTOMERS, NOISE_ROWS = 1000, 12_000
 
 
-def _hybridflow(args, cwd, store, timeout=600):
+def _hybridflow(args, cwd, store, timeout=600, api_url=None):
+    """The command in a subprocess: with its own temporary Prefect API, or reporting to
+    ``api_url`` (the session's, for tests not about the command's own API)."""
     env = dict(os.environ, HYBRIDFLOW_STORE=str(store))
     env.pop("PREFECT_API_URL", None)  # embedded mode: the CLI starts its own ephemeral API
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
     env["PREFECT_HOME"] = str(cwd / "prefect-home")
     return subprocess.run(
         [sys.executable, "-m", "cli.main", *args],
@@ -88,7 +95,7 @@ def _four_column_log(demo_events: Path, path: Path) -> Path:
 
 
 @pytest.mark.slow(
-    reason="a whole `hybridflow run` subprocess: interpreter, imports, its temporary Prefect API, three contenders"
+    reason="a whole `hybridflow run` subprocess: interpreter, imports, its temporary Prefect API, four contenders"
 )
 def test_first_run_on_a_four_column_log_prints_the_summary_last_with_a_leaderboard(
     demo_events, tmp_path
@@ -135,10 +142,16 @@ def test_first_run_on_a_four_column_log_prints_the_summary_last_with_a_leaderboa
         "n_test",
     }
     names = [s["name"] for s in summary["stages"]]
-    # one contender unit per family between preprocess and train (default: logistic, gbm, mlp)
+    # one contender unit per family between preprocess and train (default: rfm, logistic, gbm,
+    # mlp)
     assert names[:3] == ["validate", "features", "preprocess"]
     assert names[-2:] == ["train", "batch_inference"]
-    assert sorted(names[3:-2]) == ["contender-gbm", "contender-logistic", "contender-mlp"]
+    assert sorted(names[3:-2]) == [
+        "contender-gbm",
+        "contender-logistic",
+        "contender-mlp",
+        "contender-rfm",
+    ]
     assert all({"name", "seconds", "device"} <= set(s) for s in summary["stages"])
     # the run's fixed cost, from the process's start to its first stage, step by step
     steps = summary["startup"]
@@ -155,7 +168,7 @@ def test_first_run_on_a_four_column_log_prints_the_summary_last_with_a_leaderboa
 
     assert summary["rows_scored"] > 1000
     board = summary["metrics"]["leaderboard"]
-    assert sorted(r["family"] for r in board) == ["gbm", "logistic", "mlp"]
+    assert sorted(r["family"] for r in board) == ["gbm", "logistic", "mlp", "rfm"]
     assert board[0]["champion"] and board[0]["family"] == summary["metrics"]["family"]
     assert board[0]["version"] == summary["model_version"]
     assert [r["logloss"] for r in board] == sorted(r["logloss"] for r in board)
@@ -166,3 +179,36 @@ def test_first_run_on_a_four_column_log_prints_the_summary_last_with_a_leaderboa
 
     listing = _hybridflow(["models", "list"], tmp_path, tmp_path / "store", timeout=120)
     assert listing.returncode == 0 and f"* {summary['model_version']}" in listing.stdout
+
+
+@pytest.mark.slow(
+    reason="a whole `hybridflow run` subprocess (on the session's API): interpreter, imports, "
+    "four contenders"
+)
+def test_first_run_on_a_near_noise_log_serves_a_model(tmp_path, session_api_url):
+    """A four-column log with the shop's own column names and dd/mm/yyyy dates, whose purchases
+    fall on uniform random days (:mod:`tests.fixtures.noise_log`): nothing beats the RFM
+    baseline out of time but chance. The first run still exits 0 with predictions (it used to
+    exit 2, "no model to score with"), and the summary names the family it serves."""
+    log = write_noise_log(tmp_path / "noise.csv", customers=NOISE_CUSTOMERS, rows=NOISE_ROWS)
+    args = ["run", "--events", str(log), "--timestamp-format", "dd/MM/yyyy", "--json"]
+    proc = _hybridflow([*args, *map_args()], tmp_path, tmp_path / "store", api_url=session_api_url)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "completed" and summary["promoted"] is True
+    assert summary["scored_with"] == summary["model_version"]
+    family = summary["metrics"]["family"]
+    board = {r["family"]: r for r in summary["metrics"]["leaderboard"]}
+    assert set(board) == {"rfm", "logistic", "gbm", "mlp"}
+    assert board[family]["version"] == summary["model_version"]
+    assert summary["metrics"]["champion"].startswith(
+        next(r["family"] for r in summary["metrics"]["leaderboard"] if r["champion"])
+    )
+    if family == "rfm":  # the baseline's recipe: promoted as such, in words, never "beats"
+        assert "the RFM baseline's own recipe (family rfm)" in summary["promotion_reason"]
+    import pandas as pd
+
+    predictions = pd.read_parquet(summary["predictions_uri"])
+    assert len(predictions) == summary["rows_scored"] == NOISE_CUSTOMERS
+    assert predictions.score.between(0, 1).all()
+    assert (predictions.model_version == summary["model_version"]).all()

@@ -106,7 +106,7 @@ def test_the_champion_is_recorded_in_the_summary_manifest_and_card(first_run):
 
     store_dir, _, summary = first_run
     board = summary.metrics["leaderboard"]
-    assert sorted(r["family"] for r in board) == ["gbm", "logistic", "mlp"]
+    assert sorted(r["family"] for r in board) == ["gbm", "logistic", "mlp", "rfm"]
     champion = board[0]
     assert champion["champion"] and champion["version"] == summary.model_version
     assert champion["family"] == summary.metrics["family"] and champion["basis"] == "backtest"

@@ -114,7 +114,8 @@ def test_bad_input_gets_a_clear_answer_and_the_service_keeps_running(served):
         (b"{not json", 422, "body: body is not valid JSON"),
         (b"", 422, "body: body is not valid JSON"),
         (b"[1, 2]", 422, "body"),
-        (b'{"customer_id": 123}', 422, "customer_id: Input should be a valid string"),
+        (b'{"customer_id": 12.5}', 422, "customer_id: must be a string or an integer"),
+        (b'{"customer_id": 123}', 404, "customer_id: unknown customer '123'"),
         (b'{"customer_id": ""}', 422, "customer_id"),
         (
             raw.replace('"recency_days": ', '"recency_days": "', 1).replace(", ", '", ', 1).encode()

@@ -7,8 +7,6 @@ JVM; memory holds the de-duplicated rows, not the input or the outputs: all of t
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
-from functools import partial
 
 import duckdb
 
@@ -21,11 +19,13 @@ from infra.storage.store import ObjectStore
 from tasks.data.input_formats import (
     EventsInput,
     InputOptions,
+    ParsedCounts,
     choose_timestamp_format,
     warn_extra_columns,
 )
 from tasks.data.validation_duckdb import (
     GOOD_EVENTS_SCHEMA,
+    FormatDetector,
     InProcessValidation,
     ValidationFigures,
     validation_passes,
@@ -72,7 +72,7 @@ def publish_validated_in_process(
     ``bounds`` when given (text times read with ``timestamp_format``, else in the format a
     sample shows), and publish the run's good events and quarantine; with the figures."""
     warn_extra_columns(found.columns)
-    detect = None if timestamp_format else partial(choose_timestamp_format, path=found.path)
+    detect = None if timestamp_format else _format_detector(found)
     with memory_bounded(f"validating {found.path}"):
         try:
             checked = _checked(found, bounds, timestamp_format, detect)
@@ -109,11 +109,18 @@ def publish_validated_in_process(
     return events, quarantine, figures
 
 
+def _format_detector(found: EventsInput) -> FormatDetector:
+    def detect(samples: list[str], count_parsed: ParsedCounts) -> str | None:
+        return choose_timestamp_format(samples, found.path, count_parsed)
+
+    return detect
+
+
 def _checked(
     found: EventsInput,
     bounds: RowBounds | None,
     timestamp_format: str | None,
-    detect: Callable[[list[str]], str | None] | None,
+    detect: FormatDetector | None,
 ) -> InProcessValidation:
     passes = validation_passes(found.rows_estimate)
     if found.format == "csv" and found.csv_dialect is not None:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # imported where a fit needs it: planning reads the cost hint
 
 BLOCK_ROWS = 65_536
 NEWTON_PASSES_PER_ITERATION = 2  # gradient + Hessian, then the line search's loss
+NEWTON_ITERATIONS_HINT = 8  # the router's estimate of Newton steps per penalty
 
 
 class LogisticSpec(FamilySpec):
@@ -165,7 +166,10 @@ class LogisticFamily(ModelFamily):
         per_pass = 2.0 * k * k  # the Hessian's outer products dominate
         return CostHints(
             parameters=k,
-            train_flops_per_row=per_pass * NEWTON_PASSES_PER_ITERATION * 8 * len(spec.l2_grid),
+            train_flops_per_row=per_pass
+            * NEWTON_PASSES_PER_ITERATION
+            * NEWTON_ITERATIONS_HINT
+            * len(spec.l2_grid),
             score_flops_per_row=2.0 * k,
             network=False,
         )

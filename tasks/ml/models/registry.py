@@ -24,6 +24,7 @@ from tasks.ml.models.base import CONFIG_FILE, FamilySpec, FittedModel, ModelFami
 
 LEGACY_KIND = "mlp"  # what a bundle without a kind is
 BUILTIN_FAMILY_MODULES: tuple[str, ...] = (
+    "tasks.ml.models.rfm",
     "tasks.ml.models.logistic",
     "tasks.ml.models.gbm",
     "tasks.ml.models.mlp",

@@ -6,6 +6,7 @@ answering is applied once by the next; a new snapshot re-seeds."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import json
@@ -47,9 +48,17 @@ def store(tmp_path):
 def replica(store, metrics: ServingMetrics | None = None, **settings) -> OnlineFeatures:
     metrics = metrics or ServingMetrics()
     online = OnlineFeatures(store, IngestSettings(**settings), metrics, clock=lambda: NOW)
-    online.sync(load_snapshot(store, newest_snapshot_manifest(store)))
+    follow(online, load_snapshot(store, newest_snapshot_manifest(store)))
     assert online.status == "on", online.status
     return online
+
+
+def ingest(online: OnlineFeatures, body: bytes, content_type: str, key: str | None) -> dict:
+    return asyncio.run(online.ingest(body, content_type, key))
+
+
+def follow(online: OnlineFeatures, snapshot) -> None:
+    asyncio.run(online.follow(snapshot))
 
 
 def event(customer: str, day: int, hour: int, amount: float = 5.0, **more) -> dict:
@@ -92,15 +101,15 @@ def _events_of(store, data_prefix):
 def test_a_batch_is_applied_once_however_often_it_is_sent(store):
     online = replica(store)
     batch = body(event("c1", 2, 9), event("newcomer", 3, 10, event_type="view", category="z"))
-    first = online.ingest(batch, "application/json", None)
-    again = online.ingest(batch, "application/json", None)
+    first = ingest(online, batch, "application/json", None)
+    again = ingest(online, batch, "application/json", None)
     assert (first["accepted"], first["duplicate"], first["segment"]) == (2, False, 1)
     assert (again["accepted"], again["duplicate"], again["segment"]) == (2, True, 1)
     assert online.follower.seq == 1 and EventsLog(store).head() == 1
-    keyed = online.ingest(body(event("c2", 4, 1)), "application/json", "order-17")
+    keyed = ingest(online, body(event("c2", 4, 1)), "application/json", "order-17")
     assert keyed["segment"] == 2 and keyed["segment_id"] == "order-17"
     with pytest.raises(IngestError) as caught:
-        online.ingest(batch, "application/json", "order-17")
+        ingest(online, batch, "application/json", "order-17")
     assert caught.value.status == 409 and "used for a different batch (segment 2)" in str(
         caught.value
     )
@@ -115,7 +124,7 @@ def test_a_batch_is_applied_once_however_often_it_is_sent(store):
 
 def test_a_refused_batch_changes_nothing(store):
     online = replica(store)
-    online.ingest(body(event("c1", 5, 12, event_type="purchase")), "application/json", None)
+    ingest(online, body(event("c1", 5, 12, event_type="purchase")), "application/json", None)
     before = features(online, ["c1", "c2"])
     cases = {
         "before_snapshot": event("c2", 0, 23),  # at or before the snapshot's cutoff (BASE's end)
@@ -124,14 +133,14 @@ def test_a_refused_batch_changes_nothing(store):
     }
     for reason, bad in cases.items():
         with pytest.raises(IngestError) as caught:
-            online.ingest(body(event("fresh", 6, 1), bad), "application/json", None)
+            ingest(online, body(event("fresh", 6, 1), bad), "application/json", None)
         assert caught.value.status == 422
         assert caught.value.extra["refused"] == {reason: 1}, reason
         assert f"[1].event_time: {reason}" in str(caught.value)
     assert online.follower.seq == 1 and EventsLog(store).head() == 1
     np.testing.assert_array_equal(features(online, ["c1", "c2"]), before)
     assert "fresh" not in online.follower.state.row_of
-    view = online.ingest(body(event("c1", 5, 12, event_type="view")), "application/json", None)
+    view = ingest(online, body(event("c1", 5, 12, event_type="view")), "application/json", None)
     assert view["accepted"] == 1  # only purchases need their order
 
 
@@ -147,7 +156,8 @@ def test_replicas_writing_one_log_at_once_apply_every_segment_once_and_agree(sto
                 for h in range(3)
             ]
             # views only: the purchase order is each customer's, and both replicas send
-            answer = online.ingest(
+            answer = ingest(
+                online,
                 ipc(events_table([r | {"event_type": "view"} for r in _typed(rows)])),
                 IPC_MEDIA_TYPE,
                 None,
@@ -163,8 +173,8 @@ def test_replicas_writing_one_log_at_once_apply_every_segment_once_and_agree(sto
     for t in threads:
         t.join()
     assert sorted(sent["a"] + sent["b"]) == list(range(1, 25))  # dense, none taken twice
-    a.sync(load_snapshot(store, newest_snapshot_manifest(store)))
-    b.sync(load_snapshot(store, newest_snapshot_manifest(store)))
+    follow(a, load_snapshot(store, newest_snapshot_manifest(store)))
+    follow(b, load_snapshot(store, newest_snapshot_manifest(store)))
     assert a.follower.seq == b.follower.seq == 24
     ids = sorted(a.follower.state.row_of)
     assert ids == sorted(b.follower.state.row_of)
@@ -202,20 +212,20 @@ def test_a_segment_written_before_a_crash_is_applied_once_and_its_resend_is_a_du
     restarted = replica(store)
     assert restarted.follower.seq == 1
     before = features(restarted, ["c1", "c5"])
-    answer = restarted.ingest(batch, "application/json", None)
+    answer = ingest(restarted, batch, "application/json", None)
     assert answer["duplicate"] and answer["segment"] == 1
     np.testing.assert_array_equal(features(restarted, ["c1", "c5"]), before)
 
 
 def test_a_new_snapshot_reseeds_and_keeps_the_log_after_its_cutoff(store):
     online = replica(store)
-    online.ingest(body(event("c1", 2, 9), event("c2", 9, 9)), "application/json", None)
+    ingest(online, body(event("c1", 2, 9), event("c2", 9, 9)), "application/json", None)
     segment = EventsLog(store).read(1).events
     source = load_snapshot(store, newest_snapshot_manifest(store)).source
     old = pa.Table.from_batches(_events_of(store, source.events_data_prefix))
     # the next batch run at BASE + 5 read the original events and the log
     publish_run(store, pa.concat_tables([old, segment]), BASE + dt.timedelta(days=5), "run-2")
-    online.sync(load_snapshot(store, newest_snapshot_manifest(store)))
+    follow(online, load_snapshot(store, newest_snapshot_manifest(store)))
     assert online.follower.source.cutoff_micros == end_of_day_micros(BASE_DAY + 5)
     assert cutoff_day(online) == BASE_DAY + 9  # c2's event, after the new cutoff
     expected = batch_features(store, [], cutoff_day(online))  # run-2 has the log
@@ -238,10 +248,10 @@ def test_without_events_behind_the_snapshot_there_is_no_online_state(tmp_path):
     store = LocalFolderStore(tmp_path / "store")
     publish_sample_snapshot(store, sample_feature_table(10), BASE)
     online = OnlineFeatures(store, IngestSettings(), ServingMetrics(), clock=lambda: NOW)
-    online.sync(load_snapshot(store, newest_snapshot_manifest(store)))
+    follow(online, load_snapshot(store, newest_snapshot_manifest(store)))
     assert online.follower is None and "names no events" in online.status
     with pytest.raises(IngestError) as caught:
-        online.ingest(body(event("c1", 2, 9)), "application/json", None)
+        ingest(online, body(event("c1", 2, 9)), "application/json", None)
     assert caught.value.status == 503
 
 
@@ -251,8 +261,8 @@ def test_day_arithmetic():
 
 def test_the_logs_segments_folder_is_a_batch_runs_events_input(store, tmp_path):
     online = replica(store)
-    online.ingest(body(event("c1", 2, 9), event("n1", 3, 1, event_type="view")), "", None)
-    online.ingest(body(event("c2", 4, 9, quantity=3, channel="web")), "", None)
+    ingest(online, body(event("c1", 2, 9), event("n1", 3, 1, event_type="view")), "", None)
+    ingest(online, body(event("c2", 4, 9, quantity=3, channel="web")), "", None)
     segments = store.local_path("events-log/segments")
     run_store = LocalFolderStore(tmp_path / "run-store")
     result = validate_stage(None, run_store, "run-on-the-log", str(segments), 0.0)
@@ -262,7 +272,7 @@ def test_the_logs_segments_folder_is_a_batch_runs_events_input(store, tmp_path):
 
 def test_a_segment_holds_its_batch_in_time_order(store):
     online = replica(store)
-    online.ingest(body(event("c3", 9, 1), event("c4", 8, 1), event("c3", 8, 5)), "", None)
+    ingest(online, body(event("c3", 9, 1), event("c4", 8, 1), event("c3", 8, 5)), "", None)
     times = EventsLog(store).read(1).events.column("event_time").to_pylist()
     assert times == sorted(times)
     expected = batch_features(store, [EventsLog(store).read(1).events], cutoff_day(online))
@@ -280,10 +290,10 @@ def test_a_snapshot_that_cannot_be_seeded_leaves_the_old_state_following_the_log
     newer = publish_run(store, old, BASE + dt.timedelta(days=1), "run-3")
     store.delete_prefix(newer.events_data_prefix)  # the new snapshot's events are gone
     snapshot = load_snapshot(store, newest_snapshot_manifest(store))
-    a.sync(snapshot)
+    follow(a, snapshot)
     assert a.status.startswith("stale: cannot seed from") and a.follower.source == source
-    b.ingest(body(event("c1", 3, 9)), "", None)  # b has not seen the new snapshot yet
-    a.sync(snapshot)  # refused again without a second try, but the log is followed
+    ingest(b, body(event("c1", 3, 9)), "", None)  # b has not seen the new snapshot yet
+    follow(a, snapshot)  # refused again without a second try, but the log is followed
     assert a.follower.seq == 1
     failures = metrics.registry.get_sample_value(
         "hybridflow_serving_model_reload_failures_total", {"kind": "online", "reason": "seed_error"}
@@ -295,8 +305,8 @@ def test_exported_segments_join_the_original_events_in_one_run(store, tmp_path):
     original = tmp_path / "events"
     demo = generate_demo_events(DemoDataParams(customers=30, days=60, seed=2), original)
     online = replica(store)
-    online.ingest(body(event("c1", 2, 9), event("n1", 3, 1, event_type="view")), "", None)
-    online.ingest(body(event("c2", 4, 9, quantity=3, channel="web")), "", None)
+    ingest(online, body(event("c1", 2, 9), event("n1", 3, 1, event_type="view")), "", None)
+    ingest(online, body(event("c2", 4, 9, quantity=3, channel="web")), "", None)
     written = export_into(EventsLog(store), original)
     assert [p.name for p in written] == [
         "segment-000000000001.parquet",

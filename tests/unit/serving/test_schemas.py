@@ -27,7 +27,10 @@ def test_field_paths_read_like_the_json():
         (b'{"features": {"a": 1e999}}', "features.a", "finite"),
         (b'{"features": {"a": "1"}}', "features.a", "valid number"),
         (b'{"features": {"a": false}}', "features.a", "valid number"),
-        (b'{"customer_id": 7}', "customer_id", "valid string"),
+        (b'{"customer_id": 7.0}', "customer_id", "a string or an integer"),
+        (b'{"customer_id": true}', "customer_id", "a string or an integer"),
+        (b'{"customer_id": "  "}', "customer_id", "1 to 256 characters"),
+        (b'{"items": [{"customer_id": null}]}', "items[0]", "exactly one"),
         (b'{"customer": "c1"}', "customer", "unknown field"),
         (b"{oops", "body", "not valid JSON"),
         (b'{"items": [{"customer_id": "a", "features": {}}]}', "items[0]", "exactly one"),
@@ -47,3 +50,12 @@ def test_single_and_batch_forms():
         b'{"items": [{"customer_id": "x"}, {"features": {}}]}'
     )
     assert [i.customer_id for i in batch.as_items()] == ["x", None]
+
+
+def test_customer_ids_are_strings_or_integers_as_the_events_take_them():
+    single = PredictRequest.model_validate_json(b'{"customer_id": 12346}')
+    assert single.customer_id == "12346"
+    batch = PredictRequest.model_validate_json(
+        b'{"items": [{"customer_id": " c1 "}, {"customer_id": 7}]}'
+    )
+    assert [i.customer_id for i in batch.as_items()] == ["c1", "7"]

@@ -14,6 +14,7 @@ from cli.args import column_mapping, delimiter, one_character
 from infra.errors import HybridflowInputError
 from tasks.data.input_formats import (
     InputOptions,
+    choose_timestamp_format,
     detect_delimiter,
     detect_format,
     inspect_events,
@@ -197,3 +198,23 @@ def test_a_retail_export_missing_contract_names_is_told_the_map_that_reads_it(tm
     assert column_map_hints(["customer_id"], ["when", "what"]) == {}
     # one input column never answers two missing ones
     assert column_map_hints(["event_time", "amount"], ["date"]) == {"event_time": "date"}
+
+
+def test_a_tied_sample_is_decided_by_the_whole_column(tmp_path):
+    samples = ["12/1/2010 8:26", "12/2/2010 9:01"]  # d/M and M/d alike
+    asked: list[list] = []
+
+    def counts(formats):
+        asked.append(list(formats))
+        return {f: (500 if f == "M/d/yyyy H:mm" else 300) for f in formats}
+
+    assert choose_timestamp_format(samples, tmp_path, counts) == "M/d/yyyy H:mm"
+    assert asked == [["d/M/yyyy H:mm", "M/d/yyyy H:mm"]]
+    # a column that never tells them apart keeps the first candidate, as without a counter
+    assert choose_timestamp_format(samples, tmp_path, lambda fs: dict.fromkeys(fs, 9)) == (
+        "d/M/yyyy H:mm"
+    )
+    assert choose_timestamp_format(samples, tmp_path) == "d/M/yyyy H:mm"
+    # no tie: the whole column is not read
+    assert choose_timestamp_format(["13/1/2010 8:26"], tmp_path, counts) == "d/M/yyyy H:mm"
+    assert len(asked) == 1

@@ -4,7 +4,7 @@ validate result's figures (any object with them), not code inside the stage runn
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -37,6 +37,7 @@ class Counts:
     rows_valid: int
     rows_quarantined: int
     quarantine_uri: str = "store/quarantine"
+    quarantine_reasons: dict[str, int] = field(default_factory=dict)
 
 
 def test_as_of_defaults_to_the_last_event_and_the_grace_is_passed_in():
@@ -72,3 +73,15 @@ def test_the_bad_fraction_policy():
         check_bad_fraction(Counts(100, 89, 11), 0.1)
     with pytest.raises(HybridflowInputError, match="no valid events"):
         check_bad_fraction(Counts(5, 0, 5), 1.0)
+
+
+def test_too_many_bad_rows_are_explained_reason_by_reason_the_most_first():
+    reasons = {"duplicate_event": 10, "invalid_event_time": 440, "missing_customer_id": 250}
+    with pytest.raises(HybridflowInputError) as info:
+        check_bad_fraction(Counts(1000, 300, 700, quarantine_reasons=reasons), 0.05)
+    message = str(info.value)
+    assert message.startswith("700 of 1,000 event rows (70.0%) are bad")
+    order = [message.index(r) for r in ("invalid_event_time 440 (44.0%", "missing_customer_id 250")]
+    assert order == sorted(order) and "duplicate_event 10 (1.0%" in message
+    assert "--timestamp-format" in message and "--max-bad-fraction" in message
+    assert message.endswith("see store/quarantine")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.ml.calibration import Calibration, fit_calibration
+from tasks.ml.calibration import Calibration, calibration_that_pays, fit_calibration
 from tasks.ml.logistic import sigmoid
 from tasks.ml.metrics import log_loss, quality_metrics
 
@@ -66,3 +66,29 @@ def test_maps_are_monotone_bounded_and_survive_json():
 def test_calibration_needs_both_classes():
     with pytest.raises(ValueError, match="both classes"):
         fit_calibration(np.array([0.1, 0.2, 0.3]), np.zeros(3), "platt")
+
+
+def test_a_map_is_kept_only_where_cross_validation_shows_it_pays():
+    # a calibrated model on a few hundred rows: a fitted temperature only fits their noise
+    calibrated_rows = 0
+    for seed in range(10):
+        _, y, reported = _miscalibrated(400, squash=1.0, shift=0.0, seed=10 + seed)
+        kept = calibration_that_pays(reported, y, "temperature")
+        calibrated_rows += kept.method != "none"
+        if kept.method == "none":
+            assert kept.declined.startswith("temperature did not pay on 400 held-out rows")
+            assert kept.describe().startswith("none (temperature did not pay")
+            assert kept.probabilities(np.array([0.0]))[0] == 0.5
+    assert calibrated_rows <= 1
+    # a real over-confidence is corrected, from few rows too
+    for n in (400, 20_000):
+        _, y, reported = _miscalibrated(n, squash=2.5, shift=0.0, seed=5)
+        kept = calibration_that_pays(reported, y, "temperature")
+        assert kept.method == "temperature" and 1 / kept.slope == pytest.approx(2.5, rel=0.25)
+        assert kept == fit_calibration(reported, y, "temperature")  # all rows, same fit
+    # the same rows always decide the same
+    _, y, reported = _miscalibrated(400, squash=1.3, shift=0.0, seed=6)
+    assert calibration_that_pays(reported, y, "platt") == calibration_that_pays(
+        reported, y, "platt"
+    )
+    assert calibration_that_pays(reported, y, "none") == Calibration()

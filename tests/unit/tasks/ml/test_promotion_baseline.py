@@ -104,3 +104,36 @@ def test_flat_metrics_hold_test_backtest_and_baseline_figures():
         assert isinstance(flat[key], float), key
     assert WINDOWS.train_features_until == dt.date(2025, 7, 4)
     assert WINDOWS.train_labels_until == dt.date(2025, 10, 2)
+
+
+def test_the_baseline_recipe_meets_the_baseline_rule_by_definition():
+    """A champion of family rfm is the baseline's recipe: promoted as the first model even when
+    its calibrated figure is a hair above the raw baseline's, and the reason says why in words."""
+    check = BaselineCheck(
+        basis="backtest", model_logloss=0.4853, baseline_logloss=0.4850, own_recipe=True
+    )
+    assert check.passed and not check.beaten
+    first = decide_promotion(_fig(0.4853, 0.50), None, 0.0, baseline=check)
+    assert first.promote and "first model" in first.reason
+    assert "the candidate is the RFM baseline's own recipe (family rfm)" in first.reason
+    assert "baseline rule does not apply" in first.reason and "beats" not in first.reason
+    # every other rule still holds: it does not replace a production model it does not beat
+    kept = decide_promotion(
+        _fig(0.4853, 0.50), _fig(0.4700, 0.60), 0.0, production_version="m-1", baseline=check
+    )
+    assert not kept.promote and "does not beat production m-1" in kept.reason
+    # the same figures from another family are refused
+    other = check.model_copy(update={"own_recipe": False})
+    refused = decide_promotion(_fig(0.4853, 0.50), None, 0.0, baseline=other)
+    assert not refused.promote and "does not beat the RFM baseline's 0.4850" in refused.reason
+
+
+def test_the_evaluation_marks_the_baseline_recipe_only_when_asked():
+    evaluation = ModelEvaluation(
+        calibration=Calibration(),
+        test=_comparison(0.25, 0.05, seed=5),
+        backtest=BacktestReport(status="done", windows=WINDOWS, result=_comparison(0.25, 0.05, 6)),
+    )
+    assert not evaluation.baseline_check().passed
+    own = evaluation.baseline_check(own_recipe=True)
+    assert own.passed and own.baseline_logloss == evaluation.backtest.result.baseline.logloss

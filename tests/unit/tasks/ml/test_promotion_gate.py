@@ -9,12 +9,13 @@ import datetime as dt
 
 import numpy as np
 
-from infra.storage.registry import ModelManifest
+from infra.storage.registry import ModelManifest, ModelRegistry
+from infra.storage.store import LocalFolderStore
 from tasks.ml.calibration import Calibration
 from tasks.ml.evaluation import BacktestReport, BacktestWindows, ModelComparison, ModelEvaluation
-from tasks.ml.gate import _production_recipe, recipe_spec
+from tasks.ml.gate import _production_recipe, gate_and_promote, recipe_spec
 from tasks.ml.metrics import quality_metrics
-from tasks.ml.models import FamilySpec, get_family
+from tasks.ml.models import CONFIG_FILE, FamilySpec, get_family
 from tasks.ml.promotion import BaselineCheck, GateBasis, GateFigures, decide_promotion
 
 BACKTEST = GateBasis(basis="backtest", rows=12_345)
@@ -159,3 +160,76 @@ def test_a_recipe_that_did_not_contend_is_fitted_for_the_gate():
 
 def test_a_version_from_before_families_is_the_default_mlp():
     assert recipe_spec(_manifest("m-old", None)) == get_family("mlp").spec()
+
+
+def _judged(version: str, kind: str, logloss: float, baseline_logloss: float) -> dict:
+    """An evaluation whose calibrated backtest log loss is ``logloss`` against the baseline's."""
+    base = ModelEvaluation.model_validate(_evaluation(0.1, seed=3))
+    result = base.backtest.result
+    result = result.model_copy(
+        update={
+            "model": result.model.model_copy(update={"logloss": logloss}),
+            "baseline": result.baseline.model_copy(update={"logloss": baseline_logloss}),
+        }
+    )
+    backtest = base.backtest.model_copy(update={"result": result})
+    return {
+        "version": version,
+        "kind": kind,
+        "features": ["a", "b"],
+        "training": {"spec": get_family(kind).spec().model_dump(mode="json")},
+        "evaluation": base.model_copy(update={"backtest": backtest}).model_dump(mode="json"),
+    }
+
+
+def _gate(tmp_path, champion: str, versions: list[dict]):
+    registry = ModelRegistry(LocalFolderStore(tmp_path / "store"))
+    manifests = {v["version"]: registry.register({CONFIG_FILE: b"{}"}, **v) for v in versions}
+    outcome = gate_and_promote(
+        registry,
+        manifests[champion],
+        list(manifests.values()),
+        None,  # the backtest basis with no production reads no rows
+        0.0,
+        basis="backtest",
+        recipe_backtest=_Fits(),
+    )
+    return registry, outcome
+
+
+def test_an_rfm_champion_is_promoted_as_the_first_model(tmp_path):
+    registry, outcome = _gate(
+        tmp_path,
+        "m-rfm",
+        [_judged("m-rfm", "rfm", 0.4853, 0.4850), _judged("m-gbm", "gbm", 0.4870, 0.4850)],
+    )
+    assert outcome.promoted and outcome.candidate.version == "m-rfm"
+    assert registry.alias().version == "m-rfm"
+    assert "RFM baseline's own recipe" in outcome.decision.reason
+
+
+def test_a_champion_refused_by_the_baseline_gives_its_place_to_the_rfm_contender(tmp_path):
+    """gbm out-ranks the calibrated rfm but not the raw baseline: it stays out, and the run's
+    rfm contender, judged by every other rule, is served instead of nothing."""
+    registry, outcome = _gate(
+        tmp_path,
+        "m-gbm",
+        [_judged("m-gbm", "gbm", 0.4851, 0.4850), _judged("m-rfm", "rfm", 0.4853, 0.4850)],
+    )
+    assert outcome.promoted and outcome.candidate.version == "m-rfm"
+    assert registry.alias().version == "m-rfm"
+    reason = outcome.decision.reason
+    assert reason.startswith("champion m-gbm (gbm) refused: candidate backtest log loss 0.4851 ")
+    assert "does not beat the RFM baseline's 0.4850" in reason
+    assert "in its place the run's rfm contender m-rfm: first model" in reason
+
+
+def test_a_champion_that_loses_to_the_baseline_is_refused_without_an_rfm_contender(tmp_path):
+    registry, outcome = _gate(
+        tmp_path,
+        "m-gbm",
+        [_judged("m-gbm", "gbm", 0.4851, 0.4850), _judged("m-mlp", "mlp", 0.4900, 0.4850)],
+    )
+    assert not outcome.promoted and outcome.candidate.version == "m-gbm"
+    assert registry.alias() is None
+    assert "does not beat the RFM baseline's 0.4850" in outcome.decision.reason

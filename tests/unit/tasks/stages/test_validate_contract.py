@@ -446,3 +446,63 @@ def test_duckdb_and_spark_read_and_validate_csv_alike(
         spark_result.last_event,
     )
     assert result.available_columns == spark_result.available_columns
+
+
+def test_a_log_whose_first_rows_fit_day_and_month_first_is_read_as_the_whole_column_says(
+    spark, local_store, tmp_path
+):
+    # an export sorted by time (the UCI Online Retail log): its first 200+ rows fall on days
+    # 1-12 of a month and parse both ways; only later rows show the month comes first
+    early = [f"c{i % 7},12/{1 + i % 12}/2010 8:{i % 60:02d},2.5" for i in range(240)]
+    late = [f"c{i},12/{13 + i}/2010 9:00,1.0" for i in range(10)]
+    path = _write(tmp_path / "sorted.csv", "\n".join(["customer,date,price", *early, *late]))
+    options = InputOptions(
+        column_map={"customer_id": "customer", "event_time": "date", "amount": "price"}
+    )
+    for engine, limit in (("spark", 0), ("duckdb", None)):
+        result, good, _ = _engine_outputs(
+            spark, local_store, path, f"sorted-{engine}", limit, options
+        )
+        assert result.quarantine_reasons == {}, engine
+        assert result.rows_valid == 250, engine
+        assert result.last_event.date() == dt.date(2010, 12, 22), engine
+
+
+def test_rows_that_differ_only_outside_the_contract_are_two_events_on_both_engines(
+    spark, local_store, tmp_path
+):
+    # invoice lines: two items at one price in one invoice are two purchases; a line sent
+    # twice is a duplicate, also when its extra values are empty
+    text = (
+        "customer_id,event_time,amount,invoice,item\n"
+        "c1,2025-01-01 10:00:00,2.5,536365,85123A\n"
+        "c1,2025-01-01 10:00:00,2.5,536365,71053\n"
+        "c1,2025-01-01 10:00:00,2.5,536365,85123A\n"
+        "c2,2025-01-02 10:00:00,1.0,,\n"
+        "c2,2025-01-02 10:00:00,1.0,,\n"
+    )
+    csv = _write(tmp_path / "lines.csv", text)
+    parquet = tmp_path / "lines.parquet"
+    lines = [row.split(",") for row in text.splitlines()[1:]]
+    pq.write_table(
+        pa.table(
+            {
+                "customer_id": [r[0] for r in lines],
+                "event_time": [dt.datetime.fromisoformat(r[1]) for r in lines],
+                "amount": [float(r[2]) for r in lines],
+                "invoice": [int(r[3]) if r[3] else None for r in lines],
+                "item": [r[4] or None for r in lines],
+            }
+        ),
+        parquet,
+    )
+    for path in (csv, parquet):
+        for engine, limit in (("spark", 0), ("duckdb", None)):
+            result, good, quarantine = _engine_outputs(
+                spark, local_store, path, f"lines-{path.suffix[1:]}-{engine}", limit
+            )
+            where = f"{path.name} on {engine}"
+            assert result.rows_valid == 3, where
+            assert result.quarantine_reasons == {"duplicate_event": 2}, where
+            assert sorted(r["customer_id"] for r in good) == ["c1", "c1", "c2"], where
+            assert len(quarantine) == 2, where
