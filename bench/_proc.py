@@ -44,7 +44,7 @@ def tree_cpu_seconds(root: int | None = None) -> float:
     return total
 
 
-def _own_cpu(pid: int) -> float | None:
+def own_cpu_seconds(pid: int) -> float | None:
     """utime + stime of ``pid`` alone (not its children), None when it is gone."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
@@ -118,7 +118,7 @@ def run_measured(
         while proc.poll() is None:
             tree = 0.0
             for pid in _descendants(proc.pid):
-                cpu = _own_cpu(pid)
+                cpu = own_cpu_seconds(pid)
                 if cpu is not None:
                     seen[pid] = max(seen.get(pid, 0.0), cpu)
                 if programs is not None and pid not in seen_names:

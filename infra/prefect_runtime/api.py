@@ -198,10 +198,29 @@ def prefect_api() -> Iterator[None]:
         startup.mark("api_ready")
         yield
         return
-    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
+    from prefect.settings import temporary_settings
 
     _started.wait_ready(startup_timeout_s())
     startup.mark("api_ready")
-    # no UI is served: no "View at" links to it (Prefect derives them from the API's URL)
-    with temporary_settings(updates={PREFECT_API_URL: _started.url, PREFECT_UI_URL: ""}):
+    with temporary_settings(updates=own_api_settings(_started.url)):
         yield
+
+
+def own_api_settings(url: str) -> dict:
+    """Prefect's client settings for an API this process found or started at ``url``: that
+    address; no UI is served, so no "View at" links to it (Prefect derives them from the API's
+    URL); and, unless this environment turns the server's CSRF protection on, no CSRF token:
+    Prefect makes a client per flow run, and each asked the server for a token first
+    (``GET /csrf-token``, answered 422 by a server without the protection): 11 of the 119
+    requests of a small ``hybridflow run``."""
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_CLIENT_CSRF_SUPPORT_ENABLED,
+        PREFECT_UI_URL,
+        get_current_settings,
+    )
+
+    updates: dict = {PREFECT_API_URL: url, PREFECT_UI_URL: ""}
+    if not get_current_settings().server.api.csrf_protection_enabled:
+        updates[PREFECT_CLIENT_CSRF_SUPPORT_ENABLED] = False
+    return updates

@@ -56,7 +56,12 @@ MACROS: dict[str, str] = {
             CAST(coalesce(nullif(p.mi, ''), '0') AS BIGINT),
             CAST(coalesce(nullif(p.s, ''), '0') AS DOUBLE))))
         + CAST(rpad(left(p.f, 6), 6, '0') AS BIGINT) - zone * 1000000 END""",
-    "iso_micros(t)": "iso_micros_of(iso_parts(t), iso_zone_seconds(iso_parts(t).z))",
+    # the parts bound once per value through a one-element lambda: written inline, DuckDB
+    # expands iso_parts(t) at each of its ~15 uses and the whole parse costs 10x (0.52 against
+    # 0.05 s for 64,555 values; 0.13 s this way)
+    "iso_micros(t)": (
+        "list_transform([iso_parts(t)], lambda p: iso_micros_of(p, iso_zone_seconds(p.z)))[1]"
+    ),
     "epoch_micros(x, scale)": """TRY_CAST(CAST(spark_bigint(x) AS HUGEINT) * scale AS BIGINT)""",
 }
 """Every macro, by its signature, for :func:`define_text_macros`."""
