@@ -94,19 +94,26 @@ def ensure_zombie_automation(api_url: str, crash_after_s: int) -> str:
     return f"crash-detection automation set (no heartbeat for {crash_after_s}s -> Crashed)"
 
 
+def deploy_command(project_dir: Path, work_dir: Path, *, schedules_active: bool) -> list[str]:
+    """``prefect --no-prompt deploy --all``: from the project's prefect.yaml as it is (its
+    schedules declare ``active: true``) with ``schedules_active``, else from a copy of it written
+    into ``work_dir`` whose every schedule says ``active: false``."""
+    command = [bin_path("prefect"), "--no-prompt", "deploy", "--all"]
+    if schedules_active:
+        return command
+    paused = work_dir / "prefect-schedules-paused.yaml"
+    write_paused_copy(project_dir / "prefect.yaml", paused)
+    return [*command, "--prefect-file", str(paused)]
+
+
 def deploy_all(
     project_dir: Path, env: dict[str, str], log_file: Path, *, schedules_active: bool
 ) -> None:
-    """``prefect --no-prompt deploy --all`` from the project's prefect.yaml (an upsert).
-
-    Without ``schedules_active`` the deployments are created from a copy of prefect.yaml (beside
-    the log) whose every schedule says ``active: false``, so none is ever live on the server."""
+    """Deploy the project's prefect.yaml (an upsert) with :func:`deploy_command`: without
+    ``schedules_active`` from the paused copy (beside the log), so no schedule is ever live on
+    the server."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    command = [bin_path("prefect"), "--no-prompt", "deploy", "--all"]
-    if not schedules_active:
-        paused = log_file.parent / "prefect-schedules-paused.yaml"
-        write_paused_copy(project_dir / "prefect.yaml", paused)
-        command += ["--prefect-file", str(paused)]
+    command = deploy_command(project_dir, log_file.parent, schedules_active=schedules_active)
     with open(log_file, "ab") as out:
         proc = subprocess.run(
             command,

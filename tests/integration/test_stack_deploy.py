@@ -1,5 +1,10 @@
 """`hybridflow up`'s deploy step against a real Prefect API: schedules are deployed paused
-unless asked for, so a stack (a test stack above all) never fires on the wall clock."""
+unless asked for, so a stack (a test stack above all) never fires on the wall clock.
+
+One `prefect deploy --all` (~15-20 s of CPU): the paused one. With `--schedules` up deploys the
+project's prefect.yaml as it is, whose schedules declare `active: true`
+(tests/unit/flows/test_trigger_specs.py checks both commands); that Prefect applies a declared
+`active` is what the paused deploy here proves."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ def _schedules(client) -> dict[str, list[bool]]:
     }
 
 
-@pytest.mark.slow(reason="`prefect deploy --all` twice, each importing every flow of prefect.yaml")
+@pytest.mark.slow(reason="`prefect deploy --all`, importing every flow of prefect.yaml")
 def test_schedules_are_deployed_paused_unless_asked_for(prefect_harness, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL
@@ -53,6 +58,11 @@ def test_schedules_are_deployed_paused_unless_asked_for(prefect_harness, tmp_pat
         refresh = client.read_deployment_by_name("model-refresh/model-refresh")
         assert [s.schedule.interval.total_seconds() for s in refresh.schedules] == [43200.0]
 
-    prefect_admin.deploy_all(project_dir(), env, log_file, schedules_active=True)
+    # and with the schedules live (up --schedules): the new interval, active
+    line = prefect_admin.ensure_refresh_schedule(api_url, 6, active=True)
+    assert line == "refresh safety net: every 6h"
     with get_client(sync_client=True) as client:
-        assert _schedules(client) == {name: [True] for name in SCHEDULED}
+        refresh = client.read_deployment_by_name("model-refresh/model-refresh")
+        assert [(s.active, s.schedule.interval.total_seconds()) for s in refresh.schedules] == [
+            (True, 21600.0)
+        ]

@@ -151,6 +151,31 @@ def test_the_paused_copy_up_deploys_keeps_the_triggers_and_pauses_the_safety_net
     assert all(t["enabled"] for t in paused["triggers"])
 
 
+def test_deploy_uses_the_paused_copy_unless_schedules_are_asked_for(tmp_path):
+    """What ``up`` hands ``prefect deploy``: with ``--schedules`` the project's prefect.yaml as it
+    is, whose every schedule declares itself active; else the paused copy. (That Prefect applies
+    a schedule's declared ``active`` is proven against a real API by the paused deploy in
+    tests/integration/test_stack_deploy.py and by the e2e stacks.)"""
+    from infra.stack.prefect_admin import deploy_command
+
+    project = PREFECT_YAML.parent
+    active = deploy_command(project, tmp_path, schedules_active=True)
+    assert Path(active[0]).name == "prefect" and active[1:] == ["--no-prompt", "deploy", "--all"]
+    assert not list(tmp_path.iterdir())
+    declared = [
+        s.get("active", True)
+        for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]
+        for s in d.get("schedules") or []
+    ]
+    assert declared and all(a is True for a in declared), declared
+    paused = deploy_command(project, tmp_path, schedules_active=False)
+    assert paused[: len(active)] == active and paused[len(active)] == "--prefect-file"
+    spec = yaml.safe_load(Path(paused[-1]).read_text())
+    assert [s["active"] for d in spec["deployments"] for s in d.get("schedules") or []] == [
+        False
+    ] * len(declared)
+
+
 def test_segments_of_the_events_log_start_a_refresh_on_the_log_like_files_do(triggers):
     trigger = triggers[EVENTS_LANDED]
     log = "s3://bucket/store/events-log/segments"
