@@ -19,7 +19,7 @@ from infra.warm_imports import start_warm_imports
 
 if TYPE_CHECKING:
     from flows.pipeline import PipelineParams
-    from tasks.reporting.records import PipelineSummary
+    from tasks.reporting.records import PipelineSummary, StageReport
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -104,12 +104,22 @@ def format_summary(summary: PipelineSummary) -> str:
         f"  drift       : {drift_line(summary.drift)}",
         f"  startup     : {startup_line(summary.startup_seconds, summary.startup)}",
         "  stages      :",
+        *stage_lines(summary.stages),
     ]
-    for s in summary.stages:
+    return "\n".join(lines)
+
+
+def stage_lines(stages: list[StageReport]) -> list[str]:
+    """One line per stage, the seconds aligned however long the stages' names are."""
+    width = max([16, *(len(s.name) for s in stages)])
+    lines = []
+    for s in stages:
         cached = "  (cached)" if s.cached else ""
         engine = f"  {s.engine}: {s.engine_reason}" if s.engine else ""
-        lines.append(f"    {s.name:<16} {s.seconds:7.1f}s  {s.device:<5} {s.pool}{cached}{engine}")
-    return "\n".join(lines)
+        lines.append(
+            f"    {s.name:<{width}} {s.seconds:7.1f}s  {s.device:<5} {s.pool}{cached}{engine}"
+        )
+    return lines
 
 
 def startup_line(seconds: float | None, steps: dict[str, float]) -> str:

@@ -1,4 +1,4 @@
-"""The backtest line of ``hybridflow run``'s human summary."""
+"""The backtest, leaderboard and stage lines of ``hybridflow run``'s human summary."""
 
 from __future__ import annotations
 
@@ -41,3 +41,18 @@ def test_leaderboard_lines_star_the_champion_in_the_ranked_order():
     assert lines[2].split()[:3] == ["*mlp", "0.8800", "0.3951"] and "4,097" in lines[2]
     assert lines[3].split()[:3] == ["logistic", "0.8800", "0.3953"]
     assert format_leaderboard([], "") == []
+
+
+def test_stage_lines_keep_the_seconds_aligned_for_long_stage_names():
+    from cli.commands.run import stage_lines
+    from tasks.reporting.records import StageReport
+
+    lines = stage_lines(
+        [
+            StageReport(name="validate", seconds=4.1, pool="cpu-pool"),
+            StageReport(name="contender-logistic", seconds=0.8, pool="cpu-pool"),
+            StageReport(name="train", seconds=0.2, pool="cpu-pool", cached=True),
+        ]
+    )
+    assert len({line.index("s  cpu") for line in lines}) == 1, lines
+    assert lines[2].endswith("cpu-pool  (cached)")
