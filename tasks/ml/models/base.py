@@ -14,7 +14,8 @@ text, or a ``state_dict`` read with ``torch.load(weights_only=True)``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -216,6 +217,20 @@ def fit_threads(rows: int, setting: int = 0) -> int:
     from infra.compute.devices import available_cores
 
     return setting or (1 if rows < PARALLEL_FIT_ROWS else available_cores())
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` (:func:`fit_threads`) for the block, and
+    restored after it."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def split_arrays(data: SnapshotStream, split: str) -> tuple[np.ndarray, np.ndarray]:

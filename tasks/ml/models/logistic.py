@@ -34,6 +34,7 @@ from tasks.ml.models.base import (
     ModelFamily,
     fit_threads,
     split_arrays,
+    torch_threads,
 )
 from tasks.ml.models.registry import register_family
 from tasks.ml.normalizer import Normalizer
@@ -101,8 +102,6 @@ class LogisticFamily(ModelFamily):
     spec_type = LogisticSpec
 
     def fit(self, spec: FamilySpec, job: FitJob) -> FitOutcome:
-        import torch
-
         assert isinstance(spec, LogisticSpec)
         started = time.perf_counter()
         norm = job.normalizer
@@ -110,22 +109,18 @@ class LogisticFamily(ModelFamily):
         vx, vy = split_arrays(job.data, "val")
         z, vz = _standardised(x, norm), _standardised(vx, norm)
         threads = fit_threads(len(y), job.settings.threads)
-        previous_threads = torch.get_num_threads()
-        torch.set_num_threads(threads)
         w = None
         if isinstance(job.start, LogisticModel):
             w = np.append(job.start.config.coefficients, job.start.config.intercept)
         best: tuple[float, float, np.ndarray] | None = None
         iterations = 0
-        try:
+        with torch_threads(threads):
             for l2 in sorted(spec.l2_grid, reverse=True):
                 w, steps = newton_logistic(z, y, l2, w, max_iter=spec.max_iter, tol=spec.tol)
                 iterations += steps
                 val = log_loss(vy, sigmoid(vz @ w[:-1] + w[-1])) if len(vy) else 0.0
                 if best is None or val < best[0]:
                     best = (val, l2, w.copy())
-        finally:
-            torch.set_num_threads(previous_threads)
         assert best is not None
         val_logloss, l2, w = best
         model = LogisticModel(

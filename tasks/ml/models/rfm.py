@@ -33,6 +33,7 @@ from tasks.ml.models.base import (
     ModelFamily,
     fit_threads,
     split_arrays,
+    torch_threads,
 )
 from tasks.ml.models.logistic import (
     NEWTON_ITERATIONS_HINT,
@@ -104,8 +105,6 @@ class RfmFamily(ModelFamily):
     spec_type = RfmSpec
 
     def fit(self, spec: FamilySpec, job: FitJob) -> FitOutcome:
-        import torch
-
         assert isinstance(spec, RfmSpec)
         started = time.perf_counter()
         norm = job.normalizer
@@ -118,12 +117,8 @@ class RfmFamily(ModelFamily):
         x, y = split_arrays(job.data.with_features(list(BASELINE_FEATURES)), "train")
         z = rfm_norm.transform(x).astype(np.float32)
         threads = fit_threads(len(y), job.settings.threads)
-        previous_threads = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with torch_threads(threads):
             w, steps = newton_logistic(z, y, BASELINE_L2)
-        finally:
-            torch.set_num_threads(previous_threads)
         model = RfmModel(
             RfmConfig(
                 features=norm.features,
