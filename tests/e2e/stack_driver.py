@@ -72,6 +72,29 @@ def keep_logs(stack_dir: Path, output_dir: Path) -> None:
         shutil.copytree(logs, output_dir / "stack-logs", dirs_exist_ok=True)
 
 
+def assert_cluster_maps_class_archive(pids: list[int], cluster_dir: Path) -> None:
+    """Every JVM of a stack's Spark cluster (the running master, workers and Connect server by
+    ``pids``, the executors by the command their workers logged) started from the
+    installation's class archive, and none was refused it (the JVM warns when it refuses one)."""
+    from infra.compute.jvm_archive import archive_path
+    from infra.settings import HybridflowSettings
+
+    archive = archive_path(HybridflowSettings(_env_file=None).class_archive_dir())
+    mapped = f"-XX:SharedArchiveFile={archive}"
+    for pid in pids:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        assert mapped in command, f"pid {pid} does not map {archive}: {command}"
+    executor_logs = sorted((cluster_dir / "spark").rglob("stderr"))
+    assert executor_logs, f"no executor logs under {cluster_dir / 'spark'}"
+    for log in executor_logs:
+        assert mapped in log.read_text(errors="replace"), f"{log}: the executor maps no archive"
+    logs = [*(cluster_dir / "logs").glob("spark-*.log"), *executor_logs]
+    refused = [
+        str(f) for f in logs if "Unable to use shared archive" in f.read_text("utf-8", "replace")
+    ]
+    assert not refused, f"the JVM refused the class archive: {refused}"
+
+
 def ensure_chromium() -> str:
     """Debian's chromium, installed with apt-get when missing (CI machines start clean)."""
     found = shutil.which("chromium")
