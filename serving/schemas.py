@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     model_validator,
 )
 
@@ -37,7 +38,18 @@ def _customer_id_text(value: Any) -> str:
     return text
 
 
-CustomerId = Annotated[str, BeforeValidator(_customer_id_text)]
+CustomerId = Annotated[
+    str,
+    BeforeValidator(_customer_id_text),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "minLength": 1, "maxLength": MAX_CUSTOMER_ID_CHARS},
+                {"type": "integer"},
+            ]
+        }
+    ),
+]
 
 
 class PredictItem(BaseModel):

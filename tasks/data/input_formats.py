@@ -33,6 +33,8 @@ from tasks.data.timestamp_patterns import (
 from tasks.definitions.contract import (
     ALLOWED_TYPES,
     CONTRACT_COLUMNS,
+    EPOCH_MILLIS_DIGITS,
+    EPOCH_SECONDS_DIGITS,
     REQUIRED_COLUMNS,
     UNIT_PRICE_NAMES,
     column_map_hints,
@@ -720,8 +722,8 @@ def choose_timestamp_format(
     digits = [s for s in samples if s.isascii() and s.isdigit()]
     for width, py_fmt, spark_fmt in COMPACT_CANDIDATES:
         scores[spark_fmt] = sum(len(s) == width and _parses(s, py_fmt) for s in digits)
-    scores[EPOCH_SECONDS] = sum(9 <= len(s) <= 10 for s in digits)
-    scores[EPOCH_MILLIS] = sum(12 <= len(s) <= 13 for s in digits)
+    scores[EPOCH_SECONDS] = sum(len(s) in EPOCH_SECONDS_DIGITS for s in digits)
+    scores[EPOCH_MILLIS] = sum(len(s) in EPOCH_MILLIS_DIGITS for s in digits)
     for py_fmt, spark_fmt in TIMESTAMP_CANDIDATES:
         scores[spark_fmt] = sum(_parses(s, py_fmt) for s in samples)
     best = max(scores.values())

@@ -12,6 +12,11 @@ OPTIONAL_DEFAULTS: dict[str, object] = {
     "channel": None,
 }
 CONTRACT_COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + tuple(OPTIONAL_DEFAULTS)
+# Whole numbers read as epoch times, by their digits: seconds (2001-2286 with 10 digits) and
+# milliseconds (1973-2286 with 13): the validate stage's detection of epoch texts, and the
+# numbers POST /events takes as event_time (pandas' to_json writes milliseconds).
+EPOCH_SECONDS_DIGITS = range(9, 11)
+EPOCH_MILLIS_DIGITS = range(12, 14)
 # What exports commonly call the required columns (compared lower-case, letters and digits only),
 # most likely first: a missing column's error suggests the ``--map`` that reads it from one.
 COLUMN_SYNONYMS: dict[str, tuple[str, ...]] = {
