@@ -30,6 +30,7 @@ from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     EPOCH_MILLIS_DIGITS,
     EPOCH_SECONDS_DIGITS,
+    INTEGRAL_DECIMAL_ID,
     OPTIONAL_DEFAULTS,
     QUARANTINE_REASONS,
     REASON_DUPLICATE,
@@ -366,7 +367,11 @@ def check_contract(raw: pa.Table) -> CheckedEvents:
     """The contract's casts, defaults and quarantine reasons (in the validate stage's order:
     customer id, event time, amount, quantity; then extra copies of a valid event)."""
     n = raw.num_rows
-    ids = pc.utf8_trim(raw.column("customer_id").combine_chunks().cast(pa.string()), " ")
+    ids = pc.replace_substring_regex(  # as validation reads ids: "13085.0" is 13085
+        pc.utf8_trim(raw.column("customer_id").combine_chunks().cast(pa.string()), " "),
+        INTEGRAL_DECIMAL_ID,
+        r"\1",
+    )
     times = raw.column("event_time").combine_chunks()
     amount = pc.add(raw.column("amount").combine_chunks().cast(pa.float64()), 0.0)  # -0.0 -> 0.0
     columns = {
