@@ -29,6 +29,7 @@ from serving.online.service import OnlineFeatures, OnlineView, iso_time
 from serving.schemas import PredictItem, PredictRequest, describe_validation_error
 
 log = logging.getLogger(__name__)
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class PredictError(Exception):
@@ -283,7 +284,8 @@ def create_app(
             refusal = unsupported_media(content_type, ("json",))
             return problem(refusal.status, refusal.field, refusal.message)
         try:
-            req = PredictRequest.model_validate_json(await request.body())
+            body = (await request.body()).removeprefix(UTF8_BOM)  # Windows editors write one
+            req = PredictRequest.model_validate_json(body)
         except ValidationError as exc:
             return error_response(422, describe_validation_error(exc))
         state = holder.state  # read once: this request finishes on this model

@@ -134,9 +134,13 @@ def event_json_schema() -> dict[str, object]:
 
 def _parse_json(body: bytes) -> pa.Table:
     try:
-        rows = json.loads(body, parse_constant=_NotJson)
+        rows = json.loads(body, parse_constant=_NotJson)  # a UTF-8 byte-order mark is skipped
     except (ValueError, UnicodeDecodeError) as exc:
         raise refused("body", f"body is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise refused(
+            "body", "body is not valid JSON (arrays or objects nested too deep)"
+        ) from None
     if not isinstance(rows, list):
         raise refused("body", "a JSON array of event objects")
     if not rows:

@@ -278,6 +278,23 @@ def test_bodies_the_endpoint_cannot_read_are_named(server):
     _error(r, 422, "features.recency_days: must be a finite number")
 
 
+def test_windows_byte_order_marks_and_deep_nesting(server):
+    """Notepad and PowerShell 5 write UTF-8 files with a byte-order mark: both endpoints skip it
+    (before: /predict answered 'not valid JSON'); arrays nested 10,000 deep are a 422 (before:
+    /events answered 500, a RecursionError)."""
+    bom = b"\xef\xbb\xbf"
+    r = requests.post(f"{server.url}/predict", data=bom + b'{"customer_id": "c1"}', timeout=30)
+    assert r.status_code == 200 and r.json()["customer_id"] == "c1", r.text
+    body = bom + json.dumps(_events("bom")).encode()
+    r = requests.post(f"{server.url}/events", data=body, headers=AUTH, timeout=30)
+    assert r.status_code == 200 and r.json()["accepted"] == 3, r.text
+    deep = b"[" * 10_000 + b"]" * 10_000
+    r = requests.post(f"{server.url}/events", data=deep, headers=AUTH, timeout=30)
+    _error(r, 422, "body: body is not valid JSON (arrays or objects nested too deep)")
+    r = requests.post(f"{server.url}/predict", data=deep, timeout=30)
+    _error(r, 422, "body: body is not valid JSON (recursion limit exceeded")
+
+
 def test_every_refusal_has_the_one_error_shape(server):
     """404 names the routes, 405 the method to use (with ``Allow``), 401 asks for a bearer
     token (``WWW-Authenticate``); ``HEAD`` works on the probes; ``/openapi.json`` has the
