@@ -15,8 +15,11 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException
 
 from infra.settings import ServingSettings
+from serving.api_map import api_map
+from serving.bodies import body_format, unsupported_media
 from serving.holder import ModelHolder, ServingState
 from serving.metrics import ServingMetrics
 from serving.middleware import LimitsAndMetrics
@@ -26,6 +29,7 @@ from serving.online.service import OnlineFeatures, OnlineView, iso_time
 from serving.schemas import PredictItem, PredictRequest, describe_validation_error
 
 log = logging.getLogger(__name__)
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class PredictError(Exception):
@@ -159,6 +163,22 @@ def bearer_problem(request: Request, token: str | None, disabled: str) -> JSONRe
     return None
 
 
+def route_problem(request: Request, exc: HTTPException, routes: list[str]) -> JSONResponse:
+    """A routing refusal (404 no such route, 405 wrong method) in the endpoint's error shape,
+    naming what exists; FastAPI's own answer is ``{"detail": "Not Found"}`` only."""
+    path, method = request.url.path, request.method
+    if exc.status_code == 404:
+        field, message = "path", f"no route {path} (routes: {', '.join(routes)})"
+    elif exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        field, message = "method", f"{method} is not allowed on {path}: send {allowed}"
+    else:
+        field, message = "request", str(exc.detail)
+    response = problem(exc.status_code, field, message)
+    response.headers.update(exc.headers or {})
+    return response
+
+
 def _names(names: list[str], shown: int = 5) -> str:
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
@@ -203,8 +223,27 @@ def create_app(
         redoc_url="/redoc" if docs else None,
         openapi_url="/openapi.json" if docs else None,
     )
+    if docs:
+        app.openapi = lambda: api_map(app)  # type: ignore[method-assign]
     token = settings.admin_token.get_secret_value() if settings.admin_token else None
     ingest_token = settings.ingest.token.get_secret_value() if settings.ingest.token else None
+
+    async def on_route_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        routes = [
+            f"{'|'.join(sorted(getattr(r, 'methods', None) or ()))} {getattr(r, 'path', '')}"
+            for r in app.routes
+            if getattr(r, "include_in_schema", False) or r.path in ("/predict", "/events")
+        ]
+        return route_problem(request, exc, routes)
+
+    async def on_crash(request: Request, exc: Exception) -> Response:
+        # Starlette raises it again after this answer: uvicorn logs the traceback
+        name = type(exc).__name__
+        return problem(500, "server", f"internal error ({name}); the endpoint's log has it")
+
+    app.add_exception_handler(HTTPException, on_route_error)
+    app.add_exception_handler(Exception, on_crash)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -226,6 +265,9 @@ def create_app(
             body["online"] = online.report()
         return JSONResponse(body, status_code=200 if state.model else 503)
 
+    for path, probe in (("/health", health), ("/ready", ready)):  # HEAD: uptime checkers
+        app.add_api_route(path, probe, methods=["HEAD"], include_in_schema=False)
+
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
         """Prometheus text format."""
@@ -237,8 +279,13 @@ def create_app(
         A plain Starlette route: the body is parsed and validated here in one pass, so FastAPI's
         dependency machinery (about 50 us a request) would add nothing."""
         started = time.perf_counter()
+        content_type = request.headers.get("content-type", "")
+        if body_format(content_type) != "json":
+            refusal = unsupported_media(content_type, ("json",))
+            return problem(refusal.status, refusal.field, refusal.message)
         try:
-            req = PredictRequest.model_validate_json(await request.body())
+            body = (await request.body()).removeprefix(UTF8_BOM)  # Windows editors write one
+            req = PredictRequest.model_validate_json(body)
         except ValidationError as exc:
             return error_response(422, describe_validation_error(exc))
         state = holder.state  # read once: this request finishes on this model

@@ -2,8 +2,10 @@
 
 The body is read here, up to the size limit (413), whether or not a Content-Length was sent
 (chunked uploads are counted as they arrive), within a deadline (408), and replayed to the app;
-nothing over the limit is buffered. A client that goes away mid-body is recorded as 499 ("client
-closed request") and the app never sees a half body.
+nothing over the limit is buffered. A ``Content-Encoding: gzip`` or ``deflate`` body is
+decompressed here, the same limit applied to the decompressed bytes (413 as soon as they pass
+it), so the app sees plain bodies only. A client that goes away mid-body is recorded as 499
+("client closed request") and the app never sees a half body.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from serving.bodies import BodyProblem, content_codings, decode_body
 from serving.metrics import ServingMetrics
 
 Scope = MutableMapping[str, Any]
@@ -24,6 +27,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 CLIENT_GONE = 499  # nginx's "client closed request": no response could be sent
+INLINE_DECODE_BYTES = 64 * 1024  # larger compressed bodies are decompressed in a thread
 
 
 class BodyTooLarge(Exception):
@@ -68,8 +72,15 @@ class LimitsAndMetrics:
         limit = self.route_body_bytes.get(scope["path"], self.max_body_bytes)
         try:
             try:
+                codings = content_codings(_header(scope, b"content-encoding"))
                 async with asyncio.timeout(self.body_timeout_s):
                     body = await self._read_body(scope, receive, limit)
+                if codings:
+                    body = await _decoded(body, codings, limit)
+                    scope = _plain_scope(scope, len(body))
+            except BodyProblem as exc:
+                await _send_problem(send_and_note, exc.status, exc.message, exc.field)
+                return
             except BodyTooLarge:
                 await _send_problem(send_and_note, 413, f"larger than {limit} bytes")
                 return
@@ -111,6 +122,26 @@ class LimitsAndMetrics:
                 return b"".join(chunks)
 
 
+def _header(scope: Scope, name: bytes) -> str:
+    """A request header's values joined by commas ('' when absent)."""
+    values = [v.decode("latin-1") for n, v in scope.get("headers", ()) if n == name]
+    return ", ".join(values)
+
+
+async def _decoded(body: bytes, codings: list[str], limit: int) -> bytes:
+    """The body decompressed (zlib lets the event loop run while a large one inflates)."""
+    if len(body) <= INLINE_DECODE_BYTES:
+        return decode_body(body, codings, limit)
+    return await asyncio.to_thread(decode_body, body, codings, limit)
+
+
+def _plain_scope(scope: Scope, size: int) -> Scope:
+    """The scope as if the decoded body had been sent: no Content-Encoding, its length."""
+    drop = (b"content-encoding", b"content-length", b"transfer-encoding")
+    headers = [(n, v) for n, v in scope.get("headers", ()) if n not in drop]
+    return {**scope, "headers": [*headers, (b"content-length", str(size).encode())]}
+
+
 def _replay(body: bytes, receive: Receive) -> Receive:
     sent = False
 
@@ -124,13 +155,13 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _send_problem(send: Send, status: int, message: str) -> None:
+async def _send_problem(send: Send, status: int, message: str, field: str = "body") -> None:
     """An error answer about the body that closes the connection (the rest of the body, if
     any, is not read)."""
     await _send_json(
         send,
         status,
-        {"detail": f"body: {message}", "errors": [{"field": "body", "message": message}]},
+        {"detail": f"{field}: {message}", "errors": [{"field": field, "message": message}]},
     )
 
 

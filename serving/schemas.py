@@ -3,7 +3,7 @@
 Bodies are parsed with pydantic-core's JSON parser in one pass: NaN/Infinity and numbers that
 overflow to infinity, strings or booleans where numbers belong, and unknown keys are refused with
 the field's path in the message. A customer id is a string or an integer (its decimal text), as
-``POST /events`` takes it.
+``POST /events`` takes it, read as validation reads ids (``"13085.0"`` is ``13085``).
 """
 
 from __future__ import annotations
@@ -16,26 +16,40 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     model_validator,
 )
+
+from tasks.definitions.contract import customer_id_text
 
 FiniteNumber = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 MAX_CUSTOMER_ID_CHARS = 256
 
 
 def _customer_id_text(value: Any) -> str:
-    """A customer id as the batch stages hold it: a string trimmed of spaces, or an integer's
-    decimal text (as validation casts an integer id column, and as ``POST /events`` takes
-    ids); any other JSON type is refused."""
+    """A customer id as the batch stages hold it (:func:`customer_id_text`: trimmed of spaces,
+    ``"13085.0"`` as ``13085``), or an integer's decimal text (as validation casts an integer
+    id column, and as ``POST /events`` takes ids); any other JSON type is refused."""
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError("must be a string or an integer")
-    text = value.strip(" ") if isinstance(value, str) else str(value)
+    text = customer_id_text(value) if isinstance(value, str) else str(value)
     if not 1 <= len(text) <= MAX_CUSTOMER_ID_CHARS:
         raise ValueError(f"must have 1 to {MAX_CUSTOMER_ID_CHARS} characters")
     return text
 
 
-CustomerId = Annotated[str, BeforeValidator(_customer_id_text)]
+CustomerId = Annotated[
+    str,
+    BeforeValidator(_customer_id_text),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "minLength": 1, "maxLength": MAX_CUSTOMER_ID_CHARS},
+                {"type": "integer"},
+            ]
+        }
+    ),
+]
 
 
 class PredictItem(BaseModel):

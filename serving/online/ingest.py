@@ -21,8 +21,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from infra.storage.events_log import SEGMENT_SCHEMA
+from serving.bodies import (
+    IPC_STREAM_MEDIA_TYPE,
+    body_format,
+    unsupported_media,
+)
 from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
+    EPOCH_MILLIS_DIGITS,
+    EPOCH_SECONDS_DIGITS,
+    EVENT_TYPE_SYNONYMS,
+    INTEGRAL_DECIMAL_ID,
     OPTIONAL_DEFAULTS,
     QUARANTINE_REASONS,
     REASON_DUPLICATE,
@@ -33,8 +42,8 @@ from tasks.definitions.contract import (
     REQUIRED_COLUMNS,
 )
 
-IPC_MEDIA_TYPE = "application/vnd.apache.arrow.stream"
-JSON_MEDIA_TYPE = "application/json"
+IPC_MEDIA_TYPE = IPC_STREAM_MEDIA_TYPE
+ARROW_FILE_MAGIC = b"ARROW1"
 REASON_BEFORE_SNAPSHOT = "before_snapshot"
 REASON_IN_THE_FUTURE = "in_the_future"
 REASON_PURCHASE_OUT_OF_ORDER = "purchase_out_of_order"
@@ -75,36 +84,63 @@ def refused(field: str, message: str, status: int = 422) -> IngestError:
 def parse_events(body: bytes, content_type: str) -> pa.Table:
     """The body's events with contract column names, each column in a type the contract reads
     (event times as UTC timestamps, null where a text does not parse)."""
-    media = content_type.split(";", 1)[0].strip().lower()
-    if media == IPC_MEDIA_TYPE:
+    form = body_format(content_type)
+    if form == "arrow":
         return _parse_ipc(body)
-    if media in (JSON_MEDIA_TYPE, ""):
+    if form == "json":
         return _parse_json(body)
-    raise refused(
-        "content-type", f"{media!r}: send {JSON_MEDIA_TYPE} or {IPC_MEDIA_TYPE}", status=415
-    )
+    problem = unsupported_media(content_type, ("json", "arrow"))
+    raise refused(problem.field, problem.message, status=problem.status)
 
 
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
+class _NotJson(float):
+    """``NaN``, ``Infinity`` or ``-Infinity`` in a body (Python's ``json.dumps`` writes them;
+    JSON has no such numbers): kept in place so the refusal names its row and field."""
+
+    def __new__(cls, name: str) -> _NotJson:
+        value = super().__new__(cls, name)
+        value.name = name
+        return value
 
 
+EPOCH_TIME = "whole epoch seconds (9-10 digits) or milliseconds (12-13 digits)"
 _JSON_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "customer_id": ((str, int), "a string or an integer"),
-    "event_time": ((str,), "an ISO-8601 string"),
+    "event_time": ((str,), f"an ISO-8601 string, or {EPOCH_TIME}"),
     "amount": ((int, float), "a number"),
     "quantity": ((int, float), "a number"),
     "event_type": ((str,), "a string"),
     "category": ((str,), "a string"),
     "channel": ((str,), "a string"),
 }
+_SCHEMA_TYPES = {str: "string", int: "integer", float: "number"}
+
+
+def event_json_schema() -> dict[str, object]:
+    """JSON Schema of one event object of a JSON body (the API map's), from the types taken."""
+    properties: dict[str, object] = {}
+    for name, (types, wanted) in _JSON_TYPES.items():
+        options = [{"type": _SCHEMA_TYPES[t]} for t in types]
+        if name == "event_time":
+            options.append({"type": "integer", "description": EPOCH_TIME})
+        properties[name] = {"anyOf": [*options, {"type": "null"}], "description": wanted}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(REQUIRED_COLUMNS),
+        "additionalProperties": False,
+    }
 
 
 def _parse_json(body: bytes) -> pa.Table:
     try:
-        rows = json.loads(body, parse_constant=_refuse_constant)
+        rows = json.loads(body, parse_constant=_NotJson)  # a UTF-8 byte-order mark is skipped
     except (ValueError, UnicodeDecodeError) as exc:
         raise refused("body", f"body is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise refused(
+            "body", "body is not valid JSON (arrays or objects nested too deep)"
+        ) from None
     if not isinstance(rows, list):
         raise refused("body", "a JSON array of event objects")
     if not rows:
@@ -124,13 +160,18 @@ def _parse_json(body: bytes) -> pa.Table:
             if value is None:
                 continue
             types, wanted = _JSON_TYPES[key]
-            if isinstance(value, bool) or not isinstance(value, types):
-                if len(problems) < LISTED_ROWS:
-                    problems.append({"field": f"[{i}].{key}", "message": f"must be {wanted}"})
+            if isinstance(value, _NotJson):
+                message = f"{value.name} is not a number JSON allows (send null for no value)"
+                problems.append({"field": f"[{i}].{key}", "message": message})
+                continue
+            if key == "event_time" and isinstance(value, int) and not isinstance(value, bool):
+                value = _epoch_time(value)  # _NOT_EPOCH is no str: refused below
+            if isinstance(value, bool) or not isinstance(value, (*types, dt.datetime)):
+                problems.append({"field": f"[{i}].{key}", "message": f"must be {wanted}"})
                 continue
             columns[key][i] = value
     if problems:
-        raise IngestError(422, problems)
+        raise IngestError(422, problems[:LISTED_ROWS])
     _check_required(seen)
     ids = [v if v is None or isinstance(v, str) else str(v) for v in columns["customer_id"]]
     arrays = {
@@ -165,10 +206,28 @@ def _ints(values: list[object]) -> pa.Array:
         return _doubles(values, "quantity")
 
 
+_NOT_EPOCH = object()
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _epoch_time(value: int) -> dt.datetime | object:
+    """A whole number as the validate stage reads an epoch text: seconds with 9-10 digits,
+    milliseconds with 12-13 (``pandas.DataFrame.to_json``'s default); ``_NOT_EPOCH`` else."""
+    digits = len(str(value)) if value > 0 else 0
+    if digits in EPOCH_SECONDS_DIGITS:
+        return _EPOCH + dt.timedelta(seconds=value)
+    if digits in EPOCH_MILLIS_DIGITS:
+        return _EPOCH + dt.timedelta(milliseconds=value)
+    return _NOT_EPOCH
+
+
 def _iso_time(value: object) -> dt.datetime | None:
-    """An ISO-8601 text as an aware UTC time (naive = UTC); None when it does not parse."""
+    """An ISO-8601 text as an aware UTC time (naive = UTC), an epoch time as it is; None when
+    it does not parse."""
     if value is None:
         return None
+    if isinstance(value, dt.datetime):
+        return value
     try:
         parsed = dt.datetime.fromisoformat(str(value).strip())
     except ValueError:
@@ -179,10 +238,17 @@ def _iso_time(value: object) -> dt.datetime | None:
 
 
 def _parse_ipc(body: bytes) -> pa.Table:
+    """An Arrow IPC stream, or an Arrow IPC file (``ARROW1`` magic: what ``pyarrow.ipc.new_file``
+    and ``pyarrow.feather.write_feather`` write), whichever Content-Type named it."""
+    is_file = body[: len(ARROW_FILE_MAGIC)] == ARROW_FILE_MAGIC
     try:
-        table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+        if is_file:
+            table = pa.ipc.open_file(pa.py_buffer(body)).read_all()
+        else:
+            table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
-        raise refused("body", f"body is not an Arrow IPC stream ({exc})") from None
+        kind = "file" if is_file else "stream"
+        raise refused("body", f"body is not an Arrow IPC {kind} ({exc})") from None
     if table.num_rows == 0:
         raise refused("body", "no events")
     unknown = [c for c in table.column_names if c not in CONTRACT_COLUMNS]
@@ -207,14 +273,17 @@ def _ipc_column(name: str, column: pa.Array) -> pa.Array:
     if name == "customer_id" and (text or whole):
         return column.cast(pa.string())
     if name == "event_time":
-        if (pa.types.is_timestamp(t) and t.unit != "ns") or pa.types.is_date32(t):
+        if pa.types.is_timestamp(t) and t.unit == "ns":
+            # pandas' unit (pyarrow.Table.from_pandas): to the microsecond, as Spark reads them
+            column = pc.floor_temporal(column, unit="microsecond").cast(_TIME, safe=False)
+        if pa.types.is_timestamp(t) or pa.types.is_date32(t) or pa.types.is_date64(t):
             try:
                 return column.cast(_TIME)
             except pa.ArrowInvalid as exc:
                 raise refused(name, f"times out of range ({exc})") from None
         if text:
             return pa.array([_iso_time(v) for v in column.to_pylist()], _TIME)
-        message = "timestamps in s, ms or us (naive = UTC), dates, or ISO-8601 strings"
+        message = "timestamps (naive = UTC), dates, or ISO-8601 strings"
         raise refused(name, f"type {t}: send {message}")
     if name in ("amount", "quantity") and (whole or pa.types.is_floating(t)):
         return column if name == "quantity" and whole else column.cast(pa.float64())
@@ -303,14 +372,20 @@ def check_contract(raw: pa.Table) -> CheckedEvents:
     """The contract's casts, defaults and quarantine reasons (in the validate stage's order:
     customer id, event time, amount, quantity; then extra copies of a valid event)."""
     n = raw.num_rows
-    ids = pc.utf8_trim(raw.column("customer_id").combine_chunks().cast(pa.string()), " ")
+    ids = pc.replace_substring_regex(  # as validation reads ids: "13085.0" is 13085
+        pc.utf8_trim(raw.column("customer_id").combine_chunks().cast(pa.string()), " "),
+        INTEGRAL_DECIMAL_ID,
+        r"\1",
+    )
     times = raw.column("event_time").combine_chunks()
     amount = pc.add(raw.column("amount").combine_chunks().cast(pa.float64()), 0.0)  # -0.0 -> 0.0
     columns = {
         "customer_id": ids,
         "event_time": times,
         "amount": amount,
-        "event_type": _text_or(raw, "event_type", OPTIONAL_DEFAULTS["event_type"]),
+        "event_type": _event_type_names(
+            _text_or(raw, "event_type", OPTIONAL_DEFAULTS["event_type"])
+        ),
         "category": _text_or(raw, "category", None),
         "channel": _text_or(raw, "channel", None),
     }
@@ -348,6 +423,17 @@ def check_contract(raw: pa.Table) -> CheckedEvents:
 
 def _flags(mask: pa.Array) -> np.ndarray:
     return pc.fill_null(mask, True).to_numpy(zero_copy_only=False)
+
+
+_SYNONYMS = pa.array(list(EVENT_TYPE_SYNONYMS), pa.string())
+_NAMES = pa.array(list(EVENT_TYPE_SYNONYMS.values()), pa.string())
+
+
+def _event_type_names(types: pa.Array) -> pa.Array:
+    """Event types as validation names them (``transaction`` is ``purchase``:
+    :data:`EVENT_TYPE_SYNONYMS`), others kept."""
+    at = pc.index_in(pc.utf8_lower(types), value_set=_SYNONYMS)
+    return pc.if_else(pc.is_valid(at), pc.take(_NAMES, at), types)
 
 
 def _text_or(raw: pa.Table, name: str, default: str | None) -> pa.Array:

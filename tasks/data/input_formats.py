@@ -7,6 +7,7 @@ file is reported by name before Spark runs a job on it.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as dt
 import gzip
 import io
@@ -32,6 +33,8 @@ from tasks.data.timestamp_patterns import (
 from tasks.definitions.contract import (
     ALLOWED_TYPES,
     CONTRACT_COLUMNS,
+    EPOCH_MILLIS_DIGITS,
+    EPOCH_SECONDS_DIGITS,
     REQUIRED_COLUMNS,
     UNIT_PRICE_NAMES,
     column_map_hints,
@@ -72,7 +75,24 @@ TIMESTAMP_CANDIDATES: tuple[tuple[str, str], ...] = tuple(
         ("", ""),
     )
 )
+COMPACT_CANDIDATES: tuple[tuple[int, str, str], ...] = (
+    (8, "%Y%m%d", "yyyyMMdd"),
+    (14, "%Y%m%d%H%M%S", "yyyyMMddHHmmss"),
+)
+"""Dates written as one number (``19970101``: CDNOW, many database dumps): (its digits, the
+strptime format, the Spark pattern). Only values of exactly that many digits count: strptime
+would read ``1997011`` too, Spark does not. Epoch seconds have 9-10 digits and milliseconds
+12-13: never the same values (an 8-digit number is never taken for epoch seconds of 1970)."""
 SAMPLE_ROWS = 200
+DECIMAL_COMMA_NUMBER = r"[+-]?([0-9]{1,3}([.][0-9]{3})+|[0-9]+)(,[0-9]+)?"
+"""A number with a decimal comma, dots grouping thousands or none (``12,50``, ``1.234,5``,
+``7``): the values a decimal-comma amount column holds."""
+POINT_DECIMAL = r"[+-]?[0-9]*[.][0-9]+([eE][+-]?[0-9]+)?"
+"""A number with a decimal point (``12.50``, ``.5``, ``1.5e3``)."""
+GROUPED_THOUSANDS = r"^[+-]?[0-9]{1,3}([.][0-9]{3})+(,[0-9]+)?$"
+"""A decimal-comma number whose dots group thousands: the dots are dropped before the comma
+becomes the decimal point. One pattern for Java's regex (Spark) and RE2 (DuckDB), written
+without a backslash (``[.]``) so that it reads the same inside either engine's SQL string."""
 CSV_BYTES_PER_ROW = 48  # a typical event line; gzip shrinks text about 4x
 GZIP_RATIO = 4
 
@@ -126,6 +146,10 @@ class CsvDialect:
     delimiter: str = ","
     quote: str = '"'
     escape: str = '"'
+    decimal_comma: bool = False
+    """Amounts written with a decimal comma (``12,50``; ``1.234,50`` with dots grouping
+    thousands), as ``;``-separated European exports write them: detected from the first rows
+    (:func:`amounts_use_decimal_comma`), read by both engines as :func:`decimal_comma_sql` says."""
 
     def python_reader_args(self) -> dict[str, Any]:
         """Keyword arguments of :func:`csv.reader` that read as Spark and DuckDB do."""
@@ -191,6 +215,8 @@ class RawEvents:
     timestamp_format: str | None
     rows_estimate: int = 0
     """Rows in the input: exact for Parquet (footers), from the file sizes for CSV."""
+    decimal_comma: bool = False
+    """Amounts are text with a decimal comma (:attr:`CsvDialect.decimal_comma`)."""
 
 
 def resolve_events_path(path: str | Path) -> Path:
@@ -325,15 +351,81 @@ def detect_delimiter(header: str) -> str:
     return best if counts[best] else ","
 
 
-def _check_csv_files(files: list[Path], options: InputOptions) -> tuple[CsvDialect, int, list[str]]:
-    """The dialect (the delimiter given or detected from the first header), the number of
-    non-empty files and the first header's column names; all headers must agree (Spark applies
+def _refuse_space_separated(f: Path, header: str) -> None:
+    """A header of several words and no delimiter is text aligned with spaces (CDNOW_master.txt,
+    fixed-width reports): no CSV reader splits runs of spaces, so say how to convert it rather
+    than read one column named after the whole header."""
+    words = header.split()
+    if len(words) < 2 or any(d in header for d in DELIMITERS):
+        return
+    raise HybridflowInputError(
+        f"CSV file {f} looks separated by spaces (header {header.strip()!r}): hybridflow reads "
+        "values separated by , ; tab or |, and a run of spaces is not one separator; convert "
+        f"it, e.g. awk -v OFS=, '{{$1=$1}}1' {shlex.quote(str(f))} > events.csv, or give "
+        "--csv-delimiter ' ' if exactly one space separates every value"
+    )
+
+
+def amounts_use_decimal_comma(values: Sequence[str | None], delimiter: str) -> bool:
+    """Whether a CSV's amounts (``values``: the first rows' texts) are written with a decimal
+    comma: the delimiter is not ``,``, some value is a number with a comma between digits
+    (:data:`DECIMAL_COMMA_NUMBER`) and none has a decimal point (``12.50``, which the comma
+    reading would misread; ``1.234`` counts as thousands). Values that are no number either
+    way (``abc``) do not count: they are quarantined as ever."""
+    if delimiter == ",":
+        return False
+    texts = [v.strip() for v in values if v is not None and v.strip()]
+    comma = any("," in t and re.fullmatch(DECIMAL_COMMA_NUMBER, t) for t in texts)
+    point = any(
+        re.fullmatch(POINT_DECIMAL, t) and not re.fullmatch(GROUPED_THOUSANDS, t) for t in texts
+    )
+    return comma and not point
+
+
+def decimal_comma_sql(text: str, matches: str) -> str:
+    """SQL, in Spark's and DuckDB's dialect alike, for a decimal-comma number ``text`` rewritten
+    as the engines' number parsers read numbers (``1.234,50`` -> ``1234.50``, ``12,5`` ->
+    ``12.5``); ``matches``: the engine's function ``(text, pattern)`` true when the pattern
+    matches somewhere in the text (Spark ``rlike``, DuckDB ``regexp_matches``)."""
+    trimmed = f"trim({text})"
+    return (
+        f"CASE WHEN {matches}({trimmed}, '{GROUPED_THOUSANDS}') "
+        f"THEN replace(replace({trimmed}, '.', ''), ',', '.') "
+        f"ELSE replace({text}, ',', '.') END"
+    )
+
+
+def _sample_values(f: Path, text: str, dialect: CsvDialect, index: int) -> list[str | None]:
+    """The values of column ``index`` in the first :data:`SAMPLE_ROWS` records of a CSV head
+    (``text``; a last record cut by the end of the block left out)."""
+    reader = csv.reader(io.StringIO(text, newline=""), **dialect.python_reader_args())
+    records: list[list[str]] = []
+    try:
+        next(reader, None)
+        for record in reader:
+            records.append(record)
+            if len(records) > SAMPLE_ROWS:
+                break
+    except csv.Error:
+        log.debug("the CSV sample of %s ends in a record Python's reader refuses", f)
+    if len(records) <= SAMPLE_ROWS and not text.endswith(("\n", "\r")):
+        records = records[:-1]
+    return [r[index] if index < len(r) else None for r in records[:SAMPLE_ROWS]]
+
+
+def _check_csv_files(
+    files: list[Path], options: InputOptions
+) -> tuple[CsvDialect, list[tuple[Path, str]], list[str]]:
+    """The dialect (the delimiter given or detected from the first header), the non-empty
+    files' heads and the first header's column names; all headers must agree (Spark applies
     the first file's header to every file) and name each needed column once."""
     heads = [(f, text) for f in files if (text := _csv_head(f)) is not None]
     if not heads:
-        return options.csv_dialect(options.csv_delimiter or ","), 0, []
+        return options.csv_dialect(options.csv_delimiter or ","), [], []
     first_file, first_text = heads[0]
     first_line = first_text.splitlines()[0]
+    if options.csv_delimiter is None:
+        _refuse_space_separated(first_file, first_line)
     dialect = options.csv_dialect(options.csv_delimiter or detect_delimiter(first_line))
     names = _header_names(first_file, first_text, dialect)
     _check_header_names(first_file, first_line, names, options.column_map)
@@ -345,7 +437,17 @@ def _check_csv_files(files: list[Path], options: InputOptions) -> tuple[CsvDiale
                 f"CSV file {f} has header {got}, unlike {first_file} ({want}): "
                 "all CSV files of one input need the same columns in the same order"
             )
-    return dialect, len(heads), names
+    return dialect, heads, names
+
+
+def _with_decimal_comma(dialect: CsvDialect, head: tuple[Path, str], amount: int) -> CsvDialect:
+    """``dialect``, reading amounts with a decimal comma when the first file's first rows
+    write them so (:func:`amounts_use_decimal_comma`)."""
+    f, text = head
+    if not amounts_use_decimal_comma(_sample_values(f, text, dialect, amount), dialect.delimiter):
+        return dialect
+    log.info("amounts are written with a decimal comma in %s (12,50 is 12.5)", f)
+    return dataclasses.replace(dialect, decimal_comma=True)
 
 
 def _check_header_names(f: Path, line: str, names: list[str], column_map: dict[str, str]) -> None:
@@ -393,13 +495,15 @@ def inspect_events(path: str | Path, options: InputOptions) -> EventsInput:
     if fmt == "parquet":
         rows, names, schema, schemas = _check_parquet_files(files, path)
     else:
-        dialect, non_empty, names = _check_csv_files(files, options)
+        dialect, heads, names = _check_csv_files(files, options)
         delimiter = dialect.delimiter
-        rows = _csv_rows_estimate(files) if non_empty else 0
+        rows = _csv_rows_estimate(files) if heads else 0
     if rows == 0:
         raise HybridflowInputError(f"events input is empty (no rows): {path}")
     columns, _ = mapped_names(names, options.column_map, path)
     check_required_columns(columns)
+    if dialect is not None:
+        dialect = _with_decimal_comma(dialect, heads[0], columns.index("amount"))
     if fmt == "parquet" and schema is None:
         _check_parquet_types(
             files,
@@ -434,15 +538,23 @@ def check_required_columns(columns: Sequence[str]) -> None:
         )
 
 
+NO_AMOUNT_ADVICE = (
+    "; a log without purchase values (views and transactions only, like RetailRocket's "
+    "events.csv) needs them: join each purchase's value from your orders, or add a column "
+    "amount with one value on every row (e.g. 1) to rank customers by recency and frequency "
+    "alone (the amount features are then constant)"
+)
+
+
 def _map_advice(missing: list[str], columns: list[str]) -> str:
     """``--map`` options that read the missing columns from likely input columns, or the form."""
     hints = column_map_hints(missing, columns)
-    if not hints:
-        return "rename with --map column=yours"
     options = " ".join(f"--map {c}={shlex.quote(source)}" for c, source in hints.items())
-    advice = f"if these are yours: {options}"
+    advice = f"if these are yours: {options}" if hints else "rename with --map column=yours"
     if letters_only(hints.get("amount", "")) in UNIT_PRICE_NAMES:
         advice += " (amount is the event's total value: a unit price undercounts multi-item rows)"
+    if "amount" in missing and "amount" not in hints:
+        advice += NO_AMOUNT_ADVICE
     return advice
 
 
@@ -469,15 +581,16 @@ def read_events(
 
     found = found or inspect_events(path, options)
     path = found.path
+    dialect = found.csv_dialect or options.csv_dialect(found.csv_delimiter or ",")
     if found.format == "parquet":
         reader = spark.read
     else:
-        dialect = found.csv_dialect or options.csv_dialect(found.csv_delimiter or ",")
         log.info(
-            "reading CSV: delimiter %r, quote %r, escape %r",
+            "reading CSV: delimiter %r, quote %r, escape %r, decimal comma %s",
             dialect.delimiter,
             dialect.quote,
             dialect.escape,
+            dialect.decimal_comma,
         )
         reader = (
             spark.read.option("header", True)
@@ -501,6 +614,7 @@ def read_events(
         format=found.format,
         timestamp_format=ts_format,
         rows_estimate=found.rows_estimate,
+        decimal_comma=found.format == "csv" and dialect.decimal_comma,
     )
 
 
@@ -613,9 +727,11 @@ def choose_timestamp_format(
     if not samples:
         return None
     scores: dict[str | None, int] = {None: sum(bool(ISO_TIME.match(s)) for s in samples)}
-    digits = [s for s in samples if s.isdigit()]
-    scores[EPOCH_SECONDS] = sum(9 <= len(s) <= 10 for s in digits)
-    scores[EPOCH_MILLIS] = sum(12 <= len(s) <= 13 for s in digits)
+    digits = [s for s in samples if s.isascii() and s.isdigit()]
+    for width, py_fmt, spark_fmt in COMPACT_CANDIDATES:
+        scores[spark_fmt] = sum(len(s) == width and _parses(s, py_fmt) for s in digits)
+    scores[EPOCH_SECONDS] = sum(len(s) in EPOCH_SECONDS_DIGITS for s in digits)
+    scores[EPOCH_MILLIS] = sum(len(s) in EPOCH_MILLIS_DIGITS for s in digits)
     for py_fmt, spark_fmt in TIMESTAMP_CANDIDATES:
         scores[spark_fmt] = sum(_parses(s, py_fmt) for s in samples)
     best = max(scores.values())

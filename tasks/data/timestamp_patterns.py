@@ -31,6 +31,10 @@ _IN_PROCESS: dict[str, dict[int, tuple[str, str]]] = {
     "s": {1: ("%S", r"\d{1,2}"), 2: ("%S", r"\d{2}")},
 }
 
+_FIXED_WIDTHS = {"yyyy": 4, "MM": 2, "dd": 2, "HH": 2, "mm": 2, "ss": 2}
+"""Numbers side by side (``yyyyMMdd``) DuckDB parses as Spark does: each of exactly this many
+digits (Spark reads ``19970101`` and no 7 or 9 digits)."""
+
 
 @dataclass(frozen=True)
 class DuckdbPattern:
@@ -103,8 +107,6 @@ def duckdb_pattern(pattern: str) -> DuckdbPattern | None:
     formats, regexes = [], []
     tokens = _tokens(pattern)
     for i, (kind, text) in enumerate(tokens):
-        if kind == "letters" and i and tokens[i - 1][0] == "letters":
-            return None  # adjacent numbers (yyyyMMdd): Spark's adjacent-value parsing
         if kind == "literal":
             formats.append(text.replace("%", "%%"))
             regexes.append(re.escape(text))
@@ -112,6 +114,12 @@ def duckdb_pattern(pattern: str) -> DuckdbPattern | None:
         directive = _IN_PROCESS.get(text[0], {}).get(len(text))
         if directive is None:
             return None
+        adjacent = any(0 <= j < len(tokens) and tokens[j][0] == "letters" for j in (i - 1, i + 1))
+        if adjacent:  # yyyyMMdd: Spark reads such a number only when each part has its width
+            width = _FIXED_WIDTHS.get(text)
+            if width is None:
+                return None
+            directive = (directive[0], rf"\d{{{width}}}")
         formats.append(directive[0])
         regexes.append(directive[1])
     return DuckdbPattern(format="".join(formats), regex="".join(regexes))

@@ -13,7 +13,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tasks.data.event_time_spark import parse_event_time
-from tasks.data.input_formats import check_required_columns, warn_extra_columns
+from tasks.data.input_formats import (
+    check_required_columns,
+    decimal_comma_sql,
+    warn_extra_columns,
+)
 from tasks.data.validation_sql import (
     ROW_KEY,
     RowBounds,
@@ -22,7 +26,13 @@ from tasks.data.validation_sql import (
     good_sql,
     quarantine_sql,
 )
-from tasks.definitions.contract import CONTRACT_COLUMNS, OPTIONAL_DEFAULTS
+from tasks.definitions.contract import (
+    CONTRACT_COLUMNS,
+    INTEGRAL_DECIMAL_ID,
+    OPTIONAL_DEFAULTS,
+    WHOLE_DOUBLES,
+    event_type_sql,
+)
 
 SQL_FUNCTIONS = {
     "timestamp_text(t BIGINT) RETURNS STRING": "CAST(timestamp_micros(t) AS STRING)",
@@ -32,17 +42,20 @@ SQL_FUNCTIONS = {
 """The functions :mod:`tasks.data.validation_sql` asks of an engine, in Spark SQL."""
 
 
-def conform_events(df: DataFrame, timestamp_format: str | None = None) -> DataFrame:
+def conform_events(
+    df: DataFrame, timestamp_format: str | None = None, decimal_comma: bool = False
+) -> DataFrame:
     """The conformed events :mod:`tasks.data.validation_sql` validates: required columns
-    checked, typed values (``event_time`` in microseconds) with defaults for missing optional
-    columns, and the input's values as strings (``src_*``) for the quarantine."""
+    checked, typed values (``event_time`` in microseconds; text amounts with a decimal comma
+    when ``decimal_comma``) with defaults for missing optional columns, and the input's values
+    as strings (``src_*``) for the quarantine."""
     check_required_columns(df.columns)
     warn_extra_columns(df.columns)
     src = [F.col(c).cast("string").alias(f"src_{c}") for c in CONTRACT_COLUMNS if c in df.columns]
     typed: list[Column] = [
-        F.trim(F.col("customer_id").cast("string")).alias("customer_id"),
+        customer_id_text(df).alias("customer_id"),
         F.unix_micros(parse_event_time(df, timestamp_format)).alias("event_time"),
-        F.col("amount").try_cast("double").alias("amount"),
+        _amount(df, decimal_comma).try_cast("double").alias("amount"),
     ]
     for name, default in OPTIONAL_DEFAULTS.items():
         if name not in df.columns:
@@ -53,9 +66,35 @@ def conform_events(df: DataFrame, timestamp_format: str | None = None) -> DataFr
             typed.append(F.when(whole, q.try_cast("int")).alias("quantity"))
         else:
             col = F.trim(F.col(name).cast("string"))
+            if name == "event_type":  # the contract's names for the synonyms logs use
+                col = F.expr(event_type_sql(f"trim(CAST(`{name}` AS STRING))"))
             fallback = F.lit(default).cast("string")
             typed.append(F.when((col.isNull()) | (col == ""), fallback).otherwise(col).alias(name))
     return df.select(*typed, *src, _row_key(df))
+
+
+def customer_id_text(df: DataFrame) -> Column:
+    """``customer_id`` as text, as every stage holds it: trimmed, a zero fraction dropped
+    (:data:`tasks.definitions.contract.INTEGRAL_DECIMAL_ID`: ``13085.0`` is ``13085``); a float
+    column's whole numbers as integers (Spark writes ``1.2345678E7`` for ``12345678.0``) and
+    NaN as no id."""
+    column = F.col("customer_id")
+    if dict(df.dtypes)["customer_id"] in ("float", "double"):
+        number = column.cast("double")
+        whole = (F.abs(number) < WHOLE_DOUBLES) & (number == F.round(number))
+        text = F.when(whole, number.try_cast("bigint").cast("string")).when(
+            ~F.isnan(number), number.cast("string")
+        )
+    else:
+        text = column.cast("string")
+    return F.regexp_replace(F.trim(text), INTEGRAL_DECIMAL_ID, "$1")
+
+
+def _amount(df: DataFrame, decimal_comma: bool) -> Column:
+    """``amount`` as its cast to a double reads it: a decimal comma's text rewritten."""
+    if decimal_comma and dict(df.dtypes)["amount"] == "string":
+        return F.expr(decimal_comma_sql("amount", "rlike"))
+    return F.col("amount")
 
 
 def _row_key(df: DataFrame) -> Column:

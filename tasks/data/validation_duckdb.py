@@ -29,7 +29,7 @@ from infra.compute.duckdb_session import (
     sql_identifier,
     sql_string,
 )
-from tasks.data.input_formats import CsvDialect, ParsedCounts
+from tasks.data.input_formats import CsvDialect, ParsedCounts, decimal_comma_sql
 from tasks.data.spark_text import java_double_strings
 from tasks.data.text_values_duckdb import (
     define_text_macros,
@@ -46,9 +46,12 @@ from tasks.data.validation_sql import (
 )
 from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
+    INTEGRAL_DECIMAL_ID,
     OPTIONAL_DEFAULTS,
     QUARANTINE_REASONS,
     REASON_DUPLICATE,
+    WHOLE_DOUBLES,
+    event_type_sql,
 )
 
 MICROS = 1_000_000
@@ -92,7 +95,7 @@ def _flag(t: pa.DataType) -> bool:
 
 
 IN_PROCESS_TYPES = {
-    "customer_id": (_text, _whole),
+    "customer_id": (_text, _whole, _double),
     "event_time": (_time, _text),
     "amount": (_double, _whole, _text),
     "quantity": (_double, _whole, _text),
@@ -183,6 +186,7 @@ class InProcessValidation:
         timestamp_format: str | None = None,
         detect_format: FormatDetector | None = None,
         passes: int = 1,
+        decimal_comma: bool = False,
     ) -> None:
         """``source``: a DuckDB relation (SQL) over the input, which may name ``tables``;
         ``schema``: the input's Arrow types by contract name; ``sources``: the input's column
@@ -190,6 +194,7 @@ class InProcessValidation:
         ``event_time`` is parsed with ``timestamp_format`` (a Spark pattern, an epoch name;
         None: ISO-8601), or the format ``detect_format`` chooses from a sample of the values
         when it is given."""
+        self._decimal_comma = decimal_comma  # text amounts: 12,50 (CsvDialect.decimal_comma)
         self._present = [c for c in CONTRACT_COLUMNS if c in schema.names]
         self._types = {c: value_type(schema.field(c).type) for c in self._present}
         self._con = duckdb_connection()
@@ -314,6 +319,7 @@ class InProcessValidation:
             timestamp_format=timestamp_format,
             detect_format=detect_format,
             passes=passes,
+            decimal_comma=dialect.decimal_comma,
         )
 
     @classmethod
@@ -386,7 +392,11 @@ class InProcessValidation:
         if name == "event_time":
             return name  # micros since the epoch (the input_events view)
         if name == "amount":
-            return f"spark_double({name})" if _text(t) else f"CAST({name} AS DOUBLE)"
+            if not _text(t):
+                return f"CAST({name} AS DOUBLE)"
+            if self._decimal_comma:
+                return f"spark_double({decimal_comma_sql(name, 'regexp_matches')})"
+            return f"spark_double({name})"
         if name == "quantity":
             value = f"spark_double({name})" if _text(t) else name
             whole = f"NOT isnan({value}) AND {value} = floor({value})"
@@ -395,10 +405,19 @@ class InProcessValidation:
             return f"CASE WHEN {whole} THEN TRY_CAST({value} AS INTEGER) END"
         text = name if _text(t) else f"CAST({name} AS VARCHAR)"
         if name == "customer_id":
-            return f"trim({text}, ' ')"
+            if _double(t):  # as Spark's customer_id_text: whole numbers as integers, NaN none
+                text = (
+                    f"CASE WHEN isnan({name}) THEN NULL WHEN abs({name}) < {WHOLE_DOUBLES} "
+                    f"AND {name} = round({name}) THEN CAST(CAST({name} AS BIGINT) AS VARCHAR) "
+                    f"ELSE double_text({name}) END"
+                )
+            pattern = INTEGRAL_DECIMAL_ID.replace("'", "''")
+            return f"regexp_replace(trim({text}, ' '), '{pattern}', '\\1')"
         default = OPTIONAL_DEFAULTS[name]
         fallback = "NULL" if default is None else f"'{default}'"
         trimmed = f"trim({text}, ' ')"
+        if name == "event_type":  # the contract's names for the synonyms logs use
+            trimmed = event_type_sql(trimmed)
         return f"CASE WHEN coalesce({trimmed}, '') = '' THEN {fallback} ELSE {trimmed} END"
 
     def _input_text(self, name: str, value: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 REQUIRED_COLUMNS: tuple[str, ...] = ("customer_id", "event_time", "amount")
 OPTIONAL_DEFAULTS: dict[str, object] = {
     "event_type": "purchase",
@@ -10,6 +12,11 @@ OPTIONAL_DEFAULTS: dict[str, object] = {
     "channel": None,
 }
 CONTRACT_COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + tuple(OPTIONAL_DEFAULTS)
+# Whole numbers read as epoch times, by their digits: seconds (2001-2286 with 10 digits) and
+# milliseconds (1973-2286 with 13): the validate stage's detection of epoch texts, and the
+# numbers POST /events takes as event_time (pandas' to_json writes milliseconds).
+EPOCH_SECONDS_DIGITS = range(9, 11)
+EPOCH_MILLIS_DIGITS = range(12, 14)
 # What exports commonly call the required columns (compared lower-case, letters and digits only),
 # most likely first: a missing column's error suggests the ``--map`` that reads it from one.
 COLUMN_SYNONYMS: dict[str, tuple[str, ...]] = {
@@ -59,12 +66,72 @@ COLUMN_SYNONYMS: dict[str, tuple[str, ...]] = {
 }
 UNIT_PRICE_NAMES = ("price", "unitprice")  # a per-item price, not the event's total
 
+INTEGRAL_DECIMAL_ID = r"^([+-]?[0-9]+)[.]0+$"
+"""A customer id written as a whole number with a zero fraction (``13085.0``: pandas writes an
+integer id column that has a missing value as floats): every reader keeps only its integer
+part (``13085``), so the id a client sends (``13085`` or ``"13085"``) is the id the batch
+stages hold. One pattern for Python's ``re``, Java's (Spark) and RE2 (DuckDB, Arrow), with
+group 1 the integer part, and no backslash (``[.]``: SQL strings read alike); applied after
+trimming. :func:`customer_id_text` is its Python form."""
+
+WHOLE_DOUBLES = 2**53
+"""A float id below this in magnitude that is a whole number is read as that integer (a double
+holds each of them exactly; Spark would write ``12345678.0`` as ``1.2345678E7``)."""
+
+
+def event_type_name(text: str) -> str:
+    """An event type (trimmed) as the contract names it (:data:`EVENT_TYPE_SYNONYMS`)."""
+    return EVENT_TYPE_SYNONYMS.get(text.lower(), text)
+
+
+def event_type_sql(text: str) -> str:
+    """SQL, in Spark's and DuckDB's dialect alike, for :func:`event_type_name` of the trimmed
+    text ``text``."""
+    cases = " ".join(f"WHEN '{alias}' THEN '{name}'" for alias, name in EVENT_TYPE_SYNONYMS.items())
+    return f"CASE lower({text}) {cases} ELSE {text} END"
+
+
+def customer_id_text(text: str) -> str:
+    """A customer id as every stage holds it: trimmed of spaces, a zero fraction dropped
+    (:data:`INTEGRAL_DECIMAL_ID`)."""
+    trimmed = text.strip(" ")
+    match = re.fullmatch(INTEGRAL_DECIMAL_ID, trimmed)
+    return match.group(1) if match else trimmed
+
+
+EVENT_TYPE_SYNONYMS: dict[str, str] = {
+    "purchase": "purchase",
+    "transaction": "purchase",  # RetailRocket
+    "order": "purchase",
+    "sale": "purchase",
+    "buy": "purchase",
+    "view": "view",
+    "pageview": "view",
+    "page_view": "view",
+    "product_view": "view",
+    "view_item": "view",  # Google Analytics 4
+    "add_to_cart": "add_to_cart",
+    "addtocart": "add_to_cart",  # RetailRocket
+    "cart": "add_to_cart",  # REES46
+    "add-to-cart": "add_to_cart",
+    "add to cart": "add_to_cart",
+    "add_to_basket": "add_to_cart",
+    "return": "return",
+    "returned": "return",
+    "refund": "return",
+}
+"""Event types public logs write, by their lower-case text, and the contract's name for each:
+``purchase`` (what the label and the purchase features count), ``view``, ``add_to_cart`` and
+``return`` (the event mix). Every reader (both engines' validation, ``POST /events``) gives a
+trimmed event type in this table its contract name (``Transaction`` is ``purchase``) and keeps
+any other as it is (``remove_from_cart``: an event, not a purchase)."""
+
 _INTEGRAL = {"tinyint", "smallint", "int", "bigint"}
 _NUMERIC = _INTEGRAL | {"float", "double", "decimal"}
 # Spark type names (without parameters) each contract column can be cast from; "void" is an
 # all-null column, whose rows the quarantine rules then catch.
 ALLOWED_TYPES: dict[str, set[str]] = {
-    "customer_id": _INTEGRAL | {"string", "decimal", "void"},
+    "customer_id": _NUMERIC | {"string", "void"},
     "event_time": {"string", "timestamp", "timestamp_ntz", "date", "void"},
     "amount": _NUMERIC | {"string", "void"},
     "quantity": _NUMERIC | {"string", "void"},

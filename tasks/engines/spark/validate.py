@@ -57,7 +57,7 @@ class SparkValidator:
             raw = read_events(spark, path, options, found)
             present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
             buckets = bucket_count(spark, raw.rows_estimate)
-            conformed = conform_events(raw.df, raw.timestamp_format)
+            conformed = conform_events(raw.df, raw.timestamp_format, raw.decimal_comma)
             try:
                 parts = split_valid_events(conformed, buckets, bounds)
             except (PySparkException, Py4JJavaError) as exc:

@@ -61,12 +61,13 @@ def test_a_clean_batch_has_no_problem_and_gets_the_defaults():
         [
             {"customer_id": 17, "event_time": "2025-07-01T10:00:00+02:00", "amount": 3},
             {"customer_id": " c2 ", "event_time": "2025-07-01", "amount": 0.5, "quantity": 2.0},
+            {"customer_id": "13085.0", "event_time": "2025-07-01", "amount": 1},  # pandas' id
         ]
     ).encode()
     checked = check_contract(parse_events(body, "application/json; charset=utf-8"))
     assert checked.problem() is None
-    rows = checked.events.to_pylist()
-    assert [r["customer_id"] for r in rows] == ["17", "c2"]
+    rows = checked.events.to_pylist()[:2]
+    assert [r["customer_id"] for r in checked.events.to_pylist()] == ["17", "c2", "13085"]
     assert rows[0]["event_time"] == dt.datetime(2025, 7, 1, 8, tzinfo=dt.UTC)
     assert rows[1]["event_time"] == dt.datetime(2025, 7, 1, tzinfo=dt.UTC)
     assert [r["event_type"] for r in rows] == ["purchase", "purchase"]
@@ -110,16 +111,37 @@ EVENT = {"customer_id": "c1", "event_time": "2025-07-01T10:00:00Z", "amount": 1.
             "[0].customer_id: must be a string or an integer",
         ),
         (
-            json.dumps([{**EVENT, "event_time": 1751364000}]).encode(),
+            json.dumps([{**EVENT, "event_time": 1751364000.5}]).encode(),
             None,
             422,
-            "[0].event_time: must be an ISO-8601 string",
+            "[0].event_time: must be an ISO-8601 string, or whole epoch seconds (9-10 digits) "
+            "or milliseconds (12-13 digits)",
         ),
         (
-            b'[{"customer_id": "c1", "event_time": "2025-07-01", "amount": NaN}]',
+            json.dumps([EVENT, {**EVENT, "event_time": 17513640000}]).encode(),
             None,
             422,
-            "body is not valid JSON (NaN is not a number JSON allows)",
+            "[1].event_time: must be an ISO-8601 string, or whole epoch",
+        ),
+        (
+            json.dumps([EVENT, {**EVENT, "event_time": -1751364000}]).encode(),
+            None,
+            422,
+            "[1].event_time: must be an ISO-8601 string, or whole epoch",
+        ),
+        (
+            b'[{"customer_id": "c1", "event_time": "2025-07-01", "amount": 1},'
+            b' {"customer_id": "c1", "event_time": "2025-07-01", "amount": NaN}]',
+            None,
+            422,
+            "[1].amount: NaN is not a number JSON allows (send null for no value)",
+        ),
+        (
+            b'[{"customer_id": "c1", "event_time": "2025-07-01", "amount": 1, "quantity": '
+            b"-Infinity}]",
+            None,
+            422,
+            "[0].quantity: -Infinity is not a number JSON allows",
         ),
         (
             json.dumps([{"customer_id": "c1", "event_time": "2025-07-01"}]).encode(),
@@ -127,7 +149,9 @@ EVENT = {"customer_id": "c1", "event_time": "2025-07-01T10:00:00Z", "amount": 1.
             422,
             "amount: required column(s) amount missing",
         ),
+        (b"[" * 100_000 + b"]" * 100_000, None, 422, "body: body is not valid JSON (arrays or"),
         (json.dumps([EVENT]).encode(), "text/csv", 415, "content-type: 'text/csv'"),
+        (json.dumps([EVENT]).encode(), "multipart/form-data; boundary=x", 415, "'multipart"),
         (b"\x00\x01not arrow", IPC_MEDIA_TYPE, 422, "body: body is not an Arrow IPC stream"),
     ],
 )
@@ -153,8 +177,8 @@ def _ipc_table(**columns: pa.Array) -> bytes:
         ({"colour": pa.array(["red"])}, "colour: unknown column"),
         ({"amount": pa.array(["1.0"])}, "amount: type string is not one the contract reads"),
         (
-            {"event_time": pa.array([1], pa.timestamp("ns"))},
-            "event_time: type timestamp[ns]: send timestamps in s, ms or us",
+            {"event_time": pa.array([1], pa.time32("s"))},
+            "event_time: type time32[s]: send timestamps (naive = UTC), dates, or ISO-8601",
         ),
         ({"customer_id": pa.array([1.5])}, "customer_id: type double"),
     ],
@@ -237,3 +261,76 @@ def test_extra_copies_are_the_rows_repeating_an_earlier_valid_row_exactly(seed):
     ]
     assert got == expected
     assert 0 < sum(expected) < len(expected)
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/json",
+        "Application/JSON; charset=UTF-8",
+        "application/x-www-form-urlencoded",  # curl -d
+        "text/plain;charset=UTF-8",  # fetch() with a string body
+        "application/vnd.api+json",
+        "",
+    ],
+)
+def test_json_is_read_under_the_labels_clients_give_it(content_type):
+    events = parse_events(json.dumps([EVENT]).encode(), content_type)
+    assert events.column("customer_id").to_pylist() == ["c1"]
+
+
+def test_a_utf8_byte_order_mark_is_skipped():
+    body = b"\xef\xbb\xbf" + json.dumps([EVENT]).encode()
+    assert parse_events(body, "application/json").column("customer_id").to_pylist() == ["c1"]
+
+
+def test_epoch_numbers_are_the_times_validate_reads_from_epoch_texts():
+    """pandas' ``to_json(orient="records")`` writes epoch milliseconds; the validate stage reads
+    9-10 digit texts as seconds and 12-13 digit texts as milliseconds."""
+    iso = "2025-07-01T10:00:00.250Z"
+    at = dt.datetime(2025, 7, 1, 10, 0, 0, 250_000, tzinfo=dt.UTC)
+    seconds = int(at.replace(microsecond=0).timestamp())
+    rows = [
+        {**EVENT, "event_time": iso},
+        {**EVENT, "event_time": seconds * 1000 + 250, "amount": 2.0},
+        {**EVENT, "event_time": seconds, "amount": 3.0},
+    ]
+    events = check_contract(parse_events(json.dumps(rows).encode(), "application/json")).events
+    assert events.column("event_time").to_pylist() == [at, at, at.replace(microsecond=0)]
+
+
+def _ipc_file(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_the_arrow_file_format_and_pandas_types_read_as_the_stream_does():
+    """An IPC file (``ARROW1``) under either Arrow media type; nanosecond times (what
+    ``pa.Table.from_pandas`` gives) floored to the microsecond, as Spark reads them; large
+    strings, dictionaries and zoned times as their values."""
+    at = dt.datetime(2025, 7, 1, 10, 0, 0, 123_456, tzinfo=dt.UTC)
+    nanos = int(at.timestamp()) * 10**9 + 123_456_789
+    pandas_like = pa.table(
+        {
+            "customer_id": pa.array(["c1", "c2"], pa.large_string()),
+            "event_time": pa.array([nanos, nanos], pa.timestamp("ns", tz="Europe/Paris")),
+            "amount": [1.0, 2.0],
+            "event_type": pa.array(["view", "purchase"]).dictionary_encode(),
+        }
+    )
+    expected = check_contract(parse_events(ipc(pandas_like), IPC_MEDIA_TYPE)).events
+    assert expected.column("event_time").to_pylist() == [at, at]
+    for media in (IPC_MEDIA_TYPE, "application/vnd.apache.arrow.file"):
+        as_file = check_contract(parse_events(_ipc_file(pandas_like), media)).events
+        assert as_file.equals(expected)
+    naive = pandas_like.set_column(1, "event_time", pa.array([nanos, nanos], pa.timestamp("ns")))
+    as_naive = check_contract(parse_events(ipc(naive), IPC_MEDIA_TYPE)).events
+    assert as_naive.column("event_time").to_pylist() == [at, at]
+
+
+def test_a_broken_arrow_file_is_named_as_a_file():
+    body = _ipc_file(pa.table({"customer_id": ["c1"]}))[:-20]
+    with pytest.raises(IngestError, match="body: body is not an Arrow IPC file"):
+        parse_events(body, IPC_MEDIA_TYPE)

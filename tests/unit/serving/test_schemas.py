@@ -59,3 +59,6 @@ def test_customer_ids_are_strings_or_integers_as_the_events_take_them():
         b'{"items": [{"customer_id": " c1 "}, {"customer_id": 7}]}'
     )
     assert [i.customer_id for i in batch.as_items()] == ["c1", "7"]
+    # an id pandas wrote as a float reads as validation reads it: 13085.0 is 13085
+    exported = PredictRequest.model_validate_json(b'{"customer_id": " 13085.0"}')
+    assert exported.customer_id == "13085"

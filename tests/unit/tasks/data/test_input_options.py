@@ -14,12 +14,20 @@ from cli.args import column_mapping, delimiter, one_character
 from infra.errors import HybridflowInputError
 from tasks.data.input_formats import (
     InputOptions,
+    amounts_use_decimal_comma,
+    check_required_columns,
     choose_timestamp_format,
     detect_delimiter,
     detect_format,
     inspect_events,
 )
-from tasks.definitions.contract import column_map_hints
+from tasks.definitions.contract import (
+    EVENT_TYPE_SYNONYMS,
+    column_map_hints,
+    customer_id_text,
+    event_type_name,
+)
+from tasks.definitions.feature_specs import EVENT_TYPE_MIX
 
 
 def test_delimiter_is_the_one_that_splits_the_header_most():
@@ -218,3 +226,68 @@ def test_a_tied_sample_is_decided_by_the_whole_column(tmp_path):
     # no tie: the whole column is not read
     assert choose_timestamp_format(["13/1/2010 8:26"], tmp_path, counts) == "d/M/yyyy H:mm"
     assert len(asked) == 1
+
+
+def test_integer_dates_are_yyyymmdd_never_epoch_seconds(tmp_path):
+    # CDNOW writes dates as 19970101: epoch seconds would read 1970-08-19
+    cdnow = ["19970101", "19970612", "19980630"]
+    assert choose_timestamp_format(cdnow, tmp_path) == "yyyyMMdd"
+    assert choose_timestamp_format(["20250102103005"], tmp_path) == "yyyyMMddHHmmss"
+    assert choose_timestamp_format(["1735725600", "1735812000"], tmp_path) == "epoch_seconds"
+    assert choose_timestamp_format(["1430578965994"], tmp_path) == "epoch_millis"
+    with pytest.raises(HybridflowInputError, match="1997011"):  # 7 digits: neither
+        choose_timestamp_format(["1997011"], tmp_path)
+
+
+def test_a_header_aligned_with_spaces_is_refused_with_how_to_convert_it(tmp_path):
+    path = tmp_path / "CDNOW_master.txt"
+    path.write_text("customer_id date quantity amount\n    1 19970101   1    11.77\n")
+    message = _error(path)
+    assert "looks separated by spaces" in message and "awk" in message
+    assert "--csv-delimiter ' '" in message
+    # told the delimiter, the file is read as the user says (single spaces)
+    path.write_text("customer_id event_time amount\n1 19970101 11.77\n")
+    found = inspect_events(path, InputOptions(csv_delimiter=" "))
+    assert found.columns == ["customer_id", "event_time", "amount"]
+
+
+def test_decimal_comma_amounts_are_detected_only_where_they_cannot_be_misread():
+    assert amounts_use_decimal_comma(["12,50", "7", "1.234,5", "abc", None, " 3,25 "], ";")
+    assert amounts_use_decimal_comma(["1.234", "12,5"], "\t")  # 1.234 groups thousands
+    assert not amounts_use_decimal_comma(["12,50", "12.50"], ";")  # a decimal point too
+    assert not amounts_use_decimal_comma(["12,50"], ",")  # "12,50" quoted in a , file
+    assert not amounts_use_decimal_comma(["7", "8.5"], ";")
+
+
+def test_inspection_detects_a_decimal_comma_from_the_first_rows(tmp_path):
+    options = InputOptions(column_map={"customer_id": "Kunde", "event_time": "Datum"})
+    euro = tmp_path / "euro.csv"
+    euro.write_text("Kunde;Datum;Betrag\nK1;31.12.2025 14:30;12,50\nK2;01.12.2025 09:00;7\n")
+    assert inspect_events(euro, options.model_copy(update={"column_map": {
+        **options.column_map, "amount": "Betrag"}})).csv_dialect.decimal_comma  # fmt: skip
+    euro.write_text("Kunde;Datum;amount\nK1;31.12.2025 14:30;12.50\nK2;01.12.2025;7,5\n")
+    assert not inspect_events(euro, options).csv_dialect.decimal_comma
+
+
+def test_a_customer_id_with_a_zero_fraction_is_its_integer():
+    assert customer_id_text(" 13085.0 ") == "13085"
+    assert customer_id_text("13085.00") == "13085"
+    assert customer_id_text("007.0") == "007"
+    for kept in ("13085.5", "1.3085E4", "a.0", "13085.", "c1", "13085.0\n"):
+        assert customer_id_text(kept) == kept.strip(" ")
+
+
+def test_a_log_without_amounts_is_told_how_to_run():
+    # RetailRocket's events.csv: views, carts and transactions, no value
+    with pytest.raises(HybridflowInputError) as caught:
+        check_required_columns(["timestamp", "customer_id", "event", "itemid", "transactionid"])
+    message = str(caught.value)
+    assert "amount" in message and "RetailRocket" in message and "one value on every row" in message
+
+
+def test_public_event_types_get_the_contract_s_names():
+    assert [event_type_name(t) for t in ("Transaction", "cart", "addtocart", "PageView")] == [
+        "purchase", "add_to_cart", "add_to_cart", "view",
+    ]  # fmt: skip
+    assert event_type_name("remove_from_cart") == "remove_from_cart"
+    assert set(EVENT_TYPE_SYNONYMS.values()) == {"purchase", *EVENT_TYPE_MIX}

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from infra.errors import HybridflowInputError
-from tasks.data.input_formats import TIMESTAMP_CANDIDATES
+from tasks.data.input_formats import COMPACT_CANDIDATES, TIMESTAMP_CANDIDATES
 from tasks.data.text_values_duckdb import define_text_macros, parses_in_process, text_time_micros
 from tasks.data.timestamp_patterns import check_timestamp_format, duckdb_pattern
 from tasks.data.validation import parse_event_time
@@ -49,7 +49,13 @@ PATTERN_TIMES = [
 # Known difference, left out above: Spark reads a zero-padded three-digit day ("001/02/2025") with
 # d/M/yyyy patterns, DuckDB's strptime does not (the row is quarantined as invalid_event_time in
 # process, kept by Spark).
+COMPACT_TIMES = [
+    "19970101", " 19970101 ", "19971231", "19971301", "19970230", "19960229", "1997011",
+    "199701011", "00019970101", "+19970101", "1997010", "19970101 10:00", "20250102103005",
+    "20250102246000", "2025010210300", "1997-01-01", "",
+]  # fmt: skip
 USER_PATTERNS = ["dd/MM/yyyy", "dd/MM/yyyy HH:mm", "dd.MM.yyyy HH:mm:ss", "yyyy-MM-dd'T'HH:mm"]
+COMPACT_PATTERNS = ["yyyyMMdd", "yyyyMMddHHmmss", "yyyyMMdd HH:mm"]
 SPARK_REFUSES = ["%Y-%m-%d", "yyyy-qq", "YYYY-MM-dd", "uuuu-MM-dd", "ww", "e", "bogus{", "foo"]
 SPARK_PARSES = ["dd/MM/yyyy HH:mm", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX", "MM/dd/yyyy hh:mm a", "y"]
 
@@ -94,6 +100,8 @@ def test_iso_epoch_and_pattern_times_read_as_spark_reads_them(spark):
     cases = [(ISO_TIMES, None), (EPOCHS, "epoch_seconds"), (EPOCHS, "epoch_millis")]
     cases += [(PATTERN_TIMES, spark_fmt) for _, spark_fmt in TIMESTAMP_CANDIDATES]
     cases += [(PATTERN_TIMES, fmt) for fmt in USER_PATTERNS]
+    cases += [(COMPACT_TIMES, fmt) for fmt in COMPACT_PATTERNS]
+    cases += [(COMPACT_TIMES, spark_fmt) for _, _, spark_fmt in COMPACT_CANDIDATES]
     for values, fmt in cases:
         assert parses_in_process(fmt), fmt
         _same(values, spark_micros(values, fmt), _duckdb(values, text_time_micros("x", fmt)))
@@ -111,4 +119,6 @@ def test_patterns_are_refused_up_front_exactly_when_spark_refuses_them(spark):
         check_timestamp_format(pattern)
         df.select(F.try_to_timestamp("t", F.lit(pattern))).collect()
     assert duckdb_pattern("MM/dd/yyyy hh:mm a") is None  # 12-hour clocks stay with Spark
-    assert duckdb_pattern("yyyyMMdd") is None  # adjacent numbers too
+    # adjacent numbers only of fixed widths (Spark's adjacent-value parsing of the others)
+    assert duckdb_pattern("yyyyMMdd") is not None
+    assert duckdb_pattern("yyyyMd") is None and duckdb_pattern("yyMMdd") is None

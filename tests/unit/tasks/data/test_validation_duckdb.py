@@ -50,6 +50,9 @@ EDGE_ROWS = [
     ("e", T, 1.25e-5, "purchase", 0, "x", "web"),  # invalid quantities
     ("e", T, 123456789.125, "purchase", -3, "x", "web"),
     ("f", T, 2.5, "purchase", 1, "x", "web"),
+    ("g", T, 3.0, "Transaction", 1, "x", "web"),  # public logs' names: purchase
+    ("g", T + US, 3.0, " cart ", 1, "x", "web"),  # add_to_cart
+    ("g", T + 2 * US, 3.0, "remove_from_cart", 1, "x", "web"),  # kept as it is
 ]
 SCHEMA = GOOD_EVENTS_SCHEMA.set(4, pa.field("quantity", pa.int64()))  # as users write it
 
@@ -193,6 +196,33 @@ def test_duckdb_and_spark_bound_event_times_alike(spark, tmp_path, reader):
     assert figures.rows_valid == 3
     future = [r for r in spark_quarantine if r["reason"] == "event_time_in_future"]
     assert sorted(r["event_time"] for r in future)[-1] == "9999-12-31 23:59:59"
+
+
+FLOAT_IDS = [13085.0, 13085.0, 12345678.0, 13085.5, math.nan, None, -0.0, 1e17, 2.0**53, 7.0]
+
+
+@pytest.mark.parametrize("reader", ["table", "parquet"])
+def test_float_customer_ids_are_read_as_integers_on_both_engines(spark, tmp_path, reader):
+    # pandas writes an integer id column with a missing value as float64 (UCI Online Retail
+    # II's "Customer ID"): whole numbers are the integer's text, as a client sends the id
+    table = pa.table(
+        {
+            "customer_id": pa.array(FLOAT_IDS, pa.float64()),
+            "event_time": pa.array([T] * len(FLOAT_IDS), pa.timestamp("us", tz="UTC")),
+            "amount": [1.0] * 9 + [2.0],
+        }
+    )
+    assert in_process_type_problem(table.schema) is None
+    path = tmp_path / "events.parquet"
+    pq.write_table(table, path)
+    spark_good, spark_quarantine = _spark_results(spark, path)
+    good, quarantine, figures = _in_process(table, path, reader)
+    assert _normalised(good.to_pylist()) == _normalised(spark_good)
+    assert _normalised(quarantine.to_pylist()) == _normalised(spark_quarantine)
+    assert sorted(r["customer_id"] for r in spark_good) == sorted(
+        ["13085", "12345678", "13085.5", "0", "1.0E17", "9.007199254740992E15", "7"]
+    )
+    assert figures.quarantined == {"missing_customer_id": 2, "duplicate_event": 1}
 
 
 def test_demo_events_validate_alike(spark, tmp_path):

@@ -421,6 +421,22 @@ def _engine_outputs(spark, store, path, run_id, in_process_rows, options=None):
             InputOptions(timestamp_format="dd.MM.yyyy HH:mm:ss"),
         ),
         (
+            "cdnow_compact_dates_and_float_ids",  # yyyyMMdd; ids as pandas writes them
+            "customer_id,date,quantity,amount\n00001,19970101,1,11.77\n13085.0,19970102,2,5\n"
+            " 13085 ,19970102,2,5\n,19970103,1,1\n12346.0,19971301,1,1\n12346.00,1997011,1,1\n"
+            "007.0,19980630,1,1\n1.5,19980630,1,1\n12346.0,19980630,1,1\n",
+            InputOptions(column_map={"event_time": "date"}),
+        ),
+        (
+            "decimal_comma",  # a European export: ; and 12,50 and 1.234,50
+            "Kunde;Datum;Betrag\nK1;31.12.2025 14:30;12,50\nK1;01.12.2025 09:00;1.234,50\n"
+            "K2;02.12.2025 10:00;7\nK2;03.12.2025 10:00;-1,5\nK3;04.12.2025 10:00;abc\n"
+            "K3;05.12.2025 10:00; 3,25 \nK4;06.12.2025 10:00;1.234\n",
+            InputOptions(
+                column_map={"customer_id": "kunde", "event_time": "datum", "amount": "betrag"}
+            ),
+        ),
+        (
             "backslash_escape",
             'customer_id,event_time,amount\n"c\\"1",2025-01-01,1\n"c,2",2025-01-01,2\n',
             InputOptions(csv_escape="\\"),
@@ -446,6 +462,35 @@ def test_duckdb_and_spark_read_and_validate_csv_alike(
         spark_result.last_event,
     )
     assert result.available_columns == spark_result.available_columns
+
+
+def test_public_log_shapes_are_read_as_their_values_mean_on_both_engines(
+    spark, local_store, tmp_path
+):
+    # CDNOW's yyyyMMdd integers are dates (not epoch seconds of 1970), UCI's "13085.0" ids are
+    # 13085, a European export's 1.234,50 is 1234.5: on both engines
+    cdnow = _write(
+        tmp_path / "cdnow.csv",
+        "customer_id,date,quantity,amount\n00001,19970101,1,11.77\n13085.0,19980630,2,5\n",
+    )
+    euro = _write(tmp_path / "euro.csv", "Kunde;Datum;Betrag\nK1;31.12.2025 14:30;1.234,50\n")
+    for engine, limit in (("spark", 0), ("duckdb", None)):
+        result, good, _ = _engine_outputs(
+            spark, local_store, cdnow, f"cdnow-{engine}", limit,
+            InputOptions(column_map={"event_time": "date"}),
+        )  # fmt: skip
+        assert [(r["customer_id"], r["event_time"].date()) for r in good] == [
+            ("00001", dt.date(1997, 1, 1)),
+            ("13085", dt.date(1998, 6, 30)),
+        ], engine
+        result, good, _ = _engine_outputs(
+            spark, local_store, euro, f"euro-{engine}", limit,
+            InputOptions(column_map={"customer_id": "kunde", "event_time": "datum",
+                                     "amount": "betrag"}),
+        )  # fmt: skip
+        assert [(r["amount"], r["event_time"]) for r in good] == [
+            (1234.5, dt.datetime(2025, 12, 31, 14, 30))
+        ], engine
 
 
 def test_a_log_whose_first_rows_fit_day_and_month_first_is_read_as_the_whole_column_says(
