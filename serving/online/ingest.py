@@ -30,6 +30,7 @@ from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     EPOCH_MILLIS_DIGITS,
     EPOCH_SECONDS_DIGITS,
+    EVENT_TYPE_SYNONYMS,
     INTEGRAL_DECIMAL_ID,
     OPTIONAL_DEFAULTS,
     QUARANTINE_REASONS,
@@ -133,9 +134,13 @@ def event_json_schema() -> dict[str, object]:
 
 def _parse_json(body: bytes) -> pa.Table:
     try:
-        rows = json.loads(body, parse_constant=_NotJson)
+        rows = json.loads(body, parse_constant=_NotJson)  # a UTF-8 byte-order mark is skipped
     except (ValueError, UnicodeDecodeError) as exc:
         raise refused("body", f"body is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise refused(
+            "body", "body is not valid JSON (arrays or objects nested too deep)"
+        ) from None
     if not isinstance(rows, list):
         raise refused("body", "a JSON array of event objects")
     if not rows:
@@ -378,7 +383,9 @@ def check_contract(raw: pa.Table) -> CheckedEvents:
         "customer_id": ids,
         "event_time": times,
         "amount": amount,
-        "event_type": _text_or(raw, "event_type", OPTIONAL_DEFAULTS["event_type"]),
+        "event_type": _event_type_names(
+            _text_or(raw, "event_type", OPTIONAL_DEFAULTS["event_type"])
+        ),
         "category": _text_or(raw, "category", None),
         "channel": _text_or(raw, "channel", None),
     }
@@ -416,6 +423,17 @@ def check_contract(raw: pa.Table) -> CheckedEvents:
 
 def _flags(mask: pa.Array) -> np.ndarray:
     return pc.fill_null(mask, True).to_numpy(zero_copy_only=False)
+
+
+_SYNONYMS = pa.array(list(EVENT_TYPE_SYNONYMS), pa.string())
+_NAMES = pa.array(list(EVENT_TYPE_SYNONYMS.values()), pa.string())
+
+
+def _event_type_names(types: pa.Array) -> pa.Array:
+    """Event types as validation names them (``transaction`` is ``purchase``:
+    :data:`EVENT_TYPE_SYNONYMS`), others kept."""
+    at = pc.index_in(pc.utf8_lower(types), value_set=_SYNONYMS)
+    return pc.if_else(pc.is_valid(at), pc.take(_NAMES, at), types)
 
 
 def _text_or(raw: pa.Table, name: str, default: str | None) -> pa.Array:

@@ -538,15 +538,23 @@ def check_required_columns(columns: Sequence[str]) -> None:
         )
 
 
+NO_AMOUNT_ADVICE = (
+    "; a log without purchase values (views and transactions only, like RetailRocket's "
+    "events.csv) needs them: join each purchase's value from your orders, or add a column "
+    "amount with one value on every row (e.g. 1) to rank customers by recency and frequency "
+    "alone (the amount features are then constant)"
+)
+
+
 def _map_advice(missing: list[str], columns: list[str]) -> str:
     """``--map`` options that read the missing columns from likely input columns, or the form."""
     hints = column_map_hints(missing, columns)
-    if not hints:
-        return "rename with --map column=yours"
     options = " ".join(f"--map {c}={shlex.quote(source)}" for c, source in hints.items())
-    advice = f"if these are yours: {options}"
+    advice = f"if these are yours: {options}" if hints else "rename with --map column=yours"
     if letters_only(hints.get("amount", "")) in UNIT_PRICE_NAMES:
         advice += " (amount is the event's total value: a unit price undercounts multi-item rows)"
+    if "amount" in missing and "amount" not in hints:
+        advice += NO_AMOUNT_ADVICE
     return advice
 
 

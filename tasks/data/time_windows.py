@@ -111,8 +111,15 @@ def events_after_possible(validated: EventSpan, score: Cutoff) -> bool:
 def check_labels(positive_rate: float, n: int, as_of: dt.date, horizon_days: int) -> None:
     """Training needs both classes: a single class in the labels is an input error."""
     if positive_rate in (0.0, 1.0):
+        none_bought = (
+            "; a label counts events whose event_type is purchase (or a synonym such as "
+            "transaction or order: docs/data-contract.md): a log that names purchases "
+            "otherwise needs that value rewritten to purchase"
+            if positive_rate == 0.0
+            else ""
+        )
         raise HybridflowInputError(
             f"all {n} training labels are {int(positive_rate)} for as_of {as_of} and "
             f"horizon {horizon_days} days: the model needs both "
-            "buyers and non-buyers (try another --as-of or --horizon-days)"
+            f"buyers and non-buyers (try another --as-of or --horizon-days){none_bought}"
         )

@@ -31,6 +31,7 @@ from tasks.definitions.contract import (
     INTEGRAL_DECIMAL_ID,
     OPTIONAL_DEFAULTS,
     WHOLE_DOUBLES,
+    event_type_sql,
 )
 
 SQL_FUNCTIONS = {
@@ -65,6 +66,8 @@ def conform_events(
             typed.append(F.when(whole, q.try_cast("int")).alias("quantity"))
         else:
             col = F.trim(F.col(name).cast("string"))
+            if name == "event_type":  # the contract's names for the synonyms logs use
+                col = F.expr(event_type_sql(f"trim(CAST(`{name}` AS STRING))"))
             fallback = F.lit(default).cast("string")
             typed.append(F.when((col.isNull()) | (col == ""), fallback).otherwise(col).alias(name))
     return df.select(*typed, *src, _row_key(df))

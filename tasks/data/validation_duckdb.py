@@ -51,6 +51,7 @@ from tasks.definitions.contract import (
     QUARANTINE_REASONS,
     REASON_DUPLICATE,
     WHOLE_DOUBLES,
+    event_type_sql,
 )
 
 MICROS = 1_000_000
@@ -415,6 +416,8 @@ class InProcessValidation:
         default = OPTIONAL_DEFAULTS[name]
         fallback = "NULL" if default is None else f"'{default}'"
         trimmed = f"trim({text}, ' ')"
+        if name == "event_type":  # the contract's names for the synonyms logs use
+            trimmed = event_type_sql(trimmed)
         return f"CASE WHEN coalesce({trimmed}, '') = '' THEN {fallback} ELSE {trimmed} END"
 
     def _input_text(self, name: str, value: str) -> str:

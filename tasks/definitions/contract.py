@@ -79,6 +79,18 @@ WHOLE_DOUBLES = 2**53
 holds each of them exactly; Spark would write ``12345678.0`` as ``1.2345678E7``)."""
 
 
+def event_type_name(text: str) -> str:
+    """An event type (trimmed) as the contract names it (:data:`EVENT_TYPE_SYNONYMS`)."""
+    return EVENT_TYPE_SYNONYMS.get(text.lower(), text)
+
+
+def event_type_sql(text: str) -> str:
+    """SQL, in Spark's and DuckDB's dialect alike, for :func:`event_type_name` of the trimmed
+    text ``text``."""
+    cases = " ".join(f"WHEN '{alias}' THEN '{name}'" for alias, name in EVENT_TYPE_SYNONYMS.items())
+    return f"CASE lower({text}) {cases} ELSE {text} END"
+
+
 def customer_id_text(text: str) -> str:
     """A customer id as every stage holds it: trimmed of spaces, a zero fraction dropped
     (:data:`INTEGRAL_DECIMAL_ID`)."""
@@ -86,6 +98,33 @@ def customer_id_text(text: str) -> str:
     match = re.fullmatch(INTEGRAL_DECIMAL_ID, trimmed)
     return match.group(1) if match else trimmed
 
+
+EVENT_TYPE_SYNONYMS: dict[str, str] = {
+    "purchase": "purchase",
+    "transaction": "purchase",  # RetailRocket
+    "order": "purchase",
+    "sale": "purchase",
+    "buy": "purchase",
+    "view": "view",
+    "pageview": "view",
+    "page_view": "view",
+    "product_view": "view",
+    "view_item": "view",  # Google Analytics 4
+    "add_to_cart": "add_to_cart",
+    "addtocart": "add_to_cart",  # RetailRocket
+    "cart": "add_to_cart",  # REES46
+    "add-to-cart": "add_to_cart",
+    "add to cart": "add_to_cart",
+    "add_to_basket": "add_to_cart",
+    "return": "return",
+    "returned": "return",
+    "refund": "return",
+}
+"""Event types public logs write, by their lower-case text, and the contract's name for each:
+``purchase`` (what the label and the purchase features count), ``view``, ``add_to_cart`` and
+``return`` (the event mix). Every reader (both engines' validation, ``POST /events``) gives a
+trimmed event type in this table its contract name (``Transaction`` is ``purchase``) and keeps
+any other as it is (``remove_from_cart``: an event, not a purchase)."""
 
 _INTEGRAL = {"tinyint", "smallint", "int", "bigint"}
 _NUMERIC = _INTEGRAL | {"float", "double", "decimal"}

@@ -157,6 +157,37 @@ def test_curl_expect_100_continue_and_an_arrow_file(server, tmp_path):
     assert "HTTP/1.1 100 Continue" not in done.stderr  # refused before the body was sent
 
 
+def test_a_client_without_the_token_is_refused_before_its_body(server, tmp_path):
+    """The ingest token is checked before the body is read: curl's ``Expect: 100-continue``
+    gets the 401/403 instead of the go-ahead, and never uploads the body (before: the whole
+    body was read, up to 32 MiB a connection for anyone, then refused)."""
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(_events("no-token", 5_000)))
+    for auth, status, text in (
+        ([], 401, "authorization: bearer token required"),
+        (["-H", "Authorization: Bearer wrong"], 403, "authorization: wrong token"),
+    ):
+        done = _curl(
+            f"{server.url}/events",
+            *auth,
+            "-H",
+            "Content-Type: application/json",
+            "-H",
+            "Expect: 100-continue",
+            "--data-binary",
+            f"@{path}",
+        )
+        got, answer = _curl_answer(done)
+        assert got == status and text in answer["detail"], answer
+        assert "HTTP/1.1 100 Continue" not in done.stderr, done.stderr
+    done = _curl(
+        f"{server.url}/events", "-H", "Content-Type: application/json", "--data-binary", f"@{path}"
+    )
+    assert "www-authenticate: Bearer" in done.stderr.lower().replace("bearer", "Bearer")
+    r = requests.get(f"{server.url}/events", timeout=30)  # the method first: 405, not 401
+    _error(r, 405, "GET is not allowed on /events: send POST")
+
+
 def test_gzip_bodies_are_read_and_a_gzip_bomb_is_413(server):
     plain = _events("gzip-plain")
     packed = [{**e, "customer_id": "gzip-packed"} for e in plain]
@@ -276,6 +307,23 @@ def test_bodies_the_endpoint_cannot_read_are_named(server):
     nan = json.dumps({"features": {"recency_days": float("inf")}})
     r = requests.post(f"{server.url}/predict", data=nan, timeout=30)
     _error(r, 422, "features.recency_days: must be a finite number")
+
+
+def test_windows_byte_order_marks_and_deep_nesting(server):
+    """Notepad and PowerShell 5 write UTF-8 files with a byte-order mark: both endpoints skip it
+    (before: /predict answered 'not valid JSON'); arrays nested 10,000 deep are a 422 (before:
+    /events answered 500, a RecursionError)."""
+    bom = b"\xef\xbb\xbf"
+    r = requests.post(f"{server.url}/predict", data=bom + b'{"customer_id": "c1"}', timeout=30)
+    assert r.status_code == 200 and r.json()["customer_id"] == "c1", r.text
+    body = bom + json.dumps(_events("bom")).encode()
+    r = requests.post(f"{server.url}/events", data=body, headers=AUTH, timeout=30)
+    assert r.status_code == 200 and r.json()["accepted"] == 3, r.text
+    deep = b"[" * 10_000 + b"]" * 10_000
+    r = requests.post(f"{server.url}/events", data=deep, headers=AUTH, timeout=30)
+    _error(r, 422, "body: body is not valid JSON (arrays or objects nested too deep)")
+    r = requests.post(f"{server.url}/predict", data=deep, timeout=30)
+    _error(r, 422, "body: body is not valid JSON (recursion limit exceeded")
 
 
 def test_every_refusal_has_the_one_error_shape(server):

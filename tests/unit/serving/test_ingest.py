@@ -149,6 +149,7 @@ EVENT = {"customer_id": "c1", "event_time": "2025-07-01T10:00:00Z", "amount": 1.
             422,
             "amount: required column(s) amount missing",
         ),
+        (b"[" * 100_000 + b"]" * 100_000, None, 422, "body: body is not valid JSON (arrays or"),
         (json.dumps([EVENT]).encode(), "text/csv", 415, "content-type: 'text/csv'"),
         (json.dumps([EVENT]).encode(), "multipart/form-data; boundary=x", 415, "'multipart"),
         (b"\x00\x01not arrow", IPC_MEDIA_TYPE, 422, "body: body is not an Arrow IPC stream"),
@@ -276,6 +277,11 @@ def test_extra_copies_are_the_rows_repeating_an_earlier_valid_row_exactly(seed):
 def test_json_is_read_under_the_labels_clients_give_it(content_type):
     events = parse_events(json.dumps([EVENT]).encode(), content_type)
     assert events.column("customer_id").to_pylist() == ["c1"]
+
+
+def test_a_utf8_byte_order_mark_is_skipped():
+    body = b"\xef\xbb\xbf" + json.dumps([EVENT]).encode()
+    assert parse_events(body, "application/json").column("customer_id").to_pylist() == ["c1"]
 
 
 def test_epoch_numbers_are_the_times_validate_reads_from_epoch_texts():

@@ -15,12 +15,19 @@ from infra.errors import HybridflowInputError
 from tasks.data.input_formats import (
     InputOptions,
     amounts_use_decimal_comma,
+    check_required_columns,
     choose_timestamp_format,
     detect_delimiter,
     detect_format,
     inspect_events,
 )
-from tasks.definitions.contract import column_map_hints, customer_id_text
+from tasks.definitions.contract import (
+    EVENT_TYPE_SYNONYMS,
+    column_map_hints,
+    customer_id_text,
+    event_type_name,
+)
+from tasks.definitions.feature_specs import EVENT_TYPE_MIX
 
 
 def test_delimiter_is_the_one_that_splits_the_header_most():
@@ -268,3 +275,19 @@ def test_a_customer_id_with_a_zero_fraction_is_its_integer():
     assert customer_id_text("007.0") == "007"
     for kept in ("13085.5", "1.3085E4", "a.0", "13085.", "c1", "13085.0\n"):
         assert customer_id_text(kept) == kept.strip(" ")
+
+
+def test_a_log_without_amounts_is_told_how_to_run():
+    # RetailRocket's events.csv: views, carts and transactions, no value
+    with pytest.raises(HybridflowInputError) as caught:
+        check_required_columns(["timestamp", "customer_id", "event", "itemid", "transactionid"])
+    message = str(caught.value)
+    assert "amount" in message and "RetailRocket" in message and "one value on every row" in message
+
+
+def test_public_event_types_get_the_contract_s_names():
+    assert [event_type_name(t) for t in ("Transaction", "cart", "addtocart", "PageView")] == [
+        "purchase", "add_to_cart", "add_to_cart", "view",
+    ]  # fmt: skip
+    assert event_type_name("remove_from_cart") == "remove_from_cart"
+    assert set(EVENT_TYPE_SYNONYMS.values()) == {"purchase", *EVENT_TYPE_MIX}

@@ -57,7 +57,7 @@ def test_windows_the_features_stage_asks_about():
     assert history_too_short(Span(), Cutoff(name="backtest", at=dt.datetime(2025, 3, 1))) is None
     assert events_after_possible(Span(), Cutoff(name="score", at=dt.datetime(2025, 6, 1)))
     assert not events_after_possible(Span(), Cutoff(name="score", at=dt.datetime(2025, 7, 1)))
-    with pytest.raises(HybridflowInputError, match="both"):
+    with pytest.raises(HybridflowInputError, match="both.*rewritten to purchase"):
         check_labels(0.0, 10, LAST.date(), 30)
 
 

@@ -50,6 +50,9 @@ EDGE_ROWS = [
     ("e", T, 1.25e-5, "purchase", 0, "x", "web"),  # invalid quantities
     ("e", T, 123456789.125, "purchase", -3, "x", "web"),
     ("f", T, 2.5, "purchase", 1, "x", "web"),
+    ("g", T, 3.0, "Transaction", 1, "x", "web"),  # public logs' names: purchase
+    ("g", T + US, 3.0, " cart ", 1, "x", "web"),  # add_to_cart
+    ("g", T + 2 * US, 3.0, "remove_from_cart", 1, "x", "web"),  # kept as it is
 ]
 SCHEMA = GOOD_EVENTS_SCHEMA.set(4, pa.field("quantity", pa.int64()))  # as users write it
 
