@@ -62,9 +62,8 @@ from bench.bench_serving import (
     SECONDS,
     WARMUP_SECONDS,
     _env,
-    _finish_load,
+    _load,
     _server,
-    _start_load,
 )
 
 SEED_EVENTS = 400_000
@@ -215,8 +214,8 @@ def _predict_rows(rng, root: Path, endpoint, replica, snapshot_only, start_us: i
 
     batches = int((SECONDS + WARMUP_SECONDS + 1.5) * GOAL_EVENTS_S / 2 / PACED_BATCH)
     live_span = int(PACED_BATCH / (GOAL_EVENTS_S / 2) * 1e6)  # a batch's time at the rate
-    idle_base = _finish_load(_start_load(snapshot_only, 1, SECONDS))
-    idle = _finish_load(_start_load(endpoint, 1, SECONDS))
+    idle_base = _load(snapshot_only, 1, SECONDS)
+    idle = _load(endpoint, 1, SECONDS)
     measured = [("idle", "the endpoint, nothing streaming", idle, None)]
     runs = (
         ("same load", "snapshot only", snapshot_only, live_span),
@@ -253,6 +252,8 @@ def _predict_rows(rng, root: Path, endpoint, replica, snapshot_only, start_us: i
                 "base_p50_ms": idle_base["p50_ms"],
                 "base_p99_ms": idle_base["p99_ms"],
                 "base_rps": idle_base["rps"],
+                "cpu_us_per_req": during["cpu_us_per_req"],
+                "base_cpu_us_per_req": idle_base["cpu_us_per_req"],
                 **(
                     {}
                     if streaming is None
@@ -260,6 +261,7 @@ def _predict_rows(rng, root: Path, endpoint, replica, snapshot_only, start_us: i
                         "ratio_same_load": during["rps"] / same_load["rps"],
                         "same_load_p99_ms": same_load["p99_ms"],
                         "same_load_rps": same_load["rps"],
+                        "same_load_cpu_us_per_req": same_load["cpu_us_per_req"],
                         "sender_cores": streaming["sender_cpu_s"] / streaming["seconds"],
                         "serving_cores": streaming["serving_cores"],
                         "request_process_cores": streaming["request_process_cores"],
@@ -292,7 +294,7 @@ def _predict_while_ingesting(
     )
     sender.start()
     time.sleep(0.5)
-    during = _finish_load(_start_load(serving, 1, SECONDS))
+    during = _load(serving, 1, SECONDS)
     sender.join()
     streaming["wall_s"] = time.perf_counter() - started
     streaming["rate"] = streaming["events"] / streaming["seconds"]

@@ -97,14 +97,14 @@ def events_path(args: argparse.Namespace) -> Path:
     return resolve_events_path(args.events)
 
 
-def check_events_and_start_engines(args: argparse.Namespace) -> None:
+def check_events_and_start_engines(args: argparse.Namespace) -> bool:
     """Fail on a missing or unreadable input, a ``--map`` that does not fit it or a missing
     required column from the files' headers and footers alone, before the flows import and
     Prefect's API starts (an input error, exit 2); then start Prefect's temporary API (without
     a configured one) and, unless every CPU stage will run in this process (the stages' engine
     choice on the events, the largest input: :func:`tasks.data.engine_choice.run_needs_spark`),
     the JVM, sized for the input's rows, in the background while the caller imports and starts
-    its flow."""
+    its flow. True when it started the JVM (the run has Spark stages)."""
     from infra.compute.spark import SparkOnDemand, start_spark_in_background
     from infra.prefect_runtime.api import start_temporary_api
     from infra.settings import get_settings
@@ -118,10 +118,12 @@ def check_events_and_start_engines(args: argparse.Namespace) -> None:
     found = inspect_events(events_path(args), options)
     start_temporary_api(settings)
     cluster = SparkOnDemand(settings).local_cores() is None
-    if run_needs_spark(
+    if not run_needs_spark(
         engine_inputs(found, settings.in_process_rows, cluster, options.timestamp_format)
     ):
-        start_spark_in_background(settings, found.rows_estimate)
+        return False
+    start_spark_in_background(settings, found.rows_estimate)
+    return True
 
 
 def _input_options(args: argparse.Namespace) -> dict[str, Any]:

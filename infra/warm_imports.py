@@ -4,6 +4,12 @@ process waits on Spark (a Py4J call releases the GIL; a small input leaves the s
 torch imports ``torch._dynamo`` when the first optimiser is created (1.2-1.9 s on a 2-core box);
 in a whole run that happens in the train stage, after the Spark stages. The stage that needs it
 calls :func:`finish_warm_imports` first, so that it never imports concurrently with the thread.
+
+``hybridflow run`` starts the thread only when the run has Spark stages. With every stage in
+this process (DuckDB, on all cores, handing back to Python often) the thread bought nothing and
+cost twice: validate and features took as much longer as the imports overlapped them, and
+``torch._dynamo`` (1.8 s of CPU with sympy) loaded even when no network was fitted (every fit
+reused): a 64k-event run's CPU 8.8 -> 6.8 s (docs/benchmarks.md, issue 34).
 """
 
 from __future__ import annotations

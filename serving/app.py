@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 
 from infra.settings import ServingSettings
 from serving.api_map import api_map
-from serving.bodies import body_format, unsupported_media
+from serving.bodies import BodyProblem, body_format, unsupported_media
 from serving.holder import ModelHolder, ServingState
 from serving.metrics import ServingMetrics
 from serving.middleware import LimitsAndMetrics
@@ -148,19 +148,29 @@ def features_as_of(state: ServingState, fresh: FreshRows | None) -> str | None:
     return None
 
 
-def bearer_problem(request: Request, token: str | None, disabled: str) -> JSONResponse | None:
-    """401 without a bearer token, 403 with a wrong one or when none is set (``disabled`` says
-    which setting enables it); None when the request carries the token."""
+def bearer_refusal(authorization: str, token: str | None, disabled: str) -> BodyProblem | None:
+    """401 without a bearer token (``WWW-Authenticate: Bearer``), 403 with a wrong one or when
+    none is set (``disabled`` says which setting enables it); None for the right token."""
     if token is None:
-        return problem(403, "authorization", disabled)
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return BodyProblem(403, "authorization", disabled)
+    scheme, _, given = authorization.partition(" ")
     if scheme.lower() != "bearer" or not given:
-        response = problem(401, "authorization", "bearer token required")
-        response.headers["WWW-Authenticate"] = "Bearer"
-        return response
+        return BodyProblem(
+            401, "authorization", "bearer token required", {"WWW-Authenticate": "Bearer"}
+        )
     if not hmac.compare_digest(given.encode(), token.encode()):
-        return problem(403, "authorization", "wrong token")
+        return BodyProblem(403, "authorization", "wrong token")
     return None
+
+
+def bearer_problem(request: Request, token: str | None, disabled: str) -> JSONResponse | None:
+    """:func:`bearer_refusal` of a request as an answer; None when it carries the token."""
+    refusal = bearer_refusal(request.headers.get("authorization", ""), token, disabled)
+    if refusal is None:
+        return None
+    response = problem(refusal.status, refusal.field, refusal.message)
+    response.headers.update(refusal.headers)
+    return response
 
 
 def route_problem(request: Request, exc: HTTPException, routes: list[str]) -> JSONResponse:
@@ -332,11 +342,17 @@ def create_app(
 
     app.add_route("/predict", predict, methods=["POST"])
 
+    ingest_disabled = "ingestion is disabled: set HYBRIDFLOW_SERVE__INGEST__TOKEN"
+
+    def events_guard(authorization: str) -> BodyProblem | None:
+        """The token, checked by the middleware before the body is read: a client without
+        it is answered at once (never 100 Continue) and never costs the endpoint its body."""
+        return bearer_refusal(authorization, ingest_token, ingest_disabled)
+
     async def events(request: Request) -> Response:
         """Append a batch of events to the log and apply it (bearer token required): a JSON
         array, or an Arrow IPC stream; all of it, or nothing with the reasons."""
-        disabled = "ingestion is disabled: set HYBRIDFLOW_SERVE__INGEST__TOKEN"
-        if (refusal := bearer_problem(request, ingest_token, disabled)) is not None:
+        if (refusal := bearer_problem(request, ingest_token, ingest_disabled)) is not None:
             return refusal
         if online is None or not settings.ingest.online:
             return problem(503, "online", "the online state is off on this endpoint")
@@ -366,6 +382,7 @@ def create_app(
         settings.max_body_bytes,
         settings.body_timeout_s,
         route_body_bytes={"/events": settings.ingest.max_body_bytes},
+        route_guards={("POST", "/events"): events_guard},
     )
 
 

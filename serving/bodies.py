@@ -33,11 +33,15 @@ BodyFormat = Literal["json", "arrow"]
 
 
 class BodyProblem(Exception):
-    """A body that cannot be read as sent: its HTTP status and the header or part to blame."""
+    """A body that cannot be read as sent (or must not be read: no token), with its HTTP status,
+    the header or part to blame and the answer's own headers."""
 
-    def __init__(self, status: int, field: str, message: str) -> None:
+    def __init__(
+        self, status: int, field: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(f"{field}: {message}")
         self.status, self.field, self.message = status, field, message
+        self.headers = headers or {}
 
 
 def media_type(content_type: str) -> str:

@@ -26,6 +26,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+Guard = Callable[[str], BodyProblem | None]
+"""A route's check of a request's ``Authorization`` header before its body is read: the
+refusal, or None to read it."""
 CLIENT_GONE = 499  # nginx's "client closed request": no response could be sent
 INLINE_DECODE_BYTES = 64 * 1024  # larger compressed bodies are decompressed in a thread
 
@@ -49,12 +52,14 @@ class LimitsAndMetrics:
         max_body_bytes: int,
         body_timeout_s: float,
         route_body_bytes: dict[str, int] | None = None,
+        route_guards: dict[tuple[str, str], Guard] | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
         self.route_body_bytes = route_body_bytes or {}  # a route's own limit (POST /events)
+        self.route_guards = route_guards or {}  # (method, path): checked before the body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,6 +77,9 @@ class LimitsAndMetrics:
         limit = self.route_body_bytes.get(scope["path"], self.max_body_bytes)
         try:
             try:
+                guard = self.route_guards.get((scope["method"], scope["path"]))
+                if guard is not None and (refusal := guard(_header(scope, b"authorization"))):
+                    raise refusal
                 codings = content_codings(_header(scope, b"content-encoding"))
                 async with asyncio.timeout(self.body_timeout_s):
                     body = await self._read_body(scope, receive, limit)
@@ -79,7 +87,7 @@ class LimitsAndMetrics:
                     body = await _decoded(body, codings, limit)
                     scope = _plain_scope(scope, len(body))
             except BodyProblem as exc:
-                await _send_problem(send_and_note, exc.status, exc.message, exc.field)
+                await _send_problem(send_and_note, exc.status, exc.message, exc.field, exc.headers)
                 return
             except BodyTooLarge:
                 await _send_problem(send_and_note, 413, f"larger than {limit} bytes")
@@ -155,18 +163,28 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _send_problem(send: Send, status: int, message: str, field: str = "body") -> None:
+async def _send_problem(
+    send: Send,
+    status: int,
+    message: str,
+    field: str = "body",
+    headers: dict[str, str] | None = None,
+) -> None:
     """An error answer about the body that closes the connection (the rest of the body, if
-    any, is not read)."""
+    any, is not read: a client that sent ``Expect: 100-continue`` never sends it)."""
     await _send_json(
         send,
         status,
         {"detail": f"{field}: {message}", "errors": [{"field": field, "message": message}]},
+        headers,
     )
 
 
-async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
+async def _send_json(
+    send: Send, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+) -> None:
     body = json.dumps(payload).encode()
+    extra = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send(
         {
             "type": "http.response.start",
@@ -175,6 +193,7 @@ async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 (b"connection", b"close"),
+                *extra,
             ],
         }
     )

@@ -57,12 +57,15 @@ def pipeline_params(args: argparse.Namespace) -> PipelineParams:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline flow and print its summary."""
-    check_events_and_start_engines(args)
+    spark_stages = check_events_and_start_engines(args)
     from flows.pipeline import pipeline_flow
 
-    # what the train stage imports, in the background while the CPU stages run (not before
-    # the first stage: on a small box it would compete with the way there)
-    startup.at_first_stage(start_warm_imports)
+    if spark_stages:
+        # what the train stage imports, in the background while the JVM does the CPU stages
+        # (not before the first stage: on a small box it would compete with the way there);
+        # not beside stages in this process: DuckDB's threads and the GIL make them slower by
+        # what the thread's imports cost (infra.warm_imports)
+        startup.at_first_stage(start_warm_imports)
     with prefect_api():
         summary = pipeline_flow(pipeline_params(args))
     print(summary.model_dump_json() if args.json else format_summary(summary))

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
+    import torch
 
 log = logging.getLogger(__name__)
 
 
 def select_device(prefer: str = "auto", local_rank: int = 0) -> torch.device:
     """``cuda`` (the local rank's GPU) when available, else ``cpu`` with a logged warning."""
+    import torch
+
     if prefer not in ("auto", "cuda", "cpu"):
         raise ValueError(f"device must be auto, cuda or cpu, not {prefer!r}")
     if prefer != "cpu" and torch.cuda.is_available():
@@ -33,6 +37,8 @@ def available_cores() -> int:
 def configure_accelerator(device: torch.device) -> None:
     """TF32 matmuls and cuDNN autotuning on CUDA; nothing to do on CPU."""
     if device.type == "cuda":
+        import torch
+
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
         torch.backends.cudnn.benchmark = True

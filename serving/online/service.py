@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime as dt
+import functools
 import io
 import logging
 import re
@@ -404,7 +405,9 @@ def _read_events(store: ObjectStore, key: str) -> pa.Table:
     return out.filter(pc.is_valid(out.column("event_time")))
 
 
+@functools.lru_cache(maxsize=256)
 def iso_time(micros: int) -> str:
-    """A time in microseconds since the epoch as ISO-8601 UTC text."""
+    """A time in microseconds since the epoch as ISO-8601 UTC text (the last few remembered:
+    every request answers its ``features_as_of``, which moves only when events are applied)."""
     moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
     return moment.isoformat().replace("+00:00", "Z")

@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from infra.settings import CalibrationMethod, TrainingSettings
 from tasks.ml.baseline import LogisticBaseline, baseline_columns, fit_baseline
@@ -33,6 +33,9 @@ from tasks.ml.metrics import quality_metrics
 from tasks.ml.models import FamilySpec, FitJob, FittedModel, get_family
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SPLITS, SnapshotStream
+
+if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
+    import torch
 
 log = logging.getLogger(__name__)
 

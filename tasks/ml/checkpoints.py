@@ -25,7 +25,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import torch
 from pydantic import BaseModel, Field
 
 from infra.errors import ChecksumMismatchError, StoreError
@@ -158,6 +157,8 @@ class CheckpointStore:
     def _serialize(
         self, state: dict[str, Any], fields: dict[str, Any]
     ) -> tuple[Path, CheckpointManifest]:
+        import torch
+
         path = Path(tempfile.mkdtemp(prefix="hf-ckpt-")) / CHECKPOINT_STATE
         torch.save(state, path)
         manifest = CheckpointManifest(

@@ -14,12 +14,13 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from infra.child_processes import die_with_parent
 from infra.compute.devices import select_device
+
+if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +46,17 @@ class DistContext:
     def barrier(self) -> None:
         """Wait for every rank (no-op for one process)."""
         if self.distributed:
+            import torch.distributed as dist
+
             dist.barrier()
 
     def broadcast_from_main(self, values: list[float], device: torch.device) -> list[float]:
         """Rank 0's ``values`` on every rank, so all ranks take the same early-stopping step."""
         if not self.distributed:
             return values
+        import torch
+        import torch.distributed as dist
+
         t = torch.tensor(values, dtype=torch.float64, device=device)
         dist.broadcast(t, src=0)
         return t.tolist()
@@ -58,6 +64,8 @@ class DistContext:
 
 def init_distributed(device_preference: str = "auto") -> tuple[DistContext, torch.device]:
     """Join the torchrun process group when there is one; pick this rank's device."""
+    import torch.distributed as dist
+
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -72,6 +80,8 @@ def init_distributed(device_preference: str = "auto") -> tuple[DistContext, torc
 
 def shutdown_distributed() -> None:
     """Leave the process group (if any)."""
+    import torch.distributed as dist
+
     if dist.is_initialized():
         dist.destroy_process_group()
 

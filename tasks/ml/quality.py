@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from infra.settings import HybridflowSettings
 from infra.storage.datasets import local_dataset_dir, read_dataset_manifest, release_local_dir
@@ -19,6 +17,9 @@ from tasks.ml.evaluation import BacktestReport, BacktestWindows, ModelEvaluation
 from tasks.ml.models import FamilySpec, FittedModel
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SPLITS, SnapshotStream
+
+if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
+    import torch
 
 log = logging.getLogger(__name__)
 

@@ -21,17 +21,19 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import torch
 
 from infra.storage.store import sha256_bytes
 from tasks.definitions.examples import ORIGIN, SEQUENCE_PREFIX, sequence_element
 from tasks.ml.model_inputs import input_matrix, source_columns
+
+if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
+    import torch
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
@@ -92,6 +94,8 @@ class SnapshotStream:
         if self.origin is not None:
             keep &= self._at_origin(rb.column(ORIGIN)).to_numpy(zero_copy_only=False)
         if self.train_fraction < 1.0:
+            import pandas as pd
+
             ids = rb.column("customer_id").to_numpy(zero_copy_only=False).astype(object)
             keep &= pd.util.hash_array(ids) % SAMPLE_BUCKETS < self.train_fraction * SAMPLE_BUCKETS
         return keep
@@ -270,6 +274,8 @@ class SnapshotStream:
         Rank ``r`` takes the global indices ``g`` with ``g % world_size == r``; every rank gets
         the same number of batches. Chunks entirely before ``start`` are read but not converted.
         """
+        import torch
+
         usable = self.batches_per_epoch(batch_size, world_size)
         offset = 0
         for x, y in self.chunks("train", seed, epoch):
@@ -294,6 +300,8 @@ class SnapshotStream:
         """A content hash of the snapshot (ids, labels, float32 features, origins; row order
         ignored), so re-publishing the same data under new file names gives the same
         fingerprint."""
+        import pandas as pd
+
         digest = {"features": self.features}
         for split, info in self.splits.items():
             total = np.uint64(0)

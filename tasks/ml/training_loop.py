@@ -23,23 +23,12 @@ from torch import nn
 from infra.settings import TrainingSettings
 from tasks.ml.checkpoints import CheckpointPolicy
 from tasks.ml.ddp import DistContext
+from tasks.ml.epoch_record import EpochRecord
 from tasks.ml.logistic import sigmoid
 from tasks.ml.metrics import log_loss, roc_auc
 from tasks.ml.snapshot_reader import SnapshotStream
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class EpochRecord:
-    """Metrics of one epoch."""
-
-    epoch: int
-    train_loss: float
-    val_logloss: float
-    val_auc: float
-    seconds: float
-    learning_rate: float = 0.0
 
 
 @dataclass

@@ -14,8 +14,6 @@ import re
 import zipfile
 from typing import Any
 
-import torch
-
 _BLOCKED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 _UNPICKLER_ERROR = re.compile(r"WeightsUnpickler error:\s*(.+?)\s*(?:\n\n|$)", re.S)
 
@@ -27,6 +25,8 @@ class WeightsUnreadableError(ValueError):
 def load_weights(data: bytes) -> Any:
     """``torch.load(weights_only=True)`` of ``data`` onto the CPU; WeightsUnreadableError with a
     one-line reason when torch refuses or cannot parse it."""
+    import torch
+
     try:
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile) as exc:

@@ -19,8 +19,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
 from pydantic import BaseModel, Field
 
 from infra.errors import HybridflowInputError
@@ -32,11 +32,11 @@ from infra.storage.registry import AliasRecord, ModelManifest, ModelRegistry, ne
 from infra.storage.store import ObjectStore, sha256_bytes
 from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
 from tasks.ml.ddp import DistContext
+from tasks.ml.epoch_record import EpochRecord
 from tasks.ml.models import FamilySpec, FitJob, FitOutcome, get_family
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.quality import judge_candidate
 from tasks.ml.snapshot_reader import SnapshotStream
-from tasks.ml.training_loop import EpochRecord
 from tasks.ml.warm_start import CODE_VERSION, StartPoint, choose_start, training_id
 from tasks.reporting.records import (
     FeaturesResult,
@@ -44,6 +44,9 @@ from tasks.reporting.records import (
     StageReport,
     contender_stage,
 )
+
+if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
+    import torch
 
 log = logging.getLogger(__name__)
 

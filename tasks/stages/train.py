@@ -31,13 +31,13 @@ from infra.warm_imports import finish_warm_imports
 from tasks.ml.baseline import BASELINE_FAMILY
 from tasks.ml.champion import LeaderboardRow, champion_line, crown, judged_figures, judging_basis
 from tasks.ml.ddp import init_distributed, launch_ddp_training
+from tasks.ml.epoch_record import EpochRecord
 from tasks.ml.evaluation import ModelEvaluation
 from tasks.ml.gate import RecipeBacktest, gate_and_promote
 from tasks.ml.models import FamilySpec, family_specs
 from tasks.ml.promotion import GateFigures, PromotionDecision
 from tasks.ml.quality import run_backtest
 from tasks.ml.snapshot_reader import SnapshotStream
-from tasks.ml.training_loop import EpochRecord
 from tasks.ml.warm_start import CODE_VERSION
 from tasks.policy.contending import (
     MIN_EXAMPLES_PER_CLASS,

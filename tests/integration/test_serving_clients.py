@@ -157,6 +157,37 @@ def test_curl_expect_100_continue_and_an_arrow_file(server, tmp_path):
     assert "HTTP/1.1 100 Continue" not in done.stderr  # refused before the body was sent
 
 
+def test_a_client_without_the_token_is_refused_before_its_body(server, tmp_path):
+    """The ingest token is checked before the body is read: curl's ``Expect: 100-continue``
+    gets the 401/403 instead of the go-ahead, and never uploads the body (before: the whole
+    body was read, up to 32 MiB a connection for anyone, then refused)."""
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(_events("no-token", 5_000)))
+    for auth, status, text in (
+        ([], 401, "authorization: bearer token required"),
+        (["-H", "Authorization: Bearer wrong"], 403, "authorization: wrong token"),
+    ):
+        done = _curl(
+            f"{server.url}/events",
+            *auth,
+            "-H",
+            "Content-Type: application/json",
+            "-H",
+            "Expect: 100-continue",
+            "--data-binary",
+            f"@{path}",
+        )
+        got, answer = _curl_answer(done)
+        assert got == status and text in answer["detail"], answer
+        assert "HTTP/1.1 100 Continue" not in done.stderr, done.stderr
+    done = _curl(
+        f"{server.url}/events", "-H", "Content-Type: application/json", "--data-binary", f"@{path}"
+    )
+    assert "www-authenticate: Bearer" in done.stderr.lower().replace("bearer", "Bearer")
+    r = requests.get(f"{server.url}/events", timeout=30)  # the method first: 405, not 401
+    _error(r, 405, "GET is not allowed on /events: send POST")
+
+
 def test_gzip_bodies_are_read_and_a_gzip_bomb_is_413(server):
     plain = _events("gzip-plain")
     packed = [{**e, "customer_id": "gzip-packed"} for e in plain]

@@ -55,3 +55,31 @@ def test_the_network_classes_are_still_found_where_they_were():
     assert mlp.MLPModel.__name__ == "MLPModel"
     assert sequence.SequenceNet.__module__ == "tasks.ml.models.sequence_network"
     assert callable(mlp.network_from_state) and callable(sequence.network_from_state)
+
+
+# every flow module prefect.yaml deploys: `prefect deploy` imports each entrypoint's module
+DEPLOYED_FLOWS = """
+import json, sys, importlib, yaml
+entrypoints = {d["entrypoint"] for d in yaml.safe_load(open("prefect.yaml"))["deployments"]}
+modules = sorted({e.split(":")[0].removesuffix(".py").replace("/", ".") for e in entrypoints})
+for name in modules:
+    importlib.import_module(name)
+heavy = set(sys.argv[1:])
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in heavy)
+print(json.dumps({"modules": modules, "loaded": loaded}))
+"""
+
+
+def test_the_deployed_flows_import_no_torch():
+    """Loading a flow (``prefect deploy``, a worker's flow run) pays no torch or pandas (4.4 s of
+    a deploy on a 2-core box); the stages import them when they train or read a snapshot."""
+    done = subprocess.run(
+        [sys.executable, "-c", DEPLOYED_FLOWS, "torch", "pandas", "lightgbm", "sklearn"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"flows.train", "flows.contender", "flows.pipeline"} <= set(found["modules"])
+    assert found["loaded"] == [], f"imported by the deployed flows: {found['loaded'][:10]}"

@@ -1,6 +1,7 @@
 """``hybridflow run`` and ``hybridflow features`` size the JVM by the input they inspected,
 before any flow runs, and start none when validate (and so every CPU stage after it) runs in
-this process (the flows are replaced here: only the hand-over is under test)."""
+this process (the flows are replaced here: only the hand-over is under test); ``run`` loads
+training's imports in the background only beside the JVM."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli.main import build_parser
+from infra.warm_imports import start_warm_imports
 
 
 class FlowReached(Exception):
@@ -65,9 +67,13 @@ def test_the_jvm_starts_sized_by_the_inspected_input(tmp_path, monkeypatch, comm
     def reached(params):
         raise FlowReached
 
+    registered: list[object] = []
     monkeypatch.setattr("infra.compute.spark.start_spark_in_background", start)
+    monkeypatch.setattr("infra.startup.at_first_stage", registered.append)
     monkeypatch.setattr(flow, reached)
     args = build_parser().parse_args([command, "--events", str(events), *extra])
     with pytest.raises(FlowReached):
         args.handler(args)
     assert started == jvm_started_for
+    warm = [start_warm_imports] if jvm_started_for and command == "run" else []
+    assert registered == warm, "warm imports beside Spark stages only"
