@@ -297,8 +297,9 @@ class HybridflowSettings(BaseSettings):
     )
     spark_class_archive: bool = Field(
         default=True,
-        description="a local driver maps the installation's JVM class archive when there is "
-        "one (`hybridflow jvm-archive` records it; `make install` runs that)",
+        description="a local or client-mode driver and every JVM of `hybridflow up`'s cluster "
+        "map the installation's JVM class archive when there is one (`hybridflow jvm-archive` "
+        "records it; `make install` runs that)",
     )
     spark_class_archive_dir: Path | None = Field(
         default=None,

@@ -1,4 +1,7 @@
-"""A class-data-sharing archive of the local Spark driver's classes (the JDK's dynamic AppCDS).
+"""A class-data-sharing archive of the local Spark driver's classes (the JDK's dynamic AppCDS),
+mapped by every Spark JVM of this installation: local and client-mode drivers, and the master,
+workers, Spark Connect server and executors of the cluster ``hybridflow up`` starts
+(:mod:`infra.stack.spark_cluster`), which Spark's launcher gives the same class path.
 
 Loading and linking Spark's classes is most of a local session's start and of its first
 queries. Recorded once per installation (``hybridflow jvm-archive``; ``make install`` runs it),

@@ -95,8 +95,8 @@ def get_spark(
 ) -> SparkSession:
     """The process's SparkSession, created on first use (2-11 s) and reused afterwards; a Spark
     Connect client session when ``spark_remote`` is set (:mod:`infra.compute.spark_connect`).
-    ``input_rows`` sizes a new local driver's JVM (:func:`local_java_options`); a local driver
-    maps the installation's class archive when there is one (:mod:`infra.compute.jvm_archive`), or
+    ``input_rows`` sizes a new local driver's JVM (:func:`local_java_options`); a driver JVM
+    started here (local or client mode) maps the installation's class archive when there is one (:mod:`infra.compute.jvm_archive`), or
     records one at ``record_class_archive``."""
     if settings.spark_remote:  # a thin client: no JVM here, no Java needed
         from infra.compute.spark_connect import connect_session
@@ -109,7 +109,7 @@ def get_spark(
     if active is not None:
         return active
     conf = spark_conf_for(settings, input_rows)
-    sharing = _class_sharing(settings, conf["spark.master"], record_class_archive)
+    sharing = _class_sharing(settings, record_class_archive)
     if sharing is not None:
         os.environ["SPARK_CONF_DIR"] = str(sharing.conf_dir)
         java_options = f"{conf.get('spark.driver.extraJavaOptions', '')} {sharing.java_options}"
@@ -177,12 +177,11 @@ def conf_value(spark: SparkSession | SessionProvider, key: str, default: str) ->
     return str(session_of(spark).conf.get(key, default))
 
 
-def _class_sharing(
-    settings: HybridflowSettings, master: str, record_to: Path | None
-) -> ClassSharing | None:
-    """The class archive's set-up for a local driver, unless it is switched off or the user
-    chose a ``SPARK_CONF_DIR`` (the archive's class path would not match)."""
-    if not settings.spark_class_archive or not is_local_master(master):
+def _class_sharing(settings: HybridflowSettings, record_to: Path | None) -> ClassSharing | None:
+    """The class archive's set-up for a driver JVM this process starts (local, or a cluster's
+    client-mode driver: Spark's launcher gives both the same class path), unless it is switched
+    off or the user chose a ``SPARK_CONF_DIR`` (the archive's class path would not match)."""
+    if not settings.spark_class_archive:
         return None
     folder = settings.class_archive_dir()
     ours = str(conf_dir(folder))

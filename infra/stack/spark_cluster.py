@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
+from infra.compute.jvm_archive import ClassSharing, class_sharing
 from infra.compute.spark import CONF_DIR, QUICK_JIT_OPTIONS
 from infra.errors import HybridflowInputError
 from infra.routing.pools import CPU_POOL
@@ -48,6 +49,20 @@ class SparkClusterSpec(BaseModel):
     # every JVM of the cluster: master, workers, their executors, the Connect server; "" = the
     # JVM's defaults
     java_options: str = QUICK_JIT_OPTIONS
+    # the installation's JVM class archive folder (infra.compute.jvm_archive): every JVM of the
+    # cluster maps the archive its local drivers map; None = no archive, Spark's own class path
+    class_archive_dir: Path | None = None
+
+    def jvm(self) -> ClassSharing:
+        """``SPARK_CONF_DIR`` and JVM options of every JVM of the cluster: ``java_options``, and
+        the class archive's set-up when there is a folder for one. The daemons, the Connect
+        server and the executors all run with the local driver's class path (the conf folder,
+        Spark's jars), so they map the one archive ``hybridflow jvm-archive`` recorded."""
+        if self.class_archive_dir is None:
+            return ClassSharing(conf_dir=CONF_DIR, java_options=self.java_options)
+        sharing = class_sharing(self.class_archive_dir, CONF_DIR / "log4j2.properties")
+        options = f"{self.java_options} {sharing.java_options}".strip()
+        return ClassSharing(conf_dir=sharing.conf_dir, java_options=options)
 
     @property
     def cores(self) -> int:
@@ -67,6 +82,7 @@ def spark_spec(settings: HybridflowSettings, workers: int | None = None) -> Spar
         java_options=QUICK_JIT_OPTIONS
         if settings.stack_spark_java_options is None
         else settings.stack_spark_java_options,
+        class_archive_dir=settings.class_archive_dir() if settings.spark_class_archive else None,
     )
 
 
@@ -95,13 +111,14 @@ def spark_home() -> Path:
 
 def daemon_env(base: dict[str, str], spec: SparkClusterSpec) -> dict[str, str]:
     """Environment of the cluster's JVMs: loopback, quiet logs, this venv's Python for workers,
-    the spec's JVM options for the master and workers."""
+    the spec's JVM options for the master and workers (the executors inherit the conf folder)."""
+    jvm = spec.jvm()
     return base | {
         "SPARK_HOME": str(spark_home()),
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_CONF_DIR": str(CONF_DIR),
+        "SPARK_CONF_DIR": str(jvm.conf_dir),
         "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
-        "SPARK_DAEMON_JAVA_OPTS": spec.java_options,
+        "SPARK_DAEMON_JAVA_OPTS": jvm.java_options,
         "PYSPARK_PYTHON": sys.executable,
     }
 
@@ -156,9 +173,9 @@ def connect_command(master_url: str, port: int, ui_port: int, spec: SparkCluster
         "spark.pyspark.python": sys.executable,
         "spark.sql.session.timeZone": "UTC",
     }
-    if spec.java_options:
-        conf["spark.driver.extraJavaOptions"] = spec.java_options
-        conf["spark.executor.extraJavaOptions"] = spec.java_options
+    if java_options := spec.jvm().java_options:
+        conf["spark.driver.extraJavaOptions"] = java_options
+        conf["spark.executor.extraJavaOptions"] = java_options
     return [
         str(spark_home() / "bin" / "spark-submit"),
         *("--class", CONNECT_CLASS, "--name", APP_NAME, "--master", master_url),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -70,6 +71,35 @@ def keep_logs(stack_dir: Path, output_dir: Path) -> None:
     logs = stack_dir / "logs"
     if logs.is_dir():
         shutil.copytree(logs, output_dir / "stack-logs", dirs_exist_ok=True)
+
+
+def _mapped_archives(text: str) -> set[Path]:
+    """The class archives a JVM command line (or a log quoting it) maps, resolved: a worktree's
+    environment may reach the installation's archive through a symbolic link."""
+    return {Path(p).resolve() for p in re.findall(r'-XX:SharedArchiveFile=([^\s"]+)', text)}
+
+
+def assert_cluster_maps_class_archive(pids: list[int], cluster_dir: Path) -> None:
+    """Every JVM of a stack's Spark cluster (the running master, workers and Connect server by
+    ``pids``, the executors by the command their workers logged) started from the
+    installation's class archive, and none was refused it (the JVM warns when it refuses one)."""
+    from infra.compute.jvm_archive import archive_path
+    from infra.settings import HybridflowSettings
+
+    archive = archive_path(HybridflowSettings(_env_file=None).class_archive_dir()).resolve()
+    for pid in pids:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().decode().replace("\0", " ")
+        assert archive in _mapped_archives(command), f"pid {pid} does not map {archive}: {command}"
+    executor_logs = sorted((cluster_dir / "spark").rglob("stderr"))
+    assert executor_logs, f"no executor logs under {cluster_dir / 'spark'}"
+    for log in executor_logs:
+        text = log.read_text(errors="replace")
+        assert archive in _mapped_archives(text), f"{log}: the executor does not map {archive}"
+    logs = [*(cluster_dir / "logs").glob("spark-*.log"), *executor_logs]
+    refused = [
+        str(f) for f in logs if "Unable to use shared archive" in f.read_text("utf-8", "replace")
+    ]
+    assert not refused, f"the JVM refused the class archive: {refused}"
 
 
 def ensure_chromium() -> str:

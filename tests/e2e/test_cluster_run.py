@@ -17,7 +17,8 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from tests.e2e.stack_driver import REPO
+from infra.settings import HybridflowSettings
+from tests.e2e.stack_driver import REPO, assert_cluster_maps_class_archive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -115,7 +116,14 @@ def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events, s
     )
 
     local = _run(events, tmp_path, "local", session_api_url, {})
-    spec = SparkClusterSpec(workers=2, worker_cores=1, worker_memory="1g", driver_memory="1g")
+    archives = HybridflowSettings(_env_file=None).class_archive_dir()
+    spec = SparkClusterSpec(
+        workers=2,
+        worker_cores=1,
+        worker_memory="1g",
+        driver_memory="1g",
+        class_archive_dir=archives,
+    )
     records: dict = {}
     launch = launcher_into(records, tmp_path / "cluster" / "logs", REPO)
     try:
@@ -123,7 +131,7 @@ def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events, s
             launch, tmp_path / "cluster", spec, dict(os.environ)
         )
         # a client-mode driver's settings size the executors the workers launch for it
-        executor_conf = {"spark.executor.extraJavaOptions": spec.java_options}
+        executor_conf = {"spark.executor.extraJavaOptions": spec.jvm().java_options}
         client = _run(
             events,
             tmp_path,
@@ -141,6 +149,7 @@ def test_run_on_a_two_worker_cluster_gives_local_predictions(tmp_path, events, s
         assert _jobs(client)["validate"] and _jobs(client)["features"], _jobs(client)
         executors = _executors_of(master_ui, "hybridflow")
         assert len({e["worker"] for e in executors}) == 2, executors
+        assert_cluster_maps_class_archive([r.pid for r in records.values()], tmp_path / "cluster")
     finally:
         stop_cluster(records)
     assert all(stop(r) == "not running" for r in records.values())

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stack_driver import FINAL, chromium, cli, keep_logs, stack_state, wait_for
+from tests.e2e.stack_driver import (
+    FINAL,
+    assert_cluster_maps_class_archive,
+    chromium,
+    cli,
+    keep_logs,
+    stack_state,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
@@ -94,6 +102,12 @@ def test_deployed_pipeline_over_pools_survives_a_killed_gpu_worker(stack_env, tm
         assert "AWS_SECRET_ACCESS_KEY" not in out and "hybridflow-local" not in out
         run_id, run_name = _drive_pipeline(stack_env, stack_dir, up, output_dir)
         _ran_on_the_clusters_executors(state["spark"])
+        cluster = [
+            p["pid"]
+            for k, p in stack_state(stack_dir)["processes"].items()
+            if k.startswith("spark-")
+        ]
+        assert_cluster_maps_class_archive(cluster, stack_dir)
         _check_ui(stack_env, run_id, run_name, tmp_path, output_dir)
         status = cli(["status"], stack_env)
         assert "NOT RUNNING" not in status and "worker-gpu-pool" in status, status

@@ -66,3 +66,31 @@ def test_a_broken_archive_is_refused_and_the_driver_runs_without_it(tmp_path):
     started = _python(START, tmp_path)
     assert started.returncode == 0, started.stderr[-3000:]
     assert f"-XX:SharedArchiveFile={archive_path(tmp_path)}" in _line(started.stdout, "CMDLINE")
+
+
+@pytest.mark.slow(reason="starts a Spark master (a JVM) with a broken class archive")
+def test_the_clusters_jvms_start_with_a_broken_archive(tmp_path):
+    """The stack's cluster maps the same archive (``hybridflow up``, through
+    ``SPARK_DAEMON_JAVA_OPTS`` and the Connect server's options): one that is broken is refused
+    and its daemons start without it."""
+    from infra.stack.processes import launcher_into
+    from infra.stack.spark_cluster import (
+        SparkClusterSpec,
+        master_status,
+        start_standalone,
+        stop_cluster,
+    )
+
+    folder = tmp_path / "jvm"
+    folder.mkdir()
+    archive_path(folder).write_bytes(b"not an archive" * 1000)
+    spec = SparkClusterSpec(workers=0, class_archive_dir=folder)
+    records: dict = {}
+    try:
+        launch = launcher_into(records, tmp_path / "logs", tmp_path)
+        _, master_ui = start_standalone(launch, tmp_path, spec, dict(os.environ))
+        assert master_status(master_ui) is not None, "the master does not answer"
+        command = open(f"/proc/{records['spark-master'].pid}/cmdline", "rb").read().split(b"\0")
+        assert f"-XX:SharedArchiveFile={archive_path(folder)}".encode() in command
+    finally:
+        stop_cluster(records)

@@ -35,24 +35,22 @@ def test_archives_differ_by_key(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "env, master, enabled, expected",
+    "env, enabled, expected",
     [
-        ({}, "local[2]", True, True),
-        ({}, "local[2]", False, False),
-        ({}, "spark://10.0.0.5:7077", True, False),
-        ({"SPARK_CONF_DIR": "/etc/spark/conf"}, "local[*]", True, False),
+        ({}, True, True),
+        ({}, False, False),
+        ({"SPARK_CONF_DIR": "/etc/spark/conf"}, True, False),
     ],
 )
-def test_only_local_drivers_with_our_conf_folder_use_it(
-    monkeypatch, tmp_path, env, master, enabled, expected
-):
+def test_only_drivers_with_our_conf_folder_use_it(monkeypatch, tmp_path, env, enabled, expected):
+    """Local and client-mode drivers alike (Spark's launcher gives both the same class path)."""
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     settings = HybridflowSettings(
         _env_file=None, spark_class_archive=enabled, spark_class_archive_dir=tmp_path
     )
-    sharing = _class_sharing(settings, master, None)
+    sharing = _class_sharing(settings, None)
     assert (sharing is not None) is expected
     if sharing is not None:
         assert sharing.conf_dir == conf_dir(tmp_path)

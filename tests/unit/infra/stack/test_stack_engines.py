@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.compute.spark import QUICK_JIT_OPTIONS
+from infra.compute.jvm_archive import archive_path, conf_dir
+from infra.compute.spark import CONF_DIR, QUICK_JIT_OPTIONS
 from infra.errors import HybridflowInputError
 from infra.settings import HybridflowSettings
 from infra.stack import engines, postgres, spark_cluster
@@ -119,13 +120,51 @@ def test_the_connect_server_is_a_loopback_driver_sized_for_the_cluster():
 def test_cluster_size_comes_from_settings_and_refuses_negative_workers():
     settings = HybridflowSettings(stack_spark_workers=3, stack_spark_worker_memory="2g")
     assert spark_cluster.spark_spec(settings) == SparkClusterSpec(
-        workers=3, worker_cores=1, worker_memory="2g", driver_memory="1g"
+        workers=3,
+        worker_cores=1,
+        worker_memory="2g",
+        driver_memory="1g",
+        class_archive_dir=settings.class_archive_dir(),
     )
     assert spark_cluster.spark_spec(settings, 0).workers == 0
     chosen = HybridflowSettings(stack_spark_java_options="-XX:+UseSerialGC")
     assert spark_cluster.spark_spec(chosen).java_options == "-XX:+UseSerialGC"
     with pytest.raises(HybridflowInputError, match="--spark-workers"):
         spark_cluster.spark_spec(settings, -1)
+
+
+def test_every_jvm_of_the_cluster_maps_the_installations_class_archive(tmp_path):
+    """Master and workers (SPARK_DAEMON_JAVA_OPTS), the Connect server and its executors
+    (extraJavaOptions) run with the archive's empty conf folder and map the archive when it is
+    recorded; with the archive switched off, Spark's conf folder and no archive."""
+    settings = HybridflowSettings(_env_file=None, spark_class_archive_dir=tmp_path)
+    spec = spark_cluster.spark_spec(settings)
+    mapped = f"-XX:SharedArchiveFile={archive_path(tmp_path)}"
+
+    def options() -> tuple[dict[str, str], dict[str, str]]:
+        command = spark_cluster.connect_command("spark://127.0.0.1:7077", 15002, 4040, spec)
+        pairs = zip(command, command[1:], strict=False)
+        conf = dict(arg.split("=", 1) for prev, arg in pairs if prev == "--conf")
+        return spark_cluster.daemon_env({}, spec), conf
+
+    env, conf = options()
+    assert env["SPARK_CONF_DIR"] == str(conf_dir(tmp_path)) and not any(
+        conf_dir(tmp_path).iterdir()
+    )
+    assert mapped not in env["SPARK_DAEMON_JAVA_OPTS"], "no archive recorded yet"
+    archive_path(tmp_path).write_bytes(b"recorded")
+    env, conf = options()
+    for options_of in (
+        env["SPARK_DAEMON_JAVA_OPTS"],
+        conf["spark.driver.extraJavaOptions"],
+        conf["spark.executor.extraJavaOptions"],
+    ):
+        assert options_of.split()[:2] == QUICK_JIT_OPTIONS.split()
+        assert mapped in options_of.split()
+        assert "-Dlog4j.configurationFile=file:" + str(CONF_DIR / "log4j2.properties") in options_of
+    off = spark_cluster.spark_spec(settings.model_copy(update={"spark_class_archive": False}))
+    assert spark_cluster.daemon_env({}, off)["SPARK_CONF_DIR"] == str(CONF_DIR)
+    assert spark_cluster.daemon_env({}, off)["SPARK_DAEMON_JAVA_OPTS"] == QUICK_JIT_OPTIONS
 
 
 def test_down_stops_workers_server_cluster_s3_and_the_database_last():
