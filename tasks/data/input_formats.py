@@ -202,6 +202,9 @@ class EventsInput:
     folders; else None."""
     source_columns: dict[str, str] | None = None
     """With ``arrow_schema``: the input's column behind each of its names."""
+    nanosecond_columns: tuple[str, ...] = ()
+    """Parquet columns (the input's names) of nanosecond timestamps, as pandas writes them:
+    DuckDB reads them, Spark refuses such a file (:func:`refuse_nanoseconds_for_spark`)."""
 
 
 @dataclass
@@ -510,6 +513,14 @@ def inspect_events(path: str | Path, options: InputOptions) -> EventsInput:
             schemas,
             [n for c, n in zip(columns, names, strict=True) if c in CONTRACT_COLUMNS],
         )
+    nanos = sorted(
+        {
+            f.name
+            for sch in schemas
+            for f in sch
+            if pa.types.is_timestamp(f.type) and f.type.unit == "ns"
+        }
+    )
     sources = dict(zip(columns, names, strict=True)) if schema is not None else None
     if schema is not None:
         schema = pa.schema(
@@ -525,7 +536,23 @@ def inspect_events(path: str | Path, options: InputOptions) -> EventsInput:
         csv_dialect=dialect,
         arrow_schema=schema,
         source_columns=sources,
+        nanosecond_columns=tuple(nanos),
     )
+
+
+def refuse_nanoseconds_for_spark(found: EventsInput) -> None:
+    """Spark (4.x) reads no Parquet file with a nanosecond timestamp (pandas' ``to_parquet``
+    writes ``datetime64[ns]`` so): an input error naming the columns and the fix, before Spark
+    fails inside a job. The in-process engine reads such files."""
+    if found.nanosecond_columns:
+        columns = ", ".join(repr(c) for c in found.nanosecond_columns)
+        raise HybridflowInputError(
+            f"Parquet column(s) {columns} in {found.path} hold nanosecond timestamps, which "
+            "Spark cannot read (only this machine's in-process engine does, up to "
+            "HYBRIDFLOW_IN_PROCESS_ROWS rows and not for Hive-partitioned folders): write them "
+            "as microseconds, e.g. pandas df.to_parquet(path, coerce_timestamps='us', "
+            "allow_truncated_timestamps=True)"
+        )
 
 
 def check_required_columns(columns: Sequence[str]) -> None:
@@ -580,6 +607,7 @@ def read_events(
     from pyspark.errors import PySparkException
 
     found = found or inspect_events(path, options)
+    refuse_nanoseconds_for_spark(found)
     path = found.path
     dialect = found.csv_dialect or options.csv_dialect(found.csv_delimiter or ",")
     if found.format == "parquet":

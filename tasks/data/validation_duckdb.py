@@ -71,7 +71,7 @@ FormatDetector = Callable[[list[str], ParsedCounts], str | None]
 """Chooses the ``event_time`` format from a sample of the texts, a tie by the whole column's
 counts (:func:`tasks.data.input_formats.choose_timestamp_format`)."""
 TIME_SAMPLES = 200  # event_time texts a detected format is chosen from (as Spark's sample)
-TIME_UNITS = ("s", "ms", "us")  # nanoseconds: Spark keeps micros, or refuses the file
+TIME_UNITS = ("s", "ms", "us", "ns")  # nanoseconds (pandas' Parquet) floored to micros
 
 
 def _whole(t: pa.DataType) -> bool:
@@ -90,6 +90,12 @@ def _double(t: pa.DataType) -> bool:
     return pa.types.is_float64(t)
 
 
+def _decimal(t: pa.DataType) -> bool:
+    """A database's money type (``decimal(18,2)``) whose double and text both engines write
+    alike: an unscaled value of at most 18 digits, at most 6 after the point."""
+    return pa.types.is_decimal(t) and t.precision <= 18 and t.scale <= 6
+
+
 def _flag(t: pa.DataType) -> bool:
     return pa.types.is_boolean(t)
 
@@ -97,7 +103,7 @@ def _flag(t: pa.DataType) -> bool:
 IN_PROCESS_TYPES = {
     "customer_id": (_text, _whole, _double),
     "event_time": (_time, _text),
-    "amount": (_double, _whole, _text),
+    "amount": (_double, _whole, _text, _decimal),
     "quantity": (_double, _whole, _text),
     "event_type": (_text, _whole, _flag),
     "category": (_text, _whole, _flag),

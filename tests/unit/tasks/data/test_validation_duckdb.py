@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -225,6 +226,59 @@ def test_float_customer_ids_are_read_as_integers_on_both_engines(spark, tmp_path
     assert figures.quarantined == {"missing_customer_id": 2, "duplicate_event": 1}
 
 
+@pytest.mark.parametrize("reader", ["table", "parquet"])
+def test_database_types_validate_alike(spark, tmp_path, reader):
+    # a database's export: decimal(18,2) money, int64 ids, dictionary-encoded text, UTC times
+    rows = [  # (id, micros after T, amount, event type)
+        (1, 0, "12.50", "purchase"),
+        (1, 1, "0.00", "view"),
+        (2, 2, "-1.50", "purchase"),  # invalid amounts
+        (2, 3, None, "purchase"),
+        (3, 4, "9999999999999999.99", "purchase"),
+        (3, 5, "0.10", "view"),
+        (3, 5, "0.10", "view"),  # a copy
+        (10**12, 6, "3.33", "purchase"),
+    ]
+    table = pa.table(
+        {
+            "customer_id": pa.array([r[0] for r in rows], pa.int64()),
+            "event_time": pa.array([T + r[1] * US for r in rows], pa.timestamp("us", tz="UTC")),
+            "amount": pa.array(
+                [None if r[2] is None else Decimal(r[2]) for r in rows], pa.decimal128(18, 2)
+            ),
+            "event_type": pa.array([r[3] for r in rows]).dictionary_encode(),
+        }
+    )
+    assert in_process_type_problem(table.schema) is None
+    path = tmp_path / "events.parquet"
+    pq.write_table(table, path)
+    spark_good, spark_quarantine = _spark_results(spark, path)
+    good, quarantine, figures = _in_process(table, path, reader)
+    assert _normalised(good.to_pylist()) == _normalised(spark_good)
+    assert _normalised(quarantine.to_pylist()) == _normalised(spark_quarantine)
+    assert figures.quarantined == {"invalid_amount": 2, "duplicate_event": 1}
+    assert sorted(r["amount"] for r in spark_good) == [0.0, 0.1, 3.33, 12.5, 9999999999999999.99]
+
+
+def test_nanosecond_times_are_read_in_process_as_microseconds(tmp_path):
+    # pandas writes datetime64[ns] to Parquet as nanoseconds (Spark refuses such a file)
+    times = [T + dt.timedelta(microseconds=1), T - dt.timedelta(days=21000)]  # 1967: floored
+    micros = pa.table(
+        {"customer_id": ["a", "b"], "event_time": pa.array(times, pa.timestamp("us")),
+         "amount": [1.0, 2.0]}
+    )  # fmt: skip
+    as_ns = pc.add(pc.multiply(micros["event_time"].cast(pa.int64()), 1000), 999)
+    nanos = micros.set_column(1, "event_time", as_ns.cast(pa.timestamp("ns")))
+    results = []
+    for table in (micros, nanos):
+        path = tmp_path / f"{table.schema.field('event_time').type.unit}.parquet"
+        pq.write_table(table, path)
+        assert in_process_type_problem(pq.read_schema(path)) is None
+        good, quarantine, _ = _in_process(table, path, "parquet")
+        results.append((good.to_pylist(), quarantine.to_pylist()))
+    assert results[0] == results[1]
+
+
 def test_demo_events_validate_alike(spark, tmp_path):
     out = tmp_path / "demo"
     generate_demo_events(DemoDataParams(customers=300, days=400, seed=5), out)
@@ -242,9 +296,9 @@ def test_demo_events_validate_alike(spark, tmp_path):
 @pytest.mark.parametrize(
     ("column", "dtype"),
     [
-        ("event_time", pa.timestamp("ns")),
+        ("event_time", pa.date64()),
         ("amount", pa.float32()),
-        ("amount", pa.decimal128(10, 2)),
+        ("amount", pa.decimal128(38, 10)),  # long decimals: Spark's text of them
         ("customer_id", pa.uint64()),
     ],
 )

@@ -493,6 +493,23 @@ def test_public_log_shapes_are_read_as_their_values_mean_on_both_engines(
         ], engine
 
 
+def test_pandas_nanosecond_parquet_is_read_in_process_and_refused_by_name_for_spark(
+    spark, local_store, tmp_path
+):
+    # pandas' df.to_parquet writes datetime64[ns]: Spark refuses the whole file
+    path = tmp_path / "pandas.parquet"
+    times = pa.array([dt.datetime(2025, 1, 1, 10), dt.datetime(2025, 1, 2)], pa.timestamp("ns"))
+    pq.write_table(
+        pa.table({"customer_id": ["a", "b"], "event_time": times, "amount": [1.0, 2.0]}), path
+    )
+    result, good, _ = _engine_outputs(spark, local_store, path, "nanos-duckdb", None)
+    assert result.rows_valid == 2 and result.report.spark_jobs == 0
+    assert good[0]["event_time"] == dt.datetime(2025, 1, 1, 10)
+    message = _error(spark, local_store, path, in_process_rows=0)
+    assert "'event_time'" in message and "nanosecond" in message
+    assert "coerce_timestamps='us'" in message
+
+
 def test_a_log_whose_first_rows_fit_day_and_month_first_is_read_as_the_whole_column_says(
     spark, local_store, tmp_path
 ):
