@@ -1,4 +1,4 @@
-"""``hybridflow jvm-archive``: record the local Spark driver's JVM class archive."""
+"""``hybridflow jvm-archive``: record the JVM class archive Spark's JVMs start from."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the subcommand."""
     p = sub.add_parser(
         "jvm-archive",
-        help="record the JVM class archive local Spark drivers start from (make install runs it)",
+        help="record the JVM class archive Spark's JVMs start from (make install runs it)",
     )
     p.add_argument("--force", action="store_true", help="record it again even if it exists")
     p.set_defaults(handler=run)
