@@ -59,11 +59,16 @@ CHILD = textwrap.dedent(
     port, rows = int(sys.argv[1]), json.loads(sys.stdin.read())
     from pyspark import SparkConf, SparkContext
     from pyspark.sql.connect.session import SparkSession as ConnectSession
-    from infra.compute.spark import QUICK_JIT_OPTIONS
+    from infra.compute.jvm_archive import class_sharing
+    from infra.compute.spark import CONF_DIR, QUICK_JIT_OPTIONS
+    from infra.settings import get_settings
+    # the installation's class archive, as hybridflow's own drivers map it
+    sharing = class_sharing(get_settings().class_archive_dir(), CONF_DIR / "log4j2.properties")
+    os.environ["SPARK_CONF_DIR"] = str(sharing.conf_dir)
     conf = SparkConf().setMaster("local[2]").setAll([
         ("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin"),
         # the quick JIT tier, as hybridflow's own local drivers of small inputs run
-        ("spark.driver.extraJavaOptions", QUICK_JIT_OPTIONS),
+        ("spark.driver.extraJavaOptions", f"{QUICK_JIT_OPTIONS} {sharing.java_options}"),
         ("spark.connect.grpc.binding.address", "127.0.0.1"),
         ("spark.connect.grpc.binding.port", str(port)),
         ("spark.driver.host", "127.0.0.1"), ("spark.driver.bindAddress", "127.0.0.1"),
