@@ -711,9 +711,15 @@ def check_column_types(df: DataFrame, path: Path) -> None:
             continue
         base = dtype.split("(")[0].split("<")[0]
         if base not in allowed:
+            hint = ""
+            if name == "event_time" and base in ("tinyint", "smallint", "int", "bigint"):
+                hint = (
+                    " (numbers are not read as times: dates like 19970101 or epoch seconds "
+                    "written as text are detected, or give --timestamp-format)"
+                )
             raise HybridflowInputError(
                 f"column {name!r} in {path} has type {dtype}, which cannot be cast; "
-                f"expected one of: {', '.join(sorted(allowed))}"
+                f"expected one of: {', '.join(sorted(allowed))}{hint}"
             )
 
 

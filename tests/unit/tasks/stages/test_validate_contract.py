@@ -115,6 +115,13 @@ def test_input_errors_name_the_file_column_or_value(spark, local_store, tmp_path
     message = _error(spark, local_store, array_amount)
     assert "'amount'" in message and "array<double>" in message and "cannot be cast" in message
 
+    integer_dates = tmp_path / "integer_dates.parquet"  # CDNOW's dates as a database types them
+    pq.write_table(
+        pa.table({"customer_id": ["a"], "event_time": [19970101], "amount": [1.0]}), integer_dates
+    )
+    message = _error(spark, local_store, integer_dates)
+    assert "'event_time'" in message and "bigint" in message and "19970101" in message
+
     headers = tmp_path / "headers"
     _write(headers / "a.csv", GOOD_CSV)
     _write(headers / "b.csv", "amount,customer_id,event_time\n1.0,c9,2025-01-01\n")
