@@ -241,10 +241,15 @@ def test_csv_dialects_and_parquet_partitions_read_the_same_events(spark, local_s
             column_map={"customer_id": "client", "event_time": "date", "amount": "total"}
         ),
     )
-    # "10,5" is not a number with a ',' decimal point: quarantined, never silently parsed.
-    assert result.quarantine_reasons == {"invalid_amount": 1}
-    assert result.rows_valid == 2
-    assert result.first_event == dt.datetime(2025, 2, 13, 9, 0, tzinfo=dt.UTC)
+    # a ';' CSV whose amounts have no decimal point: "10,5" is read with a decimal comma
+    assert result.quarantine_reasons == {}
+    assert result.rows_valid == 3
+    assert sorted(r["amount"] for r in _rows(spark, local_store, result.events_prefix)) == [
+        5.0,
+        10.5,
+        20.0,
+    ]
+    assert result.first_event == dt.datetime(2025, 2, 1, 10, 0, tzinfo=dt.UTC)
     assert result.last_event == dt.datetime(2025, 2, 28, 23, 59, tzinfo=dt.UTC)
 
     epoch = _write(
