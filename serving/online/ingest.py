@@ -40,6 +40,7 @@ from tasks.definitions.contract import (
     REASON_INVALID_QUANTITY,
     REASON_MISSING_CUSTOMER_ID,
     REQUIRED_COLUMNS,
+    WHOLE_DOUBLES,
 )
 
 IPC_MEDIA_TYPE = IPC_STREAM_MEDIA_TYPE
@@ -272,6 +273,8 @@ def _ipc_column(name: str, column: pa.Array) -> pa.Array:
     whole = pa.types.is_integer(t)
     if name == "customer_id" and (text or whole):
         return column.cast(pa.string())
+    if name == "customer_id" and pa.types.is_floating(t):
+        return _float_ids(column)
     if name == "event_time":
         if pa.types.is_timestamp(t) and t.unit == "ns":
             # pandas' unit (pyarrow.Table.from_pandas): to the microsecond, as Spark reads them
@@ -290,6 +293,20 @@ def _ipc_column(name: str, column: pa.Array) -> pa.Array:
     if name in ("event_type", "category", "channel") and (text or whole or pa.types.is_boolean(t)):
         return column.cast(pa.string())
     raise refused(name, f"type {t} is not one the contract reads for {name}")
+
+
+def _float_ids(column: pa.Array) -> pa.Array:
+    """Float ids (pandas' type for an integer id column with a gap) as validation reads them:
+    a whole number as its integer text (``13085.0`` is ``13085``), NaN none (the row's
+    ``missing_customer_id``); any other value is refused, naming one."""
+    numbers = pc.if_else(pc.is_nan(column), pa.scalar(None, column.type), column)
+    whole = pc.and_(
+        pc.equal(pc.round(numbers), numbers), pc.less(pc.abs(numbers), float(WHOLE_DOUBLES))
+    )
+    if not pc.all(pc.or_kleene(whole, pc.is_null(numbers))).as_py():
+        bad = pc.filter(numbers, pc.invert(whole)).to_pylist()[0]
+        raise refused("customer_id", f"float ids must be whole numbers, not {bad!r}: send text")
+    return numbers.cast(pa.int64()).cast(pa.string())
 
 
 def _check_required(present: set[str]) -> None:

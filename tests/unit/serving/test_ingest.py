@@ -180,7 +180,7 @@ def _ipc_table(**columns: pa.Array) -> bytes:
             {"event_time": pa.array([1], pa.time32("s"))},
             "event_time: type time32[s]: send timestamps (naive = UTC), dates, or ISO-8601",
         ),
-        ({"customer_id": pa.array([1.5])}, "customer_id: type double"),
+        ({"customer_id": pa.array([1.5])}, "customer_id: float ids must be whole numbers, not 1.5"),
     ],
 )
 def test_arrow_columns_of_the_wrong_type_are_named(columns, text):
@@ -334,3 +334,22 @@ def test_a_broken_arrow_file_is_named_as_a_file():
     body = _ipc_file(pa.table({"customer_id": ["c1"]}))[:-20]
     with pytest.raises(IngestError, match="body: body is not an Arrow IPC file"):
         parse_events(body, IPC_MEDIA_TYPE)
+
+
+def test_float_ids_in_arrow_read_as_validation_reads_them():
+    """pandas gives an integer id column with a gap float64: whole numbers are their integer
+    text, NaN a missing id (quarantined as validation quarantines it); a fraction is refused."""
+    ids = pa.array([13085.0, float("nan"), -7.0])
+    table = pa.table(
+        {
+            "customer_id": ids,
+            "event_time": pa.array([dt.datetime(2025, 7, 1)] * 3, pa.timestamp("us")),
+            "amount": [1.0, 2.0, 3.0],
+        }
+    )
+    checked = check_contract(parse_events(ipc(table), IPC_MEDIA_TYPE))
+    assert checked.events.column("customer_id").to_pylist() == ["13085", None, "-7"]
+    assert [checked.reason(row) for row in range(3)] == [None, "missing_customer_id", None]
+    fraction = table.set_column(0, "customer_id", pa.array([1.0, 2.5, 3.0]))
+    with pytest.raises(IngestError, match="customer_id: float ids must be whole numbers, not 2.5"):
+        parse_events(ipc(fraction), IPC_MEDIA_TYPE)
