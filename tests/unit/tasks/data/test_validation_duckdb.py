@@ -202,6 +202,19 @@ def test_duckdb_and_spark_bound_event_times_alike(spark, tmp_path, reader):
 FLOAT_IDS = [13085.0, 13085.0, 12345678.0, 13085.5, math.nan, None, -0.0, 1e17, 2.0**53, 7.0]
 
 
+def _validated_alike(spark, tmp_path, table: pa.Table, reader: str):
+    """``table`` validated by Spark and in process (``reader``): both engines' good and
+    quarantined rows equal; Spark's good rows and the in-process figures."""
+    assert in_process_type_problem(table.schema) is None
+    path = tmp_path / "events.parquet"
+    pq.write_table(table, path)
+    spark_good, spark_quarantine = _spark_results(spark, path)
+    good, quarantine, figures = _in_process(table, path, reader)
+    assert _normalised(good.to_pylist()) == _normalised(spark_good)
+    assert _normalised(quarantine.to_pylist()) == _normalised(spark_quarantine)
+    return spark_good, figures
+
+
 @pytest.mark.parametrize("reader", ["table", "parquet"])
 def test_float_customer_ids_are_read_as_integers_on_both_engines(spark, tmp_path, reader):
     # pandas writes an integer id column with a missing value as float64 (UCI Online Retail
@@ -213,13 +226,7 @@ def test_float_customer_ids_are_read_as_integers_on_both_engines(spark, tmp_path
             "amount": [1.0] * 9 + [2.0],
         }
     )
-    assert in_process_type_problem(table.schema) is None
-    path = tmp_path / "events.parquet"
-    pq.write_table(table, path)
-    spark_good, spark_quarantine = _spark_results(spark, path)
-    good, quarantine, figures = _in_process(table, path, reader)
-    assert _normalised(good.to_pylist()) == _normalised(spark_good)
-    assert _normalised(quarantine.to_pylist()) == _normalised(spark_quarantine)
+    spark_good, figures = _validated_alike(spark, tmp_path, table, reader)
     assert sorted(r["customer_id"] for r in spark_good) == sorted(
         ["13085", "12345678", "13085.5", "0", "1.0E17", "9.007199254740992E15", "7"]
     )
@@ -249,13 +256,7 @@ def test_database_types_validate_alike(spark, tmp_path, reader):
             "event_type": pa.array([r[3] for r in rows]).dictionary_encode(),
         }
     )
-    assert in_process_type_problem(table.schema) is None
-    path = tmp_path / "events.parquet"
-    pq.write_table(table, path)
-    spark_good, spark_quarantine = _spark_results(spark, path)
-    good, quarantine, figures = _in_process(table, path, reader)
-    assert _normalised(good.to_pylist()) == _normalised(spark_good)
-    assert _normalised(quarantine.to_pylist()) == _normalised(spark_quarantine)
+    spark_good, figures = _validated_alike(spark, tmp_path, table, reader)
     assert figures.quarantined == {"invalid_amount": 2, "duplicate_event": 1}
     assert sorted(r["amount"] for r in spark_good) == [0.0, 0.1, 3.33, 12.5, 9999999999999999.99]
 
