@@ -29,7 +29,7 @@ from tasks.ml.calibration import (
     fit_calibration,
 )
 from tasks.ml.evaluation import CalibrationScore, ModelComparison
-from tasks.ml.metrics import quality_metrics
+from tasks.ml.metrics import probability_metrics, quality_metrics
 from tasks.ml.models import FamilySpec, FitJob, FittedModel, get_family
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SPLITS, SnapshotStream
@@ -88,9 +88,8 @@ def compare_on(
             if method == calibration.method
             else fit_calibration(held_out.logits, held_out.labels, method)
         )
-        q = quality_metrics(y, fitted.probabilities(z))
-        methods[method] = CalibrationScore(
-            logloss=q.logloss, brier=q.brier, ece=q.ece, mean_score=q.mean_score
+        methods[method] = CalibrationScore.model_validate(
+            probability_metrics(y, fitted.probabilities(z)).model_dump()
         )
     return ModelComparison(
         model=quality_metrics(y, calibration.probabilities(z)),
