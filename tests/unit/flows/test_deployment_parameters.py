@@ -97,10 +97,12 @@ def test_parameters_as_ui_and_python_clients_send_them(deployments):
                 "horizon_days": 30,
                 "families": ["logistic", "gbm"],
                 "fresh": True,
+                "input": {"purchase_event": "checkout"},
             }
         },
     )["params"]
     assert str(params.as_of) == "2025-12-31" and params.families == ["logistic", "gbm"]
+    assert params.input.purchase_event == "checkout"
     refresh = deployments["model-refresh/model-refresh"]
     given = {"params": {"events": "/data/events", "promote": "always", "as_of": "2025-12-31"}}
     assert _run_parameters(refresh, given)["params"].promote == "always"
@@ -113,6 +115,7 @@ def test_parameters_as_ui_and_python_clients_send_them(deployments):
         ({"fresh": "true"}, "params.fresh"),
         ({"families": '["gbm"]'}, "params.families"),
         ({"epochz": 3}, "'epochz' was unexpected"),
+        ({"input": {"purchase_event": "it's"}}, "params.input.purchase_event"),
     ],
 )
 def test_values_of_the_wrong_type_are_refused_at_creation_naming_them(deployments, given, named):
