@@ -40,7 +40,7 @@ def fit_network(
     job = dataclasses.replace(
         job, settings=job.settings.model_copy(update={"batch_size": plan.batch_size})
     )
-    settings, ctx, device = job.settings, job.ctx, job.device
+    settings, ctx, device = job.settings, job.ctx, job.device.as_torch()
     if device.type == "cpu":
         torch.set_num_threads(plan.threads)
     resume: dict[str, Any] | None = None
@@ -135,7 +135,7 @@ def resume_point(
                 candidate,
                 job.data,
                 job.settings,
-                job.device,
+                job.device.as_torch(),
                 loaded.state,
                 learning_rate=learning_rate,
                 ctx=job.ctx,
