@@ -6,6 +6,10 @@ nothing over the limit is buffered. A ``Content-Encoding: gzip`` or ``deflate`` 
 decompressed here, the same limit applied to the decompressed bytes (413 as soon as they pass
 it), so the app sees plain bodies only. A client that goes away mid-body is recorded as 499
 ("client closed request") and the app never sees a half body.
+
+A path's trailing slashes are dropped first (``POST /predict/`` is ``POST /predict``, with its
+limit, token check and metrics label): a redirect would be an empty 307 to clients that do not
+follow redirects (httpx by default, curl without ``-L``).
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class LimitsAndMetrics:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope = unslashed(scope)
         started = time.perf_counter()
         status = 500
 
@@ -128,6 +133,20 @@ class LimitsAndMetrics:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+def unslashed(scope: Scope) -> Scope:
+    """The scope with its path's trailing slashes dropped (``/predict/`` -> ``/predict``;
+    ``/`` stays)."""
+    path = scope["path"]
+    if len(path) < 2 or not path.endswith("/"):
+        return scope
+    bare = path.rstrip("/") or "/"
+    raw = scope.get("raw_path")
+    if isinstance(raw, bytes):
+        raw_bare = raw.rstrip(b"/") or b"/"
+        return {**scope, "path": bare, "raw_path": raw_bare}
+    return {**scope, "path": bare}
 
 
 def _header(scope: Scope, name: bytes) -> str:

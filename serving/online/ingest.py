@@ -214,23 +214,35 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 def _epoch_time(value: int) -> dt.datetime | object:
     """A whole number as the validate stage reads an epoch text: seconds with 9-10 digits,
     milliseconds with 12-13 (``pandas.DataFrame.to_json``'s default); ``_NOT_EPOCH`` else."""
-    digits = len(str(value)) if value > 0 else 0
-    if digits in EPOCH_SECONDS_DIGITS:
-        return _EPOCH + dt.timedelta(seconds=value)
-    if digits in EPOCH_MILLIS_DIGITS:
-        return _EPOCH + dt.timedelta(milliseconds=value)
+    return _epoch_digits(str(value)) if value > 0 else _NOT_EPOCH
+
+
+def _epoch_digits(text: str) -> dt.datetime | object:
+    """A text of ASCII digits by the validate stage's epoch rule (its length: 9-10 seconds,
+    12-13 milliseconds); ``_NOT_EPOCH`` for other texts."""
+    if not (text.isascii() and text.isdigit()):
+        return _NOT_EPOCH
+    if len(text) in EPOCH_SECONDS_DIGITS:
+        return _EPOCH + dt.timedelta(seconds=int(text))
+    if len(text) in EPOCH_MILLIS_DIGITS:
+        return _EPOCH + dt.timedelta(milliseconds=int(text))
     return _NOT_EPOCH
 
 
 def _iso_time(value: object) -> dt.datetime | None:
-    """An ISO-8601 text as an aware UTC time (naive = UTC), an epoch time as it is; None when
-    it does not parse."""
+    """An ISO-8601 text as an aware UTC time (naive = UTC), a text of epoch digits
+    (``"1700000000"``, ``"1700000000000"``) as :func:`_epoch_digits` reads it, an epoch time
+    as it is; None when it does not parse."""
     if value is None:
         return None
     if isinstance(value, dt.datetime):
         return value
+    text = str(value).strip()
+    epoch = _epoch_digits(text)
+    if isinstance(epoch, dt.datetime):
+        return epoch
     try:
-        parsed = dt.datetime.fromisoformat(str(value).strip())
+        parsed = dt.datetime.fromisoformat(text)
     except ValueError:
         return None
     if parsed.tzinfo is None:

@@ -77,12 +77,15 @@ TIMESTAMP_CANDIDATES: tuple[tuple[str, str], ...] = tuple(
 )
 COMPACT_CANDIDATES: tuple[tuple[int, str, str], ...] = (
     (8, "%Y%m%d", "yyyyMMdd"),
+    (12, "%Y%m%d%H%M", "yyyyMMddHHmm"),
     (14, "%Y%m%d%H%M%S", "yyyyMMddHHmmss"),
 )
 """Dates written as one number (``19970101``: CDNOW, many database dumps): (its digits, the
 strptime format, the Spark pattern). Only values of exactly that many digits count: strptime
 would read ``1997011`` too, Spark does not. Epoch seconds have 9-10 digits and milliseconds
-12-13: never the same values (an 8-digit number is never taken for epoch seconds of 1970)."""
+12-13: an 8-digit number is never taken for epoch seconds of 1970. 12 digits are both
+``yyyyMMddHHmm`` and epoch milliseconds of 1973-2001: when every sample that fits the one fits
+the other, the compact date wins (:func:`_dates_over_epochs`)."""
 SAMPLE_ROWS = 200
 DECIMAL_COMMA_NUMBER = r"[+-]?([0-9]{1,3}([.][0-9]{3})+|[0-9]+)(,[0-9]+)?"
 """A number with a decimal comma, dots grouping thousands or none (``12,50``, ``1.234,5``,
@@ -774,7 +777,7 @@ def choose_timestamp_format(
             f"cannot parse event_time values like {samples[0]!r} in {path}: "
             "give the format with --timestamp-format (a Spark datetime pattern)"
         )
-    winners = [fmt for fmt, n in scores.items() if n == best]
+    winners = _dates_over_epochs([fmt for fmt, n in scores.items() if n == best])
     if len(winners) > 1 and count_parsed is not None:
         winners = _most_parsed(winners, count_parsed(winners), len(samples))
     if len(winners) > 1:
@@ -786,6 +789,16 @@ def choose_timestamp_format(
     if winners[0] is not None:
         log.info("event_time format detected: %s", winners[0])
     return winners[0]
+
+
+def _dates_over_epochs(formats: list[str | None]) -> list[str | None]:
+    """``formats`` without the epoch readings when a compact date reads the same samples: a
+    valid month, day, hour and minute in each of them (``202601051030``) is what a date column
+    holds; epoch milliseconds rarely fit it (about 1 value in 200), all the samples never."""
+    compact = {spark_fmt for _, _, spark_fmt in COMPACT_CANDIDATES}
+    if not compact.intersection(formats):
+        return formats
+    return [f for f in formats if f not in (EPOCH_SECONDS, EPOCH_MILLIS)]
 
 
 def _most_parsed(

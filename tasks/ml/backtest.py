@@ -29,7 +29,7 @@ from tasks.ml.calibration import (
     fit_calibration,
 )
 from tasks.ml.evaluation import CalibrationScore, ModelComparison
-from tasks.ml.metrics import quality_metrics
+from tasks.ml.metrics import probability_metrics, quality_metrics
 from tasks.ml.models import FamilySpec, FitJob, FittedModel, get_family
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SPLITS, SnapshotStream
@@ -88,9 +88,8 @@ def compare_on(
             if method == calibration.method
             else fit_calibration(held_out.logits, held_out.labels, method)
         )
-        q = quality_metrics(y, fitted.probabilities(z))
-        methods[method] = CalibrationScore(
-            logloss=q.logloss, brier=q.brier, ece=q.ece, mean_score=q.mean_score
+        methods[method] = CalibrationScore.model_validate(
+            probability_metrics(y, fitted.probabilities(z)).model_dump()
         )
     return ModelComparison(
         model=quality_metrics(y, calibration.probabilities(z)),
@@ -142,31 +141,66 @@ def backtest_fit_job(
     device: torch.device,
     production_rows: int | None = None,
 ) -> FitJob:
-    """The backtest's fit: on :func:`backtest_sample` of ``earlier``'s training rows. When it
-    samples, a network fit is planned (batch, learning rate, threads) for the unsampled rows it
-    stands for, so each of its steps costs what a full fit's step costs, and its epochs are
-    capped by :func:`backtest_epochs` so it passes no more examples than the production fit
-    (on ``production_rows`` training rows; default: ``earlier``'s) passes at the least. Every
-    figure used is a row count: nothing the production fit learnt from its labels."""
+    """The backtest's fit: on :func:`backtest_sample` of ``earlier``'s training rows, with the
+    network plan and epoch budget of :func:`backtest_fit_plan`."""
     rows = earlier.rows("train")
     data = backtest_sample(earlier, settings.backtest_max_rows)
-    if data is earlier:
-        return FitJob(data=data, normalizer=normalizer, settings=settings, device=device)
-    epochs = backtest_epochs(settings, data.rows("train"), production_rows or rows)
-    log.info(
-        "backtest: a network fit is planned for the %d unsampled rows and runs at most %d "
-        "epochs (the examples of the production fit's shortest run, %d x %d rows)",
-        rows,
-        epochs,
-        min_epochs(settings),
-        production_rows or rows,
+    plan = backtest_fit_plan(
+        settings,
+        earlier_rows=rows,
+        sample_rows=data.rows("train"),
+        production_rows=production_rows,
     )
+    if plan.plan_rows is not None:
+        log.info(
+            "backtest: a network fit on %d rows is planned for %d rows (%s) and runs at most "
+            "%d epochs",
+            data.rows("train"),
+            plan.plan_rows,
+            "the production fit's" if production_rows else "the unsampled T-2H rows",
+            plan.max_epochs,
+        )
     return FitJob(
         data=data,
         normalizer=normalizer,
-        settings=settings.model_copy(update={"max_epochs": epochs}),
+        settings=settings
+        if plan.max_epochs == settings.max_epochs
+        else settings.model_copy(update={"max_epochs": plan.max_epochs}),
         device=device,
-        plan_rows=rows,
+        plan_rows=plan.plan_rows,
+    )
+
+
+@dataclass(frozen=True)
+class BacktestFitPlan:
+    """What the backtest's network fit is sized by: the training rows its batch, learning
+    rate and threads are planned for (None: its data's own), and its most epochs."""
+
+    plan_rows: int | None
+    max_epochs: int
+
+
+def backtest_fit_plan(
+    settings: TrainingSettings,
+    *,
+    earlier_rows: int,
+    sample_rows: int,
+    production_rows: int | None,
+) -> BacktestFitPlan:
+    """The backtest's network fit is planned (batch, learning rate, warm-up, threads) like the
+    production fit on ``production_rows`` training rows, so its steps cost what the production
+    fit's cost and use the same cores (planned for its own sample of ``sample_rows`` it got a
+    smaller batch on one thread and stepped more epochs than the production fit). Sampled
+    (``sample_rows < earlier_rows``), its epochs are capped by :func:`backtest_epochs`. Without
+    ``production_rows`` a sampled fit is planned for the ``earlier_rows`` it stands for, an
+    unsampled one for its own rows. Every figure is a row count: nothing the production fit
+    learnt from its labels reaches the backtest."""
+    sampled = sample_rows < earlier_rows
+    if not sampled:
+        return BacktestFitPlan(plan_rows=production_rows, max_epochs=settings.max_epochs)
+    return BacktestFitPlan(
+        plan_rows=production_rows or earlier_rows,
+        max_epochs=backtest_epochs(settings, sample_rows, production_rows or earlier_rows),
     )
 
 

@@ -9,32 +9,51 @@ from pydantic import BaseModel, Field
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     """Area under the ROC curve (Mann-Whitney U with average ranks for ties)."""
-    y = np.asarray(labels, dtype=bool)
+    y = np.asarray(labels, dtype=float)
     s = np.asarray(scores, dtype=float)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos == 0 or n_neg == 0:
-        raise ValueError("ROC AUC needs both classes")
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s), dtype=float)
-    sorted_s = s[order]
-    # average rank per tie group
-    boundaries = np.flatnonzero(np.diff(sorted_s)) + 1
-    starts = np.concatenate(([0], boundaries))
-    ends = np.concatenate((boundaries, [len(s)]))
-    avg = (starts + ends + 1) / 2.0
-    ranks[order] = np.repeat(avg, ends - starts)
-    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+    order = descending(s)
+    return _roc_auc_sorted(y[order], s[order])
 
 
 def pr_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     """Average precision: the step-wise area under the precision-recall curve."""
     y = np.asarray(labels, dtype=float)
     s = np.asarray(scores, dtype=float)
+    order = descending(s)
+    return _pr_auc_sorted(y[order], s[order])
+
+
+def descending(scores: np.ndarray) -> np.ndarray:
+    """The order of ``scores`` from the highest, ties in input order: the one sort that ROC AUC,
+    PR AUC and the lift table share (sorting 1.5M scores three times was most of a model's
+    judging time at 30M events)."""
+    return np.argsort(-np.asarray(scores, dtype=float), kind="stable")
+
+
+def _roc_auc_sorted(y: np.ndarray, s: np.ndarray) -> float:
+    """ROC AUC of labels ``y`` and scores ``s`` sorted by descending score: each tie group of
+    scores gets the average of its ascending ranks."""
+    positive = y.astype(bool)
+    n_pos = int(positive.sum())
+    n_neg = len(y) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError("ROC AUC needs both classes")
+    n = len(s)
+    boundaries = np.flatnonzero(np.diff(s)) + 1
+    starts = np.concatenate(([0], boundaries))
+    ends = np.concatenate((boundaries, [n]))
+    # descending positions [start, end) hold ascending ranks n - end + 1 .. n - start
+    avg = (2 * n - starts - ends + 1) / 2.0
+    positives_in_group = np.add.reduceat(positive.astype(np.int64), starts)
+    rank_sum = float(np.sum(avg * positives_in_group))
+    return float((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def _pr_auc_sorted(y: np.ndarray, s: np.ndarray) -> float:
+    """Average precision of labels ``y`` and scores ``s`` sorted by descending score."""
     n_pos = y.sum()
     if n_pos == 0:
         raise ValueError("PR AUC needs at least one positive")
-    order = np.argsort(-s, kind="mergesort")
-    y, s = y[order], s[order]
     last_of_tie = np.r_[np.flatnonzero(np.diff(s)), len(s) - 1]
     tp = np.cumsum(y)[last_of_tie]
     fp = (last_of_tie + 1) - tp
@@ -105,6 +124,15 @@ class QualityMetrics(BaseModel):
         return self.model_dump(exclude={"reliability", "lift", "n"})
 
 
+class ProbabilityMetrics(BaseModel):
+    """The figures of probabilities that need no ranking (:func:`probability_metrics`)."""
+
+    logloss: float
+    brier: float
+    ece: float
+    mean_score: float
+
+
 def brier_score(labels: np.ndarray, probabilities: np.ndarray) -> float:
     """Mean squared difference between probabilities and 0/1 outcomes."""
     y = np.asarray(labels, dtype=float)
@@ -156,21 +184,29 @@ def lift_table(
     near-equal groups: each group's positive rate, lift over the overall rate, cumulative gain."""
     y = np.asarray(labels, dtype=float)
     p = np.asarray(probabilities, dtype=float)
+    order = descending(p)
+    return _lift_sorted(y[order], p[order], groups)
+
+
+def _lift_sorted(y: np.ndarray, p: np.ndarray, groups: int = LIFT_GROUPS) -> list[LiftGroup]:
+    """:func:`lift_table` of labels and scores sorted by descending score."""
     if y.sum() == 0:
         raise ValueError("lift needs at least one positive")
-    order = np.argsort(-p, kind="stable")
     base_rate, positives = float(y.mean()), float(y.sum())
     out, gained = [], 0.0
-    for decile, part in enumerate(np.array_split(order, groups), start=1):
-        if len(part) == 0:
+    size, extra = divmod(len(y), groups)  # np.array_split's cut: the first `extra` get one more
+    hi = 0
+    for decile in range(1, groups + 1):
+        lo, hi = hi, hi + size + (decile <= extra)
+        if hi == lo:
             continue
-        rate = float(y[part].mean())
-        gained += float(y[part].sum())
+        rate = float(y[lo:hi].mean())
+        gained += float(y[lo:hi].sum())
         out.append(
             LiftGroup(
                 decile=decile,
-                n=len(part),
-                mean_score=float(p[part].mean()),
+                n=hi - lo,
+                mean_score=float(p[lo:hi].mean()),
                 observed_rate=rate,
                 lift=rate / base_rate,
                 cumulative_gain=gained / positives,
@@ -180,21 +216,37 @@ def lift_table(
 
 
 def quality_metrics(labels: np.ndarray, probabilities: np.ndarray) -> QualityMetrics:
-    """Every figure of :class:`QualityMetrics` for ``probabilities`` against 0/1 ``labels``."""
+    """Every figure of :class:`QualityMetrics` for ``probabilities`` against 0/1 ``labels``
+    (the ranking figures from one sort)."""
     y = np.asarray(labels, dtype=float)
     p = np.asarray(probabilities, dtype=float)
     reliability = reliability_table(y, p)
-    lift = lift_table(y, p)
+    order = descending(p)
+    ys, ps = y[order], p[order]
+    lift = _lift_sorted(ys, ps)
     return QualityMetrics(
         n=len(y),
         positive_rate=float(y.mean()),
         mean_score=float(p.mean()),
-        auc=roc_auc(y, p),
-        pr_auc=pr_auc(y, p),
+        auc=_roc_auc_sorted(ys, ps),
+        pr_auc=_pr_auc_sorted(ys, ps),
         logloss=log_loss(y, p),
         brier=brier_score(y, p),
         ece=expected_calibration_error(reliability),
         top_decile_lift=lift[0].lift,
         reliability=reliability,
         lift=lift,
+    )
+
+
+def probability_metrics(labels: np.ndarray, probabilities: np.ndarray) -> ProbabilityMetrics:
+    """The figures of ``probabilities`` that need no ranking: log loss, Brier score, calibration
+    error and mean score (what comparing calibration maps needs, without sorting)."""
+    y = np.asarray(labels, dtype=float)
+    p = np.asarray(probabilities, dtype=float)
+    return ProbabilityMetrics(
+        logloss=log_loss(y, p),
+        brier=brier_score(y, p),
+        ece=expected_calibration_error(reliability_table(y, p)),
+        mean_score=float(p.mean()),
     )

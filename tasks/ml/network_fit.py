@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ from torch import nn
 
 from infra.settings import CheckpointSettings
 from tasks.ml.checkpoints import CheckpointPolicy, LoadedCheckpoint
-from tasks.ml.models.base import FitJob
+from tasks.ml.models.base import FitJob, torch_threads
 from tasks.ml.network_plan import NetworkPlan, network_plan
 from tasks.ml.training_loop import Progress, TrainOutcome, check_resume, train_model
 
@@ -35,14 +36,28 @@ def fit_network(
     rebuild: Callable[[dict[str, Any]], nn.Module],
 ) -> TrainOutcome:
     """Train ``network`` (or the newest valid checkpoint of ``job.checkpoints``, rebuilt by
-    ``rebuild``) with early stopping; ``outcome.interrupted`` after ``job.stop_after_steps``."""
+    ``rebuild``) with early stopping; ``outcome.interrupted`` after ``job.stop_after_steps``.
+    On CPU torch runs the plan's threads for the fit and the process's own after it (the
+    backtest's one-thread plan used to stay for everything the process did next)."""
     plan = plan_fit(network, job, learning_rate)
     job = dataclasses.replace(
         job, settings=job.settings.model_copy(update={"batch_size": plan.batch_size})
     )
+    threads = torch_threads(plan.threads) if job.device.type == "cpu" else nullcontext()
+    with threads:
+        outcome = _fit_planned(network, job, plan, rebuild)
+    outcome.plan = plan
+    return outcome
+
+
+def _fit_planned(
+    network: nn.Module,
+    job: FitJob,
+    plan: NetworkPlan,
+    rebuild: Callable[[dict[str, Any]], nn.Module],
+) -> TrainOutcome:
+    """:func:`fit_network` once its plan is made and its threads set."""
     settings, ctx, device = job.settings, job.ctx, job.device
-    if device.type == "cpu":
-        torch.set_num_threads(plan.threads)
     resume: dict[str, Any] | None = None
     checkpoints = job.checkpoints
     if checkpoints is not None:
@@ -111,7 +126,6 @@ def fit_network(
     finally:
         if checkpoints is not None:
             checkpoints.close()
-    outcome.plan = plan
     return outcome
 
 

@@ -349,3 +349,17 @@ def test_every_refusal_has_the_one_error_shape(server):
         assert {"/predict", "/events"} <= set(paths)
         body = paths["/events"]["post"]["requestBody"]["content"]
         assert {"application/json", ARROW_STREAM} <= set(body)
+
+
+def test_a_trailing_slash_names_the_same_route(server):
+    """``POST /predict/`` and ``/events/`` are answered as their routes by clients that follow
+    no redirects (httpx, curl without ``-L``) and those that do (requests): before, an empty
+    307 to the unslashed path."""
+    status, answer = _curl_answer(_curl(f"{server.url}/predict/", "-d", '{"customer_id": "c1"}'))
+    assert status == 200 and answer["customer_id"] == "c1", answer
+    r = httpx.post(f"{server.url}/events/", json=_events("slash"), headers=AUTH, timeout=30)
+    assert r.status_code == 200 and r.json()["accepted"] == 3, r.text
+    r = requests.post(f"{server.url}/predict/", json={"customer_id": "slash"}, timeout=30)
+    assert r.status_code == 200 and not r.history and r.json()["customer_id"] == "slash", r.text
+    _error(httpx.post(f"{server.url}/events/", json=[], timeout=30), 401, "bearer token required")
+    assert httpx.get(f"{server.url}/health/", timeout=30).json() == {"status": "ok"}

@@ -299,6 +299,31 @@ def test_epoch_numbers_are_the_times_validate_reads_from_epoch_texts():
     assert events.column("event_time").to_pylist() == [at, at, at.replace(microsecond=0)]
 
 
+def test_epoch_texts_are_read_by_the_same_digit_rule_as_epoch_numbers():
+    """JSON strings of epoch digits (what a client that quotes every value sends) and Arrow
+    text columns are read as the numbers are: 9-10 digits seconds, 12-13 milliseconds (before:
+    ``invalid_event_time``); other digit counts stay invalid, ISO texts read as before."""
+    at = dt.datetime(2025, 7, 1, 10, 0, 0, 250_000, tzinfo=dt.UTC)
+    seconds = int(at.replace(microsecond=0).timestamp())
+    times = [f"{seconds * 1000 + 250}", f" {seconds} ", "2025-07-01T10:00:00.250Z", "17513640001"]
+    rows = [{**EVENT, "event_time": t, "amount": float(i + 1)} for i, t in enumerate(times)]
+    checked = check_contract(parse_events(json.dumps(rows).encode(), "application/json"))
+    assert [checked.reason(i) for i in range(checked.rows)] == [
+        None,
+        None,
+        None,
+        "invalid_event_time",
+    ]
+    assert checked.events.column("event_time").to_pylist()[:3] == [
+        at,
+        at.replace(microsecond=0),
+        at,
+    ]
+    table = pa.table({"customer_id": ["c1", "c1"], "event_time": times[:2], "amount": [1.0, 2.0]})
+    events = check_contract(parse_events(ipc(table), IPC_MEDIA_TYPE)).events
+    assert events.column("event_time").to_pylist() == [at, at.replace(microsecond=0)]
+
+
 def _ipc_file(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:

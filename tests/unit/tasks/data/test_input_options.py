@@ -233,6 +233,11 @@ def test_integer_dates_are_yyyymmdd_never_epoch_seconds(tmp_path):
     cdnow = ["19970101", "19970612", "19980630"]
     assert choose_timestamp_format(cdnow, tmp_path) == "yyyyMMdd"
     assert choose_timestamp_format(["20250102103005"], tmp_path) == "yyyyMMddHHmmss"
+    # 12 digits: yyyyMMddHHmm when every value is a valid minute (epoch milliseconds of
+    # 1973-2001 would read 202501021030 as 1976-06-02); epoch millis when one is not
+    assert choose_timestamp_format(["202501021030", "202512312359"], tmp_path) == "yyyyMMddHHmm"
+    assert choose_timestamp_format(["202501021030", "987654321098"], tmp_path) == "epoch_millis"
+    assert choose_timestamp_format(["202501021030", "1735812000000"], tmp_path) == "epoch_millis"
     assert choose_timestamp_format(["1735725600", "1735812000"], tmp_path) == "epoch_seconds"
     assert choose_timestamp_format(["1430578965994"], tmp_path) == "epoch_millis"
     with pytest.raises(HybridflowInputError, match="1997011"):  # 7 digits: neither

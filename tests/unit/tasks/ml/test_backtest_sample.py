@@ -17,6 +17,7 @@ from tasks.ml import backtest as backtest_module
 from tasks.ml.backtest import (
     backtest_epochs,
     backtest_fit_job,
+    backtest_fit_plan,
     backtest_sample,
     train_backtest_model,
 )
@@ -122,6 +123,9 @@ def test_a_sampled_backtest_fit_is_planned_for_the_unsampled_rows_and_its_epochs
     job = backtest_fit_job(data, normalizer, settings, torch.device("cpu"), production_rows=rows)
     sample = job.data.rows("train")
     assert sample < rows // 3 and job.plan_rows == rows
+    # planned like the production fit, whatever its rows
+    other = backtest_fit_job(data, normalizer, settings, torch.device("cpu"), 3 * rows)
+    assert other.plan_rows == 3 * rows
     # the production fit passes at least 4 epochs x its rows; the sample may pass no more
     assert job.settings.max_epochs == backtest_epochs(settings, sample, rows) == 4 * rows // sample
     assert job.settings.max_epochs * sample <= 4 * rows
@@ -137,6 +141,39 @@ def test_a_sampled_backtest_fit_is_planned_for_the_unsampled_rows_and_its_epochs
     assert whole.settings == TrainingSettings(backtest_max_rows=rows)
 
 
+def test_the_backtest_network_fit_is_planned_like_the_production_fit_at_30m_events():
+    """The 30M-event run's row counts (1,097,638 training rows at T-H, 821,246 at T-2H, a
+    500,822-row sample): the backtest's plan is the production fit's (batch 16,384 on both
+    cores), not that of the T-2H rows it stands for (batch 8,192 on one thread) nor of its
+    sample (4,096), and its epochs pass at most (patience + 1) production epochs' examples."""
+    settings = TrainingSettings()
+    production, earlier, sample = 1_097_638, 821_246, 500_822
+    plan = backtest_fit_plan(
+        settings, earlier_rows=earlier, sample_rows=sample, production_rows=production
+    )
+    assert plan.plan_rows == production
+
+    def network(rows: int):
+        return network_plan(settings, train_rows=rows, parameters=5121, learning_rate=2e-3, cores=2)
+
+    assert network(plan.plan_rows) == network(production)
+    assert (network(production).batch_size, network(production).threads) == (16_384, 2)
+    assert (network(earlier).batch_size, network(earlier).threads) == (8_192, 1)
+    assert plan.max_epochs == 4 * production // sample == 8
+    # unsampled: planned like the production fit, every epoch allowed; alone: as before
+    whole = backtest_fit_plan(
+        settings, earlier_rows=earlier, sample_rows=earlier, production_rows=production
+    )
+    assert whole == type(plan)(plan_rows=production, max_epochs=settings.max_epochs)
+    alone = backtest_fit_plan(
+        settings, earlier_rows=earlier, sample_rows=sample, production_rows=None
+    )
+    assert alone.plan_rows == earlier and alone.max_epochs == 4 * earlier // sample
+    assert backtest_fit_plan(
+        settings, earlier_rows=earlier, sample_rows=earlier, production_rows=None
+    ) == type(plan)(plan_rows=None, max_epochs=settings.max_epochs)
+
+
 @pytest.fixture(scope="module")
 def large_earlier(tmp_path_factory):
     """Enough training rows (~140k) that a fit on all of them gets a larger batch."""
@@ -147,21 +184,18 @@ def large_earlier(tmp_path_factory):
     return SnapshotStream(local_dataset_dir(store, manifest), normalizer.features), normalizer
 
 
-def test_a_sampled_backtest_network_fit_steps_like_a_full_fit_and_stops_within_budget(
-    large_earlier,
-):
-    """The mlp's backtest on a 10% sample runs the batch a fit on all the T-2H rows runs (on
-    the old code: the sample's own, smaller batch) and, with a production fit on as many rows
-    as the sample, the 4 epochs that fit passes at the least (old: up to max_epochs)."""
+def test_a_sampled_backtest_network_fit_steps_like_the_production_fit(large_earlier):
+    """The mlp's backtest on a 10% sample runs the batch the production fit (here on all the
+    rows) runs, not the sample's own smaller one, within its epochs."""
     data, normalizer = large_earlier
     rows = data.rows("train")
-    settings = TrainingSettings(backtest_max_rows=rows // 10, threads=1)
+    settings = TrainingSettings(backtest_max_rows=rows // 10, threads=1, max_epochs=4)
     family = backtest_module.get_family("mlp")
-    job = backtest_fit_job(data, normalizer, settings, torch.device("cpu"), rows // 10)
+    job = backtest_fit_job(data, normalizer, settings, torch.device("cpu"), rows)
     sample = job.data.rows("train")
     outcome = family.fit(family.spec({}), job)
     full = network_plan(settings, train_rows=rows, parameters=1, learning_rate=1e-3)
     own = network_plan(settings, train_rows=sample, parameters=1, learning_rate=1e-3)
     assert outcome.record["batch_size"] == full.batch_size > own.batch_size
-    assert outcome.record["epochs"] == 4
-    assert outcome.record["samples_seen"] <= 4 * (rows // 10)
+    assert outcome.record["epochs"] <= 4
+    assert outcome.record["samples_seen"] <= 4 * sample

@@ -42,3 +42,12 @@ def test_single_class_is_an_error():
 def test_classification_metrics_keys():
     m = classification_metrics(np.array([0, 1, 1, 0]), np.array([0.2, 0.7, 0.6, 0.4]))
     assert set(m) == {"auc", "pr_auc", "logloss", "positive_rate"}
+
+
+def test_roc_auc_with_many_ties_matches_pairwise_definition():
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 300)
+    s = np.round(rng.normal(size=300) + y, 1)  # tie groups of mixed labels
+    pos, neg = s[y == 1], s[y == 0]
+    pairwise = ((pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])).mean()
+    assert roc_auc(y, s) == pytest.approx(pairwise, abs=1e-12)

@@ -12,6 +12,7 @@ import torch
 from infra.settings import TrainingSettings
 from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from infra.storage.store import LocalFolderStore
+from tasks.ml import network_fit as network_fit_module
 from tasks.ml import network_plan as plan_module
 from tasks.ml.models import FitJob, get_family
 from tasks.ml.network_plan import SCALE_FROM_ROWS, network_plan, threads_for_step
@@ -78,21 +79,34 @@ def snapshot(tmp_path_factory):
 
 
 def test_a_network_fit_runs_with_the_plan_and_records_it(snapshot, monkeypatch, caplog):
+    """The fit's loop runs the plan's threads, and the process gets its own back after it
+    (a one-thread plan must not slow what the process does next)."""
     data, normalizer = snapshot
     monkeypatch.setattr(plan_module, "available_cores", lambda: 2)
     monkeypatch.setattr(plan_module, "STEP_FLOPS_PER_THREAD", 1.0)  # any step is work for 2
     monkeypatch.setattr(plan_module, "SCALE_FROM_ROWS", 500)  # these rows count as many
+    in_loop: list[int] = []
+    real_loop = network_fit_module.train_model
+
+    def loop(*args, **kwargs):
+        in_loop.append(torch.get_num_threads())
+        return real_loop(*args, **kwargs)
+
+    monkeypatch.setattr(network_fit_module, "train_model", loop)
     before = torch.get_num_threads()
     settings = TrainingSettings(max_epochs=1, batch_size=8, max_batch_size=64, seed=1)
     try:
+        torch.set_num_threads(1)
         with caplog.at_level(logging.INFO, logger="tasks.ml.network_fit"):
             outcome = get_family("mlp").fit(
                 get_family("mlp").spec(),
                 FitJob(data=data, normalizer=normalizer, settings=settings),
             )
-        threads = torch.get_num_threads()
+        after = torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
+    threads = in_loop[0]
+    assert after == 1
     record = outcome.record
     rows = data.rows("train")
     assert rows >= 2000 and record["batch_size"] == 32  # 8 x 4 (rows over 2,000), within 64

@@ -9,8 +9,11 @@ from tasks.ml.metrics import (
     brier_score,
     expected_calibration_error,
     lift_table,
+    pr_auc,
+    probability_metrics,
     quality_metrics,
     reliability_table,
+    roc_auc,
 )
 
 
@@ -47,3 +50,20 @@ def test_perfectly_calibrated_scores_have_small_ece_and_bad_ones_do_not():
     assert good.auc == pytest.approx(bad.auc) and good.logloss < bad.logloss
     assert good.top_decile_lift == pytest.approx(bad.top_decile_lift)
     assert set(good.headline()) >= {"auc", "pr_auc", "logloss", "brier", "ece", "top_decile_lift"}
+
+
+def test_one_sort_gives_the_figures_each_metric_gives_alone_and_probability_metrics_agree():
+    rng = np.random.default_rng(3)
+    y = (rng.random(5000) < 0.3).astype(float)
+    p = np.round(np.clip(rng.random(5000) * 0.5 + 0.5 * y * rng.random(5000), 0, 1), 2)
+    q = quality_metrics(y, p)
+    assert q.auc == pytest.approx(roc_auc(y, p), abs=1e-12)
+    assert q.pr_auc == pytest.approx(pr_auc(y, p), abs=1e-12)
+    assert q.lift == lift_table(y, p)
+    light = probability_metrics(y, p)
+    assert light.model_dump() == {
+        "logloss": q.logloss,
+        "brier": q.brier,
+        "ece": q.ece,
+        "mean_score": q.mean_score,
+    }

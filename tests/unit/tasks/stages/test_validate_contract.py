@@ -440,6 +440,12 @@ def _engine_outputs(spark, store, path, run_id, in_process_rows, options=None):
             InputOptions(column_map={"event_time": "date"}),
         ),
         (
+            "compact_minutes",  # yyyyMMddHHmm (12 digits), detected, not epoch milliseconds
+            "customer_id,event_time,amount\nc1,202501021030,1\nc1,202512312359,2\n"
+            "c2,202502301000,1\nc2,202501021060,1\nc3,20250102103,1\nc3, 202501030000 ,1\n",
+            None,
+        ),
+        (
             "decimal_comma",  # a European export: ; and 12,50 and 1.234,50
             "Kunde;Datum;Betrag\nK1;31.12.2025 14:30;12,50\nK1;01.12.2025 09:00;1.234,50\n"
             "K2;02.12.2025 10:00;7\nK2;03.12.2025 10:00;-1,5\nK3;04.12.2025 10:00;abc\n"
@@ -486,7 +492,13 @@ def test_public_log_shapes_are_read_as_their_values_mean_on_both_engines(
         "customer_id,date,quantity,amount\n00001,19970101,1,11.77\n13085.0,19980630,2,5\n",
     )
     euro = _write(tmp_path / "euro.csv", "Kunde;Datum;Betrag\nK1;31.12.2025 14:30;1.234,50\n")
+    minutes = _write(tmp_path / "minutes.csv", "user,ts,amount\nu1,202501021030,1\n")
     for engine, limit in (("spark", 0), ("duckdb", None)):
+        result, good, _ = _engine_outputs(
+            spark, local_store, minutes, f"minutes-{engine}", limit,
+            InputOptions(column_map={"customer_id": "user", "event_time": "ts"}),
+        )  # fmt: skip
+        assert [r["event_time"] for r in good] == [dt.datetime(2025, 1, 2, 10, 30)], engine
         result, good, _ = _engine_outputs(
             spark, local_store, cdnow, f"cdnow-{engine}", limit,
             InputOptions(column_map={"event_time": "date"}),
