@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 ParsedCounts = Callable[[Sequence[str | None]], dict[str | None, int]]
 """How many values of the input's whole ``event_time`` column each format parses."""
 
-CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz")
+CSV_SUFFIXES = (".csv", ".txt", ".tsv", ".tab", ".csv.gz", ".txt.gz", ".tsv.gz", ".tab.gz")
+"""Delimited text, read alike whatever the delimiter (detected from the header)."""
 PARQUET_SUFFIXES = (".parquet", ".pq")
 DELIMITERS = (",", ";", "\t", "|")
 DEFAULT_QUOTE = '"'
@@ -270,7 +271,8 @@ def detect_format(files: list[Path], path: Path) -> str:
         return "csv"
     odd = sorted({f.suffix.lower() or f.name for f in files})
     raise HybridflowInputError(
-        f"cannot tell the format of {path}: expected only .parquet or only .csv files, "
+        f"cannot tell the format of {path}: expected only .parquet or only .csv (.txt, .tsv) "
+        "files, "
         f"found {', '.join(odd)}"
     )
 
@@ -349,14 +351,40 @@ def _csv_head(f: Path) -> str | None:
         raise HybridflowInputError(f"cannot read CSV file {f}: {_first_line(exc)}") from None
     if not head.strip():
         return None
+    if head.startswith(UTF16_BOMS) or _utf16_without_bom(head):
+        raise HybridflowInputError(
+            f"cannot read CSV file {f}: it is UTF-16 text (what Excel's 'Unicode Text' and "
+            "PowerShell 5 write); CSV is read as UTF-8: convert it, e.g. "
+            f"iconv -f UTF-16 -t UTF-8 {shlex.quote(str(f))} > events.csv (or save as "
+            "'CSV UTF-8')"
+        )
     if b"\x00" in head.split(b"\n", 1)[0]:
         raise HybridflowInputError(f"cannot read CSV file {f}: binary data, not CSV text")
     try:
         return head.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         if exc.start < len(head) - 3:  # not just a character cut at the end of the block
-            raise HybridflowInputError(f"cannot read CSV file {f}: not UTF-8 text") from None
+            line = head[: exc.start].count(b"\n") + 1
+            raise HybridflowInputError(
+                f"cannot read CSV file {f}: not UTF-8 text (byte 0x{head[exc.start]:02x} on "
+                f"line {line}: Windows-1252 / Latin-1, as Excel's 'CSV (Comma delimited)' "
+                "writes, is the likely encoding): convert it, e.g. iconv -f CP1252 -t UTF-8 "
+                f"{shlex.quote(str(f))} > events.csv (or save as 'CSV UTF-8')"
+            ) from None
         return head[: exc.start].decode("utf-8-sig")
+
+
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _utf16_without_bom(head: bytes) -> bool:
+    """Whether the first line looks like UTF-16 ASCII text without a byte-order mark: every
+    other byte NUL."""
+    sample = head[:64]
+    if len(sample) < 8:
+        return False
+    evens, odds = sample[0::2], sample[1::2]
+    return evens.count(0) == len(evens) or odds.count(0) == len(odds)
 
 
 def detect_delimiter(header: str) -> str:

@@ -14,7 +14,9 @@ from pydantic import ValidationError
 
 from cli.args import column_mapping, delimiter, one_character
 from infra.errors import HybridflowInputError
+from infra.routing.planner import count_event_rows
 from tasks.data.input_formats import (
+    CSV_SUFFIXES,
     InputOptions,
     amounts_use_decimal_comma,
     check_required_columns,
@@ -321,3 +323,28 @@ def test_the_logs_own_purchase_event_is_a_purchase_in_python_and_sql():
     given = InputOptions(purchase_event="checkout")
     assert given.merged_with(InputOptions(purchase_event="x")).purchase_event == "checkout"
     assert InputOptions().merged_with(given).purchase_event == "checkout"
+
+
+def test_excel_and_spreadsheet_exports_are_read_or_refused_with_the_conversion(tmp_path):
+    """A ``.tsv`` file is delimited text like ``.csv`` (before: 'cannot tell the format');
+    UTF-16 (Excel's 'Unicode Text') and Windows-1252 files are refused naming the encoding and
+    the iconv line (before: 'binary data, not CSV text', 'not UTF-8 text')."""
+    text = "customer_id\tevent_time\tamount\nc1\t2025-01-01\t1.5\n"
+    tsv = tmp_path / "export.tsv"
+    tsv.write_text(text)
+    found = inspect_events(tsv, InputOptions())
+    assert found.format == "csv" and found.csv_dialect.delimiter == "\t"
+    assert found.columns == ["customer_id", "event_time", "amount"]
+    assert count_event_rows([tsv], CSV_SUFFIXES) == 1
+    for encoding in ("utf-16", "utf-16-le"):  # with and without a byte-order mark
+        path = tmp_path / f"{encoding}.txt"
+        path.write_bytes(text.encode(encoding))
+        message = _error(path)
+        assert "it is UTF-16 text" in message and "iconv -f UTF-16 -t UTF-8" in message
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(
+        "customer_id,event_time,amount,country\nc1,2025-01-01,1,Côte\n".encode("cp1252")
+    )
+    message = _error(latin)
+    assert "not UTF-8 text (byte 0xf4 on line 2" in message
+    assert f"iconv -f CP1252 -t UTF-8 {latin} > events.csv" in message
