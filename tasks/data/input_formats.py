@@ -98,6 +98,11 @@ GROUPED_THOUSANDS = r"^[+-]?[0-9]{1,3}([.][0-9]{3})+(,[0-9]+)?$"
 """A decimal-comma number whose dots group thousands: the dots are dropped before the comma
 becomes the decimal point. One pattern for Java's regex (Spark) and RE2 (DuckDB), written
 without a backslash (``[.]``) so that it reads the same inside either engine's SQL string."""
+COMMA_GROUPED_THOUSANDS = r"^[+-]?[0-9]{1,3}(,[0-9]{3})+([.][0-9]+)?$"
+"""A number whose commas group thousands, with a decimal point or none (``1,234.50``,
+``12,345``: spreadsheets' number format, quoted in CSV): the commas are dropped. Not read so
+when the amounts use a decimal comma (:attr:`CsvDialect.decimal_comma`). Written for Java's
+regex and RE2 alike, without a backslash."""
 CSV_BYTES_PER_ROW = 48  # a typical event line; gzip shrinks text about 4x
 GZIP_RATIO = 4
 
@@ -435,6 +440,17 @@ def decimal_comma_sql(text: str, matches: str) -> str:
         f"CASE WHEN {matches}({trimmed}, '{GROUPED_THOUSANDS}') "
         f"THEN replace(replace({trimmed}, '.', ''), ',', '.') "
         f"ELSE replace({text}, ',', '.') END"
+    )
+
+
+def comma_grouped_sql(text: str, matches: str) -> str:
+    """SQL, in Spark's and DuckDB's dialect alike, for an amount text with its thousands
+    commas dropped when it is :data:`COMMA_GROUPED_THOUSANDS` (``1,234.50`` -> ``1234.50``),
+    else as it is; ``matches`` as for :func:`decimal_comma_sql`."""
+    trimmed = f"trim({text})"
+    return (
+        f"CASE WHEN instr({text}, ',') > 0 AND {matches}({trimmed}, '{COMMA_GROUPED_THOUSANDS}') "
+        f"THEN replace({trimmed}, ',', '') ELSE {text} END"
     )
 
 

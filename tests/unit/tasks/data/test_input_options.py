@@ -21,6 +21,7 @@ from tasks.data.input_formats import (
     amounts_use_decimal_comma,
     check_required_columns,
     choose_timestamp_format,
+    comma_grouped_sql,
     detect_delimiter,
     detect_format,
     inspect_events,
@@ -348,3 +349,14 @@ def test_excel_and_spreadsheet_exports_are_read_or_refused_with_the_conversion(t
     message = _error(latin)
     assert "not UTF-8 text (byte 0xf4 on line 2" in message
     assert f"iconv -f CP1252 -t UTF-8 {latin} > events.csv" in message
+
+
+def test_thousands_commas_are_dropped_from_amounts_in_sql():
+    """``"1,234.50"`` (a spreadsheet's number format, quoted in a CSV) is 1234.5 (before: an
+    invalid_amount row: large purchases quarantined); commas that group no thousands stay."""
+    texts = ["1,234.50", " 12,345 ", "-1,000.5", "1,23", "1,2345", "12,5", "1234.5", "a,bcd"]
+    sql = comma_grouped_sql("x", "regexp_matches")
+    got = duckdb.sql(f"SELECT {sql} FROM unnest($t) AS t(x)", params={"t": texts}).fetchall()
+    assert [r[0] for r in got] == [
+        "1234.50", "12345", "-1000.5", "1,23", "1,2345", "12,5", "1234.5", "a,bcd",
+    ]  # fmt: skip
