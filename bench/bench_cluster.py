@@ -252,10 +252,11 @@ def main(results_dir: Path) -> list[dict]:
     """Start moto and the cluster, run both arms and the baselines; a row per figure."""
     import boto3
 
+    from infra.settings import get_settings
     from infra.stack.processes import launcher_into, stop
     from infra.stack.spark_cluster import (
         CONNECT,
-        SparkClusterSpec,
+        spark_spec,
         start_cluster,
         stop_cluster,
     )
@@ -296,7 +297,7 @@ def main(results_dir: Path) -> list[dict]:
         version = _register_model(store, features)
         torch_s, torch_cpu = _torch_seconds(local, _register_model(local, features))
 
-        spec = SparkClusterSpec(workers=2, worker_cores=1, worker_memory="1g", driver_memory="1g")
+        spec = spark_spec(get_settings(), workers=2)
         launch = launcher_into(records, work / "logs", REPO)
         base = {k: v for k, v in os.environ.items() if not k.startswith("HYBRIDFLOW_SPARK")}
         base |= {"HYBRIDFLOW_STORE": uri, "HYBRIDFLOW_WORK_DIR": str(work / "hf")}

@@ -48,13 +48,16 @@ def _first_action_s(remote: str) -> float:
 
 def spark_startup(work: Path, repeats: int) -> list[dict]:
     """Seconds to a first Spark action in a fresh process: local JVM vs Connect session."""
+    from infra.settings import get_settings
     from infra.stack.processes import launcher_into
-    from infra.stack.spark_cluster import SparkClusterSpec, start_cluster, stop_cluster
+    from infra.stack.spark_cluster import spark_spec, start_cluster, stop_cluster
 
     records: dict = {}
     launch = launcher_into(records, work / "logs", work)
     try:
-        endpoints = start_cluster(launch, work / "cluster", SparkClusterSpec(), dict(os.environ))
+        endpoints = start_cluster(
+            launch, work / "cluster", spark_spec(get_settings()), dict(os.environ)
+        )
         local, connect = [], []
         for _ in range(repeats):
             local.append(_first_action_s(""))

@@ -417,8 +417,9 @@ def main() -> dict:
 
     from infra.compute.spark import QUICK_JIT_OPTIONS
     from infra.layout import scoring_features_prefix
+    from infra.settings import get_settings
     from infra.stack.processes import launcher_into
-    from infra.stack.spark_cluster import SparkClusterSpec, start_standalone, stop_cluster
+    from infra.stack.spark_cluster import spark_spec, start_standalone, stop_cluster
     from infra.storage.datasets import read_dataset_manifest
     from infra.storage.store import LocalFolderStore, S3Store
     from tasks.definitions.feature_specs import feature_names
@@ -471,7 +472,7 @@ def main() -> dict:
                 "seconds": seconds,
                 "get_and_decode_s": decode_s,
             }
-        spec = SparkClusterSpec(workers=2, worker_cores=1, worker_memory="1g", driver_memory="1g")
+        spec = spark_spec(get_settings(), workers=2)
         launch = launcher_into(records, work / "logs", REPO)
         master_url = os.environ.get("BENCH_BREAKDOWN_MASTER")  # e.g. local[2]: a smoke test
         if master_url is None:

@@ -24,6 +24,11 @@ from infra.storage.datasets import DatasetManifest, publish_dataset
 from infra.storage.store import ObjectStore
 
 PART_FILE = "part-00000.parquet"
+WRITE_OPTIONS: dict[str, Any] = {"use_dictionary": False}
+"""How :func:`write_table` writes Parquet: no dictionary pages. Its tables are features and
+snapshots (doubles of mostly distinct values, a customer id per row), where pyarrow's attempted
+dictionaries took 2-3x the write's CPU (0.28-0.39 s -> 0.14 s for 178,696 examples x 49
+columns) and the files were 18 MB instead of 21."""
 
 
 def read_table(
@@ -75,14 +80,16 @@ def write_table(
 
     def write(out: Path) -> None:
         if partition_by is None:
-            pq.write_table(table, out / PART_FILE)
+            pq.write_table(table, out / PART_FILE, **WRITE_OPTIONS)
             return
         rest = table.drop_columns([partition_by])
         values = table[partition_by]
         for value in pc.unique(values).to_pylist():
             folder = out / f"{partition_by}={value}"
             folder.mkdir()
-            pq.write_table(rest.filter(pc.equal(values, value)), folder / PART_FILE)
+            pq.write_table(
+                rest.filter(pc.equal(values, value)), folder / PART_FILE, **WRITE_OPTIONS
+            )
 
     return publish_written(store, prefix, write, rows=table.num_rows, metadata=metadata)
 

@@ -11,9 +11,9 @@ by the formulas of :mod:`tasks.definitions.feature_formulas`. Only the prepared 
 engine: ``customer_id``, the event time as integer microseconds ``_t``, the purchase flag
 ``_p``, ``amount``, the quantity as a double ``_q``, ``event_type`` and the mix columns.
 
-Only the constructs both engines parse the same way are used: ``FILTER (WHERE ...)``,
-``x::DOUBLE`` (every non-integer literal is a double; a bare ``1.5`` would be a decimal),
-``ln``, ``greatest``, ``coalesce``, ``CASE``, ``lag`` and ``USING`` joins.
+Only the constructs both engines parse the same way are used: ``x::DOUBLE`` (every
+non-integer literal is a double; a bare ``1.5`` would be a decimal), ``ln``, ``greatest``,
+``coalesce``, ``CASE`` (also for conditional aggregates), ``lag`` and ``USING`` joins.
 """
 
 from __future__ import annotations
@@ -46,7 +46,16 @@ def _col(cutoff: Cutoff, name: str) -> str:
 
 
 def _agg(fn: str, cutoff: Cutoff, condition: str, value: str, name: str) -> str:
-    return f"{fn}({value}) FILTER (WHERE {condition}) AS {_col(cutoff, name)}"
+    return f"{_conditional(fn, condition, value)} AS {_col(cutoff, name)}"
+
+
+def _conditional(fn: str, condition: str, value: str) -> str:
+    """The aggregate ``fn`` of ``value`` (``*``: rows) over the rows where ``condition`` holds,
+    as ``fn(CASE WHEN condition THEN value END)``: what ``fn(value) FILTER (WHERE condition)``
+    gives (aggregates skip nulls; ``count`` is 0 and the others null without such a row), at
+    half DuckDB's time for the ~75 aggregates of three cutoffs (its ``FILTER`` runs each
+    aggregate over a selection of its own)."""
+    return f"{fn}(CASE WHEN {condition} THEN {'1' if value == '*' else value} END)"
 
 
 def _event_aggregates(cutoff: Cutoff) -> list[str]:
@@ -91,7 +100,7 @@ def wide_sql(
     if not cutoffs or len({c.name for c in cutoffs}) != len(cutoffs):
         raise ValueError(f"cutoffs need distinct names, got {[c.name for c in cutoffs]}")
     latest = max(c.micros() for c in cutoffs)
-    events = [f"count(*) FILTER (WHERE _t > {latest}) AS events_after"]
+    events = [f"{_conditional('count', f'_t > {latest}', '*')} AS events_after"]
     gaps: list[str] = []
     mixes: dict[str, list[str]] = {identifier(col): [] for col in mix_columns}
     for cutoff in cutoffs:
@@ -111,7 +120,8 @@ def wide_sql(
                 _agg("sum", cutoff, f"{n} > 0", f"{n} * ln({n})", f"_{col}_clogc"),
             ]
     per_value = ", ".join(
-        f"count(*) FILTER (WHERE _t <= {c.micros()}) AS {identifier(c.name)}" for c in cutoffs
+        f"{_conditional('count', f'_t <= {c.micros()}', '*')} AS {identifier(c.name)}"
+        for c in cutoffs
     )
     branches = {
         "gaps": f"""SELECT customer_id, {", ".join(gaps)}

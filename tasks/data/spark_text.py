@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 
-import pyarrow as pa
-
 PLAIN_FROM, PLAIN_BELOW = 1e-3, 1e7
 
 
@@ -34,10 +32,3 @@ def java_double_string(value: float) -> str:
     power = len(digits) + int(exponent) - 1
     fraction = significant[1:] or "0"
     return f"{'-' if sign else ''}{significant[0]}.{fraction}E{power}"
-
-
-def java_double_strings(values: pa.Array) -> pa.Array:
-    """:func:`java_double_string` over an Arrow array of doubles (nulls stay null)."""
-    return pa.array(
-        [None if v is None else java_double_string(v) for v in values.to_pylist()], pa.string()
-    )

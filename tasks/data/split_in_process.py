@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from infra.compute.duckdb_session import duckdb_connection
+from tasks.data.non_finite import non_finite_count
 from tasks.data.split import SPLITS, SplitFractions, split_sql
 
 
@@ -41,8 +41,7 @@ def split_values(table: pa.Table, features: list[str]) -> dict[str, Any]:
     for f in features:
         column = table[f]
         if pa.types.is_floating(column.type):
-            bad = pc.or_(pc.is_nan(column), pc.is_inf(column))
-            values[f"nf_{f}"] = int(pc.sum(pc.cast(bad, pa.int64())).as_py() or 0)
+            values[f"nf_{f}"] = non_finite_count(column)
         x = column.to_numpy(zero_copy_only=False).astype(np.float64)[train]
         x = np.sign(x) * np.log1p(np.abs(x))
         x = x[np.isfinite(x)]  # a non-finite value is refused (nf_<feature>), not averaged

@@ -150,25 +150,74 @@ def deduplicated_sql(
 
     The rows go to ``partitions`` partitions by ``customer_id`` first (a hint to Spark, whose
     group-by then needs no second shuffle and whose good rows come out clustered by customer; a
-    comment to DuckDB). ``amount + 0.0`` makes -0.0 group (and be kept) as 0.0.
+    comment to DuckDB). ``amount + 0.0`` makes -0.0 group (and be kept) as 0.0. In one
+    group-by: Spark's form (its source is a shuffle, read once); DuckDB, which reads a view
+    over the input twice more cheaply than it groups every row by the ``raw_`` texts and the
+    reason, runs :func:`good_rows_sql` and :func:`bad_rows_sql` instead.
     """
-    typed = ", ".join(
+    keys = ", ".join([*CONTRACT_COLUMNS, *(f"raw_{c}" for c in present), "reason", ROW_KEY])
+    return f"""SELECT {keys}, count(*) AS copies FROM (
+  SELECT /*+ REPARTITION({int(partitions)}, customer_id) */ {_typed()}{_raw(present)}, reason,
+    {ROW_KEY}
+  FROM {_flagged(source, present, rules)}
+) AS flagged_rows
+GROUP BY {keys}"""
+
+
+def good_rows_sql(source: str, present: Sequence[str], rules: Sequence[Rule] = RULES) -> str:
+    """The good rows of :func:`deduplicated_sql`, grouped only by what tells them apart (the
+    contract's columns and ``row_key``): the contract's columns, ``row_key`` and ``copies``."""
+    kept = ", ".join([*CONTRACT_COLUMNS, ROW_KEY])
+    return f"""SELECT {kept}, count(*) AS copies
+FROM (SELECT {_typed()}, {ROW_KEY} FROM {_flagged(source, present, rules)}
+      WHERE reason IS NULL) AS good_rows
+GROUP BY {kept}"""
+
+
+def bad_rows_sql(source: str, present: Sequence[str], rules: Sequence[Rule] = RULES) -> str:
+    """The bad rows of :func:`deduplicated_sql`, each read row on its own (``copies`` 1: a bad
+    row is quarantined as many times as it is read, so grouping them changes nothing), with
+    their input values ``src_<column>`` as read (:func:`deduplicated_from_sql` writes them as
+    text, once the few bad rows are together)."""
+    kept = ", ".join([*CONTRACT_COLUMNS, *(f"src_{c}" for c in present), "reason", ROW_KEY])
+    return f"""SELECT {kept}, CAST(1 AS BIGINT) AS copies
+FROM (SELECT {_typed()}{"".join(f", src_{c}" for c in present)}, reason, {ROW_KEY}
+      FROM {_flagged(source, present, rules)} WHERE reason IS NOT NULL) AS bad_rows"""
+
+
+def deduplicated_from_sql(good: str, bad: str, present: Sequence[str]) -> str:
+    """:func:`deduplicated_sql`'s rows from the tables ``good`` (:func:`good_rows_sql`) and
+    ``bad`` (:func:`bad_rows_sql`): the quarantine and figures read from them are the same."""
+    no_text = "".join(f", CAST(NULL AS STRING) AS raw_{c}" for c in present)
+    text = "".join(f", input_text_{c}(src_{c}) AS raw_{c}" for c in present)
+    return f"""SELECT {", ".join(CONTRACT_COLUMNS)}{no_text}, CAST(NULL AS STRING) AS reason,
+  {ROW_KEY}, copies FROM {good}
+UNION ALL
+SELECT {", ".join(CONTRACT_COLUMNS)}{text}, reason, {ROW_KEY}, copies FROM {bad}"""
+
+
+def _flagged(source: str, present: Sequence[str], rules: Sequence[Rule]) -> str:
+    """The conformed events ``source`` with their ``reason`` (null for a good row)."""
+    return f"(SELECT *, {reason_sql(present, rules)} AS reason FROM {source}) AS flagged"
+
+
+def _typed() -> str:
+    """The contract's columns as rows are grouped and kept by."""
+    return ", ".join(
         {
             "amount": "amount + CAST(0.0 AS DOUBLE) AS amount",
             "quantity": "coalesce(quantity, 1) AS quantity",
         }.get(c, c)
         for c in CONTRACT_COLUMNS
     )
-    raw = "".join(
+
+
+def _raw(present: Sequence[str]) -> str:
+    """A bad row's input values as text (``raw_<column>``), null for a good row."""
+    return "".join(
         f", CASE WHEN reason IS NOT NULL THEN input_text_{c}(src_{c}) END AS raw_{c}"
         for c in present
     )
-    keys = ", ".join([*CONTRACT_COLUMNS, *(f"raw_{c}" for c in present), "reason", ROW_KEY])
-    return f"""SELECT {keys}, count(*) AS copies FROM (
-  SELECT /*+ REPARTITION({int(partitions)}, customer_id) */ {typed}{raw}, reason, {ROW_KEY}
-  FROM (SELECT *, {reason_sql(present, rules)} AS reason FROM {source}) AS flagged
-) AS flagged_rows
-GROUP BY {keys}"""
 
 
 def good_sql(deduplicated: str) -> str:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from infra.compute.devices import Device
 from infra.settings import CalibrationMethod, TrainingSettings
 from tasks.ml.baseline import LogisticBaseline, baseline_columns, fit_baseline
 from tasks.ml.calibration import (
@@ -33,9 +33,6 @@ from tasks.ml.metrics import probability_metrics, quality_metrics
 from tasks.ml.models import FamilySpec, FitJob, FittedModel, get_family
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SPLITS, SnapshotStream, memoised
-
-if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
-    import torch
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +131,7 @@ def train_backtest_model(
     normalizer: Normalizer,
     spec: FamilySpec,
     settings: TrainingSettings,
-    device: torch.device,
+    device: Device,
     production_rows: int | None = None,
 ) -> FittedModel:
     """A fresh model of ``spec``'s family fitted the way the run fits it (same settings and
@@ -148,7 +145,7 @@ def backtest_fit_job(
     earlier: SnapshotStream,
     normalizer: Normalizer,
     settings: TrainingSettings,
-    device: torch.device,
+    device: Device,
     production_rows: int | None = None,
 ) -> FitJob:
     """The backtest's fit: on :func:`backtest_sample` of ``earlier``'s training rows, with the
@@ -255,7 +252,7 @@ def backtest_comparison(
     judged_on: SnapshotStream,
     spec: FamilySpec,
     settings: TrainingSettings,
-    device: torch.device,
+    device: Device,
     method: CalibrationMethod,
     production_rows: int | None = None,
 ) -> tuple[Calibration, ModelComparison]:

@@ -19,10 +19,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from infra.compute.devices import Device
 from infra.errors import HybridflowInputError
 from infra.layout import contender_bundle_key, stage_manifest_key, version_manifest_key
 from infra.routing.accounting import embedded_pool
@@ -44,9 +44,6 @@ from tasks.reporting.records import (
     StageReport,
     contender_stage,
 )
-
-if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
-    import torch
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +175,7 @@ def contend(
     settings: HybridflowSettings,
     options: TrainingOptions,
     ctx: DistContext,
-    device: torch.device,
+    device: Device,
     as_of: dt.date,
     horizon_days: int,
 ) -> Contender | None:

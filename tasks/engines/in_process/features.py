@@ -15,6 +15,7 @@ from infra.storage.arrow_datasets import local_files, read_batches, write_table
 from infra.storage.datasets import DatasetManifest, read_dataset_manifest
 from infra.storage.store import ObjectStore
 from tasks.data.features_duckdb import EVENT_COLUMNS, InProcessFeatures
+from tasks.data.non_finite import non_finite_count
 from tasks.engines.feature_frame import FeatureOutput, distinct_cutoffs
 
 
@@ -85,9 +86,9 @@ def check_finite(rows: pa.Table, prefix: str) -> None:
     for name, column in zip(rows.column_names, rows.columns, strict=True):
         if not pa.types.is_floating(column.type):
             continue
-        bad = pc.fill_null(pc.or_(pc.is_nan(column), pc.is_inf(column)), False)
-        count = int(pc.sum(pc.cast(bad, pa.int64())).as_py() or 0)
+        count = non_finite_count(column)
         if count:
+            bad = pc.fill_null(pc.invert(pc.is_finite(column)), False)
             who = (
                 rows["customer_id"].filter(bad)[0].as_py()
                 if "customer_id" in rows.column_names

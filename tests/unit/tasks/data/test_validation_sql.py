@@ -9,7 +9,19 @@ import datetime as dt
 import duckdb
 import pytest
 
-from tasks.data.validation_sql import RULES, RowBounds, Rule, contract_rules, reason_sql
+from tasks.data.validation_sql import (
+    RULES,
+    RowBounds,
+    Rule,
+    bad_rows_sql,
+    contract_rules,
+    deduplicated_from_sql,
+    deduplicated_sql,
+    good_rows_sql,
+    good_sql,
+    quarantine_sql,
+    reason_sql,
+)
 from tasks.definitions.contract import QUARANTINE_REASONS, REASON_DUPLICATE
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -124,3 +136,74 @@ def test_an_amount_over_the_largest_is_quarantined_after_the_invalid_ones():
     finally:
         con.close()
     assert got == [None, "amount_too_large", "amount_too_large", "invalid_amount"]
+
+
+# conformed rows with their input values: customer_id, event_time, amount, quantity, the
+# src_ values of those four, row_key
+CONFORMED = [
+    ("a", 1, 1.0, 1, "a", "t1", "1.0", "1", None),
+    ("a", 1, 1.0, 1, " a", "t1", "1.00", "1", None),  # a copy once conformed
+    ("a", 1, 1.0, 1, "a", "t1", "1.0", "1", None),  # and another
+    ("a", 1, 1.0, 1, "a", "t1", "1.0", "1", 7),  # differs outside the contract: an event
+    ("b", 2, 2.0, 1, "b", "t2", "2.0", "1", None),
+    ("", 2, 2.0, 1, "", "t2", "2.0", "1", None),  # bad, read twice: quarantined twice
+    ("", 2, 2.0, 1, "", "t2", "2.0", "1", None),
+    ("", 2, 2.0, 1, " ", "t2", "2.0", "1", None),  # bad, other input text
+    ("c", None, 2.0, 1, "c", "x", "2.0", "1", None),
+    ("c", 3, float("nan"), 1, "c", "t3", "NaN", "1", None),
+    ("c", 3, 3.0, None, "c", "t3", "3.0", "2.5", None),
+]
+
+
+def _validated(split: bool) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    """Good rows, quarantine and copies per reason of :data:`CONFORMED`, through
+    :func:`deduplicated_sql` (one group-by) or the good and bad rows apart."""
+    present = ["customer_id", "event_time", "amount", "quantity"]
+    con = duckdb.connect()
+    try:
+        con.execute(
+            "CREATE TABLE conformed (customer_id VARCHAR, event_time BIGINT, amount DOUBLE,"
+            " quantity INT, src_customer_id VARCHAR, src_event_time VARCHAR,"
+            " src_amount VARCHAR, src_quantity VARCHAR, row_key UBIGINT)"
+        )
+        con.executemany("INSERT INTO conformed VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", CONFORMED)
+        con.execute(
+            "CREATE TABLE optional AS SELECT * FROM conformed, "
+            "(SELECT 'purchase' AS event_type, NULL::VARCHAR AS category, "
+            "NULL::VARCHAR AS channel)"
+        )
+        for name in ("input_text_" + c for c in present):
+            con.execute(f"CREATE MACRO {name}(x) AS x")
+        con.execute("CREATE MACRO timestamp_text(t) AS CAST(t AS VARCHAR)")
+        con.execute("CREATE MACRO double_text(x) AS CAST(x AS VARCHAR)")
+        con.execute("CREATE MACRO utc_timestamp(t) AS make_timestamptz(t)")
+        con.execute("CREATE MACRO explode(x) AS unnest(x)")
+        con.execute("CREATE MACRO sequence(a, b) AS generate_series(a, b)")
+        if split:
+            con.execute(f"CREATE TABLE good AS {good_rows_sql('optional', present)}")
+            con.execute(f"CREATE TABLE bad AS {bad_rows_sql('optional', present)}")
+            con.execute(
+                f"CREATE TABLE deduplicated AS {deduplicated_from_sql('good', 'bad', present)}"
+            )
+        else:
+            con.execute(f"CREATE TABLE deduplicated AS {deduplicated_sql('optional', present, 1)}")
+        good = con.execute(f"{good_sql('deduplicated')} ORDER BY ALL").fetchall()
+        quarantine = con.execute(
+            f"{quarantine_sql('deduplicated', present)} ORDER BY ALL NULLS FIRST"
+        ).fetchall()
+        copies = con.execute(
+            "SELECT reason, sum(copies - CASE WHEN reason IS NULL THEN 1 ELSE 0 END)::BIGINT "
+            "FROM deduplicated GROUP BY reason ORDER BY reason NULLS FIRST"
+        ).fetchall()
+        return good, quarantine, copies
+    finally:
+        con.close()
+
+
+def test_good_and_bad_rows_apart_validate_as_one_group_by():
+    good, quarantine, copies = _validated(split=True)
+    assert (good, quarantine, copies) == _validated(split=False)
+    assert len(good) == 3  # a, a with another row key, b
+    assert [r[-1] for r in quarantine].count("missing_customer_id") == 3
+    assert [r[-1] for r in quarantine].count("duplicate_event") == 2
+    assert len(quarantine) == 8
