@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from typing import Literal
 
-from prefect import flow
 from pydantic import Field
 
 from flows.artifacts import publish_cost_table, publish_pipeline_artifacts, publish_plan_table
@@ -40,6 +39,7 @@ from flows.executors import (
     unit_pools,
 )
 from flows.params import Device, StageParams, resolve
+from flows.params_flow import params_flow
 from flows.signals import signal_refresh
 from infra import startup
 from infra.layout import version_manifest_key
@@ -95,7 +95,7 @@ class PipelineParams(StageParams):
         )
 
 
-@flow(name="pipeline")
+@params_flow(name="pipeline")
 def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     """The whole DAG: in this process (embedded) or unit by unit on the pools (deployed)."""
     started = time.perf_counter()

@@ -35,6 +35,7 @@ from tasks.definitions.contract import (
     CONTRACT_COLUMNS,
     EPOCH_MILLIS_DIGITS,
     EPOCH_SECONDS_DIGITS,
+    PURCHASE_EVENT_PATTERN,
     REQUIRED_COLUMNS,
     UNIT_PRICE_NAMES,
     column_map_hints,
@@ -122,6 +123,12 @@ class InputOptions(BaseModel):
         description="Spark datetime pattern (e.g. 'dd/MM/yyyy HH:mm'), 'epoch_seconds' or "
         "'epoch_millis'; default: detected",
     )
+    purchase_event: str | None = Field(
+        default=None,
+        pattern=PURCHASE_EVENT_PATTERN,
+        description="the event_type value (any case) that is a purchase, e.g. 'checkout', "
+        "besides 'purchase' and its synonyms (transaction, order, sale, buy)",
+    )
 
     def merged_with(self, fallback: InputOptions) -> InputOptions:
         """These options, with ``fallback`` (e.g. settings) filling what is not given here."""
@@ -131,6 +138,7 @@ class InputOptions(BaseModel):
             csv_quote=self.csv_quote or fallback.csv_quote,
             csv_escape=self.csv_escape or fallback.csv_escape,
             timestamp_format=self.timestamp_format or fallback.timestamp_format,
+            purchase_event=self.purchase_event or fallback.purchase_event,
         )
 
     def csv_dialect(self, delimiter: str) -> CsvDialect:
@@ -182,6 +190,7 @@ def input_defaults(settings: HybridflowSettings) -> InputOptions:
         timestamp_format=settings.timestamp_format,
         csv_quote=settings.csv_quote,
         csv_escape=settings.csv_escape,
+        purchase_event=settings.purchase_event,
     )
 
 

@@ -43,11 +43,15 @@ SQL_FUNCTIONS = {
 
 
 def conform_events(
-    df: DataFrame, timestamp_format: str | None = None, decimal_comma: bool = False
+    df: DataFrame,
+    timestamp_format: str | None = None,
+    decimal_comma: bool = False,
+    purchase_event: str | None = None,
 ) -> DataFrame:
     """The conformed events :mod:`tasks.data.validation_sql` validates: required columns
     checked, typed values (``event_time`` in microseconds; text amounts with a decimal comma
-    when ``decimal_comma``) with defaults for missing optional columns, and the input's values
+    when ``decimal_comma``; ``purchase_event`` read as ``purchase``) with defaults for missing
+    optional columns, and the input's values
     as strings (``src_*``) for the quarantine."""
     check_required_columns(df.columns)
     warn_extra_columns(df.columns)
@@ -67,7 +71,7 @@ def conform_events(
         else:
             col = F.trim(F.col(name).cast("string"))
             if name == "event_type":  # the contract's names for the synonyms logs use
-                col = F.expr(event_type_sql(f"trim(CAST(`{name}` AS STRING))"))
+                col = F.expr(event_type_sql(f"trim(CAST(`{name}` AS STRING))", purchase_event))
             fallback = F.lit(default).cast("string")
             typed.append(F.when((col.isNull()) | (col == ""), fallback).otherwise(col).alias(name))
     return df.select(*typed, *src, _row_key(df))

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pydantic import ValidationError
 
 from cli.args import column_mapping, delimiter, one_character
 from infra.errors import HybridflowInputError
@@ -26,6 +28,7 @@ from tasks.definitions.contract import (
     column_map_hints,
     customer_id_text,
     event_type_name,
+    event_type_sql,
 )
 from tasks.definitions.feature_specs import EVENT_TYPE_MIX
 
@@ -296,3 +299,25 @@ def test_public_event_types_get_the_contract_s_names():
     ]  # fmt: skip
     assert event_type_name("remove_from_cart") == "remove_from_cart"
     assert set(EVENT_TYPE_SYNONYMS.values()) == {"purchase", *EVENT_TYPE_MIX}
+
+
+def test_the_logs_own_purchase_event_is_a_purchase_in_python_and_sql():
+    """``--purchase-event checkout``: ``Checkout`` is a purchase, the synonyms still are; the
+    user's word wins over a synonym's meaning; DuckDB runs the same SQL text Spark does."""
+    texts = ["Checkout", " checkout ", "transaction", "view", "cart", "purchase_complete"]
+    for word, expected in (
+        (" CheckOut ", ["purchase", "purchase", "purchase", "view", "add_to_cart"]),
+        ("cart", ["Checkout", "checkout", "purchase", "view", "purchase"]),
+    ):
+        assert [event_type_name(t.strip(), word) for t in texts[:5]] == expected
+        sql = event_type_sql("trim(x)", word)
+        got = duckdb.sql(f"SELECT {sql} FROM unnest($texts) AS t(x)", params={"texts": texts[:5]})
+        assert [r[0] for r in got.fetchall()] == expected
+    assert event_type_name("purchase_complete") == "purchase_complete"
+    assert InputOptions(purchase_event="purchase_complete").purchase_event == "purchase_complete"
+    for bad in ("it's", "a\\b", "", "  "):
+        with pytest.raises(ValidationError, match="purchase_event"):
+            InputOptions(purchase_event=bad)
+    given = InputOptions(purchase_event="checkout")
+    assert given.merged_with(InputOptions(purchase_event="x")).purchase_event == "checkout"
+    assert InputOptions().merged_with(given).purchase_event == "checkout"
