@@ -32,7 +32,7 @@ from tasks.ml.evaluation import CalibrationScore, ModelComparison
 from tasks.ml.metrics import probability_metrics, quality_metrics
 from tasks.ml.models import FamilySpec, FitJob, FittedModel, get_family
 from tasks.ml.normalizer import Normalizer
-from tasks.ml.snapshot_reader import SPLITS, SnapshotStream
+from tasks.ml.snapshot_reader import SPLITS, SnapshotStream, memoised
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +110,20 @@ def assess(
         raise ValueError("the judged rows must have the features the model was trained on")
     held_out = scored_rows(model, trained_on, ["val"])
     calibration = calibration_that_pays(held_out.logits, held_out.labels, method)
-    train = scored_rows(None, trained_on, ["train"])
-    baseline = fit_baseline(train.baseline_x, train.labels)
+    baseline = baseline_of(trained_on)
     judged = scored_rows(model, judged_on, judged_splits)
     return calibration, compare_on(judged, calibration, held_out, baseline)
+
+
+def baseline_of(data: SnapshotStream) -> LogisticBaseline:
+    """The RFM baseline fitted on ``data``'s train split: the same for every contender of a
+    run, so fitted once per process (:func:`tasks.ml.snapshot_reader.memoised`)."""
+
+    def fit() -> LogisticBaseline:
+        train = scored_rows(None, data, ["train"])
+        return fit_baseline(train.baseline_x, train.labels)
+
+    return memoised("baseline", data.content_key(), fit)
 
 
 def train_backtest_model(

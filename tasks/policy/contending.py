@@ -137,11 +137,7 @@ def check_trainable(data: SnapshotStream, as_of: dt.date, horizon_days: int) -> 
     """HybridflowInputError naming the cause and the fix when no family could produce a model
     from the snapshot: no examples, one class only, or too few of a class in a split."""
     window = f"({as_of - dt.timedelta(days=horizon_days)}, {as_of}]"
-    counts = {}
-    for split in data.splits:
-        labels = [y for _, y in data.chunks(split)]
-        positives = int(sum(float(y.sum()) for y in labels))
-        counts[split] = (data.rows(split), positives)
+    counts = data.label_counts()
     rows = sum(n for n, _ in counts.values())
     positives = sum(p for _, p in counts.values())
     fix = (
