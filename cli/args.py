@@ -134,6 +134,7 @@ def _input_options(args: argparse.Namespace) -> dict[str, Any]:
         "csv_quote": args.csv_quote,
         "csv_escape": args.csv_escape,
         "timestamp_format": args.timestamp_format,
+        "purchase_event": args.purchase_event,
     }
 
 
@@ -210,6 +211,13 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="event_time format: Spark pattern like 'dd/MM/yyyy HH:mm', epoch_seconds or "
         "epoch_millis (default: detected)",
+    )
+    p.add_argument(
+        "--purchase-event",
+        default=None,
+        metavar="VALUE",
+        help="the event_type value that is a purchase (e.g. checkout), besides purchase and its "
+        "synonyms transaction, order, sale, buy",
     )
     p.add_argument(
         "--no-cache",

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from prefect import flow
-
 from flows.artifacts import ProgressArtifact, publish_predictions_link, publish_stage_table
 from flows.context import record_stage_result
 from flows.dag import BATCH_INFERENCE, upstream_results
 from flows.params import StageParams, resolve
+from flows.params_flow import params_flow
 from infra.compute.spark import SparkOnDemand
 from tasks.reporting.records import InferenceResult
 from tasks.stages.batch_inference import batch_inference_stage, scoring_as_of
 
 
-@flow(name=BATCH_INFERENCE.flow_name)
+@params_flow(name=BATCH_INFERENCE.flow_name)
 def batch_inference_flow(params: StageParams) -> InferenceResult:
     """Spark mapInArrow scoring; predictions replace earlier ones for the same as-of.
 

@@ -9,20 +9,20 @@ names the one family. A retry resumes the family's fit from its newest checkpoin
 
 from __future__ import annotations
 
-from prefect import flow
 from prefect.runtime import flow_run
 
 from flows.artifacts import publish_stage_table
 from flows.context import current_pool, record_stage_result, resolve_run_id
 from flows.dag import CONTENDER, upstream_results
 from flows.params import StageParams, resolve
+from flows.params_flow import params_flow
 from infra.errors import HybridflowInputError
 from tasks.policy.contending import ContenderResult, TrainingOptions
 from tasks.reporting.records import contender_stage
 from tasks.stages.contenders import launch_contender
 
 
-@flow(name=CONTENDER.flow_name, retries=1, retry_delay_seconds=5)
+@params_flow(name=CONTENDER.flow_name, retries=1, retry_delay_seconds=5)
 def contender_flow(params: StageParams) -> ContenderResult:
     """Fit the one family of ``params.families`` on the run's snapshot and judge it."""
     if not params.run_id or not params.families or len(params.families) != 1:

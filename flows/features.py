@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from prefect import flow
-
 from flows.artifacts import publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
 from flows.dag import FEATURES, upstream_results
 from flows.params import StageParams, resolve
+from flows.params_flow import params_flow
 from infra.compute.spark import SparkOnDemand
 from tasks.reporting.records import FeaturesResult
 from tasks.stages.features import features_stage, settings_origins
 
 
-@flow(name=FEATURES.flow_name)
+@params_flow(name=FEATURES.flow_name)
 def features_flow(params: StageParams) -> FeaturesResult:
     """Training examples at T-H (labels in (T-H, T]) and scoring features at T."""
     run = resolve(params)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from typing import Literal
 
-from prefect import flow
 from pydantic import Field
 
 from flows.artifacts import publish_cost_table, publish_pipeline_artifacts, publish_plan_table
@@ -39,7 +38,8 @@ from flows.executors import (
     schedule_profiling_runs,
     unit_pools,
 )
-from flows.params import Device, StageParams, resolve
+from flows.params import DevicePreference, StageParams, resolve
+from flows.params_flow import params_flow
 from flows.signals import signal_refresh
 from infra import startup
 from infra.layout import version_manifest_key
@@ -87,7 +87,7 @@ class PipelineParams(StageParams):
             },
         )
 
-    def stage_params(self, run_id: str, store_uri: str, device: Device) -> StageParams:
+    def stage_params(self, run_id: str, store_uri: str, device: DevicePreference) -> StageParams:
         """What every stage of this run gets."""
         shared = self.model_dump(include=set(StageParams.model_fields))
         return StageParams.model_validate(
@@ -95,7 +95,7 @@ class PipelineParams(StageParams):
         )
 
 
-@flow(name="pipeline")
+@params_flow(name="pipeline")
 def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     """The whole DAG: in this process (embedded) or unit by unit on the pools (deployed)."""
     started = time.perf_counter()

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from prefect import flow
 from pydantic import BaseModel
 
 from flows.context import resolve_run_id
 from flows.dag import PREPARE_UNIT, PREPROCESS, stage_result
 from flows.executors import run_in_process
 from flows.params import StageParams, resolve
+from flows.params_flow import params_flow
 
 
 class PrepareResult(BaseModel):
@@ -19,7 +19,7 @@ class PrepareResult(BaseModel):
     snapshot_prefix: str
 
 
-@flow(name=PREPARE_UNIT.flow_name)
+@params_flow(name=PREPARE_UNIT.flow_name)
 def prepare_flow(params: StageParams) -> PrepareResult:
     """Everything the train stage needs, published in the store under ``runs/<run_id>/``."""
     run_id = resolve_run_id(params.run_id)

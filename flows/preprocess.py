@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from prefect import flow
-
 from flows.artifacts import publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
 from flows.dag import PREPROCESS, upstream_results
 from flows.params import StageParams, resolve
+from flows.params_flow import params_flow
 from infra.compute.spark import SparkOnDemand
 from tasks.reporting.records import PreprocessResult
 from tasks.stages.preprocess import preprocess_stage
 
 
-@flow(name=PREPROCESS.flow_name)
+@params_flow(name=PREPROCESS.flow_name)
 def preprocess_flow(params: StageParams) -> PreprocessResult:
     """Publish the feature snapshot the GPU stage trains on."""
     run = resolve(params)

@@ -11,11 +11,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from prefect import flow
 from pydantic import BaseModel, Field
 
 from flows.context import current_pool
 from flows.params import RunInputs, resolve
+from flows.params_flow import params_flow
 from flows.pipeline import PipelineParams, pipeline_flow
 from infra.compute.spark import get_spark
 from infra.routing.accounting import embedded_pool, record_stage_profiles
@@ -38,7 +38,7 @@ class ProfileResult(BaseModel):
     profiles: int
 
 
-@flow(name="profile")
+@params_flow(name="profile")
 def profile_flow(params: ProfileParams) -> ProfileResult:
     """Run the pipeline on a sample here and record per-stage profiles for this pool."""
     run = resolve(params)

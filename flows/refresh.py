@@ -28,7 +28,6 @@ import logging
 import time
 from typing import Literal
 
-from prefect import flow
 from pydantic import Field
 
 from flows.artifacts import publish_cost_table, publish_plan_table, publish_refresh_table
@@ -43,6 +42,7 @@ from flows.executors import (
     unit_pools,
 )
 from flows.params import ResolvedRun, RunInputs, StageParams, resolve
+from flows.params_flow import params_flow
 from infra.compute.spark import SparkOnDemand
 from infra.routing.accounting import account_refresh, account_run, embedded_pool
 from infra.routing.costs import CostReport
@@ -91,7 +91,7 @@ class RefreshParams(RunInputs):
         return f"refresh-{self.trigger}" + (f"-{self.as_of}" if self.as_of else "")
 
 
-@flow(name="model-refresh", flow_run_name="{params.run_label}")
+@params_flow(name="model-refresh", flow_run_name="{params.run_label}")
 def refresh_flow(params: RefreshParams) -> RefreshResult:
     """Fine-tune production on the most recent window and promote through the gate."""
     started = time.perf_counter()

@@ -7,20 +7,20 @@ checkpoint: the training id derives from the snapshot's content and the paramete
 
 from __future__ import annotations
 
-from prefect import flow
 from prefect.runtime import flow_run
 
 from flows.artifacts import publish_stage_table, publish_training_artifacts
 from flows.context import current_pool, record_stage_result, resolve_run_id
 from flows.dag import TRAIN, upstream_results
 from flows.params import StageParams, resolve
+from flows.params_flow import params_flow
 from infra.layout import VERSIONS
 from infra.storage.registry import ModelRegistry
 from tasks.reporting.records import TrainResult
 from tasks.stages.train import TrainingOptions, launch_training
 
 
-@flow(name=TRAIN.flow_name, retries=1, retry_delay_seconds=5)
+@params_flow(name=TRAIN.flow_name, retries=1, retry_delay_seconds=5)
 def train_flow(params: StageParams) -> TrainResult:
     """Train the purchase model on the run's snapshot and promote it if it beats production."""
     run = resolve(params)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from prefect import flow
-
 from flows.artifacts import publish_quarantine_table, publish_stage_table
 from flows.context import record_stage_result, resolve_run_id
 from flows.dag import VALIDATE
 from flows.params import StageParams, resolve
+from flows.params_flow import params_flow
 from infra.compute.spark import SparkOnDemand
 from infra.errors import HybridflowInputError
 from tasks.data.time_windows import event_time_bounds
@@ -15,7 +14,7 @@ from tasks.reporting.records import ValidateResult
 from tasks.stages.validate import validate_stage
 
 
-@flow(name=VALIDATE.flow_name)
+@params_flow(name=VALIDATE.flow_name)
 def validate_flow(params: StageParams) -> ValidateResult:
     """Check events against the contract and quarantine bad rows with a reason."""
     if not params.events:

@@ -405,6 +405,11 @@ class HybridflowSettings(BaseSettings):
         default=None,
         description="event_time format: Spark datetime pattern, epoch_seconds or epoch_millis",
     )
+    purchase_event: str | None = Field(
+        default=None,
+        description="the event_type value that is a purchase besides purchase and its synonyms "
+        "(--purchase-event wins)",
+    )
     stage_cache: bool = Field(
         default=True,
         description="reuse CPU stage outputs when their input fingerprint is unchanged",

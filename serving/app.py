@@ -23,7 +23,7 @@ from serving.bodies import BodyProblem, body_format, unsupported_media
 from serving.holder import ModelHolder, ServingState
 from serving.metrics import ServingMetrics
 from serving.middleware import LimitsAndMetrics
-from serving.online.features import fresh_features
+from serving.online.features import fresh_features, fresh_features_of_one
 from serving.online.ingest import IngestError
 from serving.online.service import OnlineFeatures, OnlineView, iso_time
 from serving.schemas import PredictItem, PredictRequest, describe_validation_error
@@ -54,10 +54,10 @@ def problem(status: int, field: str, message: str) -> JSONResponse:
 @dataclass(frozen=True)
 class FreshRows:
     """Items scored on the online state's features: their positions, their features (model
-    order) and the newest event those include (microseconds)."""
+    order; a row per item) and the newest event those include (microseconds)."""
 
     items: list[int]
-    values: np.ndarray
+    values: np.ndarray | list[tuple[float, ...]]
     as_of: int
 
 
@@ -74,6 +74,10 @@ def fresh_rows(
             found[i] = row
     if not found:
         return None
+    if len(found) == 1:  # a single request's: no arrays around one row
+        [(i, row)] = found.items()
+        values, as_of = fresh_features_of_one(online.state, row, online.at_least_day, features)
+        return FreshRows([i], [values], as_of)
     rows = np.fromiter(found.values(), dtype=np.int64, count=len(found))
     values, as_of = fresh_features(online.state, rows, online.at_least_day, features)
     return FreshRows(list(found), values, as_of)
@@ -92,7 +96,10 @@ def feature_matrix(
     x = np.empty((len(items), len(served.features)), dtype=np.float32)
     done = set()
     if fresh is not None:
-        x[fresh.items] = fresh.values
+        if len(fresh.items) == 1:
+            x[fresh.items[0]] = fresh.values[0]
+        else:
+            x[fresh.items] = fresh.values
         done = set(fresh.items)
     for i, item in enumerate(items):
         where = f"items[{i}]." if batch else ""

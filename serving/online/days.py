@@ -14,6 +14,8 @@ Counts are uint16; a day's count past 65,535 keeps the rest in a side table.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from tasks.definitions.feature_specs import WINDOWS_DAYS
@@ -22,7 +24,6 @@ RING_DAYS = max(WINDOWS_DAYS)
 SLOTS = 32
 EMPTY = 0  # the day of a slot never used (days are kept as days after the first ring's oldest)
 COUNT_MAX = int(np.iinfo(np.uint16).max)
-SLOT_BYTES = SLOTS * (2 + 2 + 2 + 8) + 4  # the slots and the customer's pool ring number
 RING_BYTES = RING_DAYS * (2 + 2 + 8)  # a pool ring
 _WINDOWS = np.asarray(WINDOWS_DAYS, dtype=np.int64)
 # by a day's age (days before the cutoff day, RING_DAYS for older): the shortest window that
@@ -34,21 +35,22 @@ _SHORTEST_OF_AGE: list[int] = _SHORTEST[:RING_DAYS].tolist()  # for a day in the
 class DayBuckets:
     """The daily buckets of every customer row (not thread-safe: the online state's lock)."""
 
-    def __init__(self, ring_day: int, capacity: int) -> None:
+    def __init__(self, ring_day: int) -> None:
         self.ring_day = ring_day  # the newest day: the ring holds days ring_day - RING_DAYS + 1 on
         self._base = ring_day - RING_DAYS  # a slot's day is kept as day - _base (uint16)
+        # each row's slots and pool ring (-1 for none): views of the customers' records
+        # (serving.online.record), set by bind
         self._day = np.zeros((0, SLOTS), dtype=np.uint16)
         self._n = np.zeros((0, SLOTS), dtype=np.uint16)
         self._n_p = np.zeros((0, SLOTS), dtype=np.uint16)
         self._amount = np.zeros((0, SLOTS), dtype=np.float64)
-        self._ring_of = np.zeros(0, dtype=np.int32)  # each row's pool ring, -1 for none
+        self._ring_of = np.zeros(0, dtype=np.int32)
         self._rings = 0  # rings of the pool ever handed out
         self._free: list[int] = []  # rings handed back (all zero), taken before new ones
         self._ring_n = np.zeros((0, RING_DAYS), dtype=np.uint16)
         self._ring_n_p = np.zeros((0, RING_DAYS), dtype=np.uint16)
         self._ring_amount = np.zeros((0, RING_DAYS), dtype=np.float64)
         self._overflow: dict[int, dict[int, list[int]]] = {}  # row -> day -> [n, n_p] > 65,535
-        self.grow(capacity)
 
     @property
     def rings(self) -> int:
@@ -56,25 +58,17 @@ class DayBuckets:
         return self._rings - len(self._free)
 
     def nbytes(self) -> int:
-        arrays = (self._day, self._n, self._n_p, self._amount, self._ring_of)
+        """Bytes of the pool's rings (the slots are in the customers' records)."""
         rings = (self._ring_n, self._ring_n_p, self._ring_amount)
-        return int(sum(a.nbytes for a in arrays) + sum(a.nbytes for a in rings))
+        return int(sum(a.nbytes for a in rings))
 
-    def grow(self, capacity: int) -> None:
-        """Room for ``capacity`` rows."""
-        old = len(self._ring_of)
-        if capacity <= old:
-            return
-
-        def grown(array: np.ndarray, fill: int) -> np.ndarray:
-            out = np.full((capacity, *array.shape[1:]), fill, dtype=array.dtype)
-            out[:old] = array
-            return out
-
-        self._day = grown(self._day, EMPTY)
-        self._n, self._n_p = grown(self._n, 0), grown(self._n_p, 0)
-        self._amount = grown(self._amount, 0)
-        self._ring_of = grown(self._ring_of, -1)
+    def bind(self, records: np.ndarray) -> None:
+        """Keep the slots in ``records`` (:func:`serving.online.record.records`: every row's,
+        this one's rows copied in already)."""
+        self._day = records["slot_day"]
+        self._n, self._n_p = records["slot_n"], records["slot_n_p"]
+        self._amount = records["slot_amount"]
+        self._ring_of = records["ring"]
 
     # changes
 
@@ -115,11 +109,11 @@ class DayBuckets:
         # the k-th active day of a ring goes to slot k (every slot of a ringed row is EMPTY)
         runs = np.flatnonzero(np.r_[True, which[1:] != which[:-1]])
         slot = np.arange(which.size) - np.repeat(runs, np.diff(np.r_[runs, which.size]))
-        flat = rows[which].astype(np.int64) * SLOTS + slot
-        self._day.reshape(-1)[flat] = day - self._base
-        self._n.reshape(-1)[flat] = self._ring_n[ring[which], cell]
-        self._n_p.reshape(-1)[flat] = self._ring_n_p[ring[which], cell]
-        self._amount.reshape(-1)[flat] = self._ring_amount[ring[which], cell]
+        at = (rows[which], slot)
+        self._day[at] = day - self._base
+        self._n[at] = self._ring_n[ring[which], cell]
+        self._n_p[at] = self._ring_n_p[ring[which], cell]
+        self._amount[at] = self._ring_amount[ring[which], cell]
         for pool in (self._ring_n, self._ring_n_p, self._ring_amount):
             pool[ring] = 0
         self._ring_of[rows] = -1
@@ -191,14 +185,12 @@ class DayBuckets:
     ) -> None:
         if rows.size == 0:
             return
-        cell = rows.astype(np.int64) * SLOTS + slot
-        self._day.reshape(-1)[cell] = day - self._base
-        flat_amount = self._amount.reshape(-1)
-        flat_amount[cell] = np.where(new, 0.0, flat_amount[cell]) + amount[chosen]
+        cell = (rows, slot)
+        self._day[cell] = day - self._base
+        self._amount[cell] = np.where(new, 0.0, self._amount[cell]) + amount[chosen]
         for index, (counts, added) in enumerate(((self._n, n), (self._n_p, n_p))):
-            flat = counts.reshape(-1)
-            total = np.where(new, 0, flat[cell].astype(np.int64)) + added[chosen]
-            flat[cell] = self._capped(total, rows, day, index)
+            total = np.where(new, 0, counts[cell].astype(np.int64)) + added[chosen]
+            counts[cell] = self._capped(total, rows, day, index)
 
     def _capped(self, total: np.ndarray, rows: np.ndarray, day: np.ndarray, index: int):
         """``total`` as uint16, what is past 65,535 kept in the side table."""
@@ -269,21 +261,22 @@ class DayBuckets:
                     sums[1, late, i] += more_p
         return sums
 
-    def row_sums(self, row: int, cutoff_day: int) -> list[list[float]]:
+    def row_sums(
+        self,
+        row: int,
+        cutoff_day: int,
+        slots: Iterable[tuple[int, int, int, float]],
+        ring: int,
+    ) -> list[list[float]]:
         """:meth:`sums` of one row in plain Python (a request's read: no array operation per
-        window): ``[events, purchases, amount]``, each a list over :data:`WINDOWS_DAYS`."""
+        window), from its record's ``slots`` (day as kept, events, purchases, amount: the
+        row's values of the record's slot fields, slot by slot) and ``ring`` (its pool ring,
+        -1 for none): ``[events, purchases, amount]``, each a list over :data:`WINDOWS_DAYS`."""
         windows = len(WINDOWS_DAYS)
         per = [[0.0] * windows for _ in range(3)]
         n_per, p_per, amount_per = per
         top = cutoff_day - self._base  # a slot's age is top - its kept day
         shortest = _SHORTEST_OF_AGE
-        slots = zip(
-            self._day[row].tolist(),
-            self._n[row].tolist(),
-            self._n_p[row].tolist(),
-            self._amount[row].tolist(),
-            strict=True,
-        )
         for kept, n, n_p, amount in slots:
             age = top - kept
             if age < RING_DAYS:  # EMPTY, or a day that left the longest window: older
@@ -294,7 +287,6 @@ class DayBuckets:
         for values in per:  # the windows nest: each holds the shorter ones' days
             for k in range(1, windows):
                 values[k] += values[k - 1]
-        ring = int(self._ring_of[row])
         if ring >= 0:
             every_day = np.stack(
                 [self._ring_n[ring], self._ring_n_p[ring], self._ring_amount[ring]]
@@ -304,11 +296,12 @@ class DayBuckets:
             ):
                 for k in range(windows):
                     values[k] += more[k]
-        for d, (more_n, more_p) in list(self._overflow.get(row, {}).items()):
-            for k, w in enumerate(WINDOWS_DAYS):
-                if d > cutoff_day - w:
-                    n_per[k] += more_n
-                    p_per[k] += more_p
+        if self._overflow and row in self._overflow:
+            for d, (more_n, more_p) in list(self._overflow[row].items()):
+                for k, w in enumerate(WINDOWS_DAYS):
+                    if d > cutoff_day - w:
+                        n_per[k] += more_n
+                        p_per[k] += more_p
         return per
 
 

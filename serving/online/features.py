@@ -1,7 +1,7 @@
 """The features of customers in the online state, by the batch stage's formulas
 (:func:`tasks.definitions.feature_formulas.feature_values`) evaluated on numpy arrays for many
-customers, compiled to a Python function on floats for one (a request's:
-:mod:`serving.online.scalar_formulas`)."""
+customers, compiled to a Python function of one customer's record for one (a request's:
+:mod:`serving.online.one_row`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from serving.online.scalar_formulas import scalar_features
+from serving.online.one_row import row_features
 from serving.online.state import OnlineState, end_of_day_micros
 from tasks.definitions.feature_formulas import feature_values
 
@@ -59,11 +59,19 @@ def fresh_features(
     """:func:`online_features` at the end of ``at_least_day`` or of the newest event's day,
     whichever is later, with the newest event's time (microseconds) they include."""
     if len(rows) == 1:
-        one = state.read_one(int(rows[0]), at_least_day)
-        values = scalar_features(names, end_of_day_micros(one.day))(one.aggregates)
-        return np.asarray([values], dtype=np.float64), one.newest
+        values, newest = fresh_features_of_one(state, int(rows[0]), at_least_day, names)
+        return np.asarray([values], dtype=np.float64), newest
     reading = state.read(rows, at_least_day)
     return _evaluate(reading.aggregates, reading.day, names), reading.newest
+
+
+def fresh_features_of_one(
+    state: OnlineState, row: int, at_least_day: int, names: Sequence[str]
+) -> tuple[tuple[float, ...], int]:
+    """:func:`fresh_features` of one customer (a request's), as a tuple of floats."""
+    one = state.read_row(row, at_least_day)
+    values = row_features(names, end_of_day_micros(one.day))(one.record, one.sums, one.mix)
+    return values, one.newest
 
 
 def _evaluate(aggregates: dict[str, np.ndarray], day: int, names: Sequence[str]) -> np.ndarray:

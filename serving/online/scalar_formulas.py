@@ -58,15 +58,23 @@ def _literal(value: float) -> str:
 class PythonOps:
     """The formulas' operations (:class:`tasks.definitions.feature_formulas.Ops`) as Python
     source on floats, with :class:`serving.online.features.ArrayOps`'s semantics: NaN for
-    null, greatest skipping NaN, log(0) = -inf."""
+    null, greatest skipping NaN, log(0) = -inf. An aggregate is ``a[name]`` (a dict of them),
+    or what ``aggregate`` renders for its name (a local variable of the generated function)."""
+
+    def __init__(self, aggregate: Callable[[str], str] | None = None) -> None:
+        self._aggregate = aggregate
 
     def agg(self, name: str) -> PythonExpr:
+        if self._aggregate is not None:
+            return PythonExpr(self._aggregate(name))
         return PythonExpr(f"a[{name!r}]")
 
     def lit(self, value: float) -> PythonExpr:
         return PythonExpr(_literal(value))
 
     def coalesce(self, value: PythonExpr, default: PythonExpr) -> PythonExpr:
+        if value.text.isidentifier():  # a local: read twice, not worth a call
+            return PythonExpr(f"({default.text} if {value.text} != {value.text} else {value.text})")
         return PythonExpr(f"_coalesce({value.text}, {default.text})")
 
     def double(self, value: PythonExpr) -> PythonExpr:
@@ -96,12 +104,24 @@ def _log(value: float) -> float:
     return math.log(value) if value > 0 else (-math.inf if value == 0 else math.nan)
 
 
+HELPERS: dict[str, object] = {"_coalesce": _coalesce, "_greatest": _greatest, "_log": _log}
+"""What the rendered source calls, for the scope it is compiled in."""
+
+
+def features_source(
+    names: Sequence[str], cutoff_micros: int, aggregate: Callable[[str], str] | None = None
+) -> list[str]:
+    """The Python source of each of features ``names`` at the cutoff (:class:`PythonOps`,
+    ``aggregate`` rendering the aggregates)."""
+    values = feature_values(PythonOps(aggregate), cutoff_micros)
+    return [values[name].text for name in names]
+
+
 @functools.lru_cache(maxsize=16)
 def _compiled(names: tuple[str, ...], cutoff_micros: int) -> Features:
-    values = feature_values(PythonOps(), cutoff_micros)
-    listed = "".join(f"\n        {values[name].text}," for name in names)
+    listed = "".join(f"\n        {text}," for text in features_source(names, cutoff_micros))
     source = f"def features(a):\n    return ({listed}\n    )\n"
-    scope = {"_coalesce": _coalesce, "_greatest": _greatest, "_log": _log}
+    scope = dict(HELPERS)
     exec(compile(source, f"<features at {cutoff_micros}>", "exec"), scope)
     return scope["features"]
 

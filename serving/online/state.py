@@ -2,7 +2,8 @@
 aggregate of :data:`tasks.definitions.feature_formulas.AGGREGATES` is read at any cutoff day on or
 after the newest event.
 
-Per customer (one row of each array; :func:`bytes_per_customer` says how much):
+Per customer (:func:`bytes_per_customer` says how much; the lifetime values and the slots of
+days are one record, :mod:`serving.online.record`, the mix counts a row of a matrix per column):
 
 - lifetime: first and last event time, last purchase time, events, purchases, events of each
   type in the mix, purchase amount, quantity sum and maximum, and the gaps between consecutive
@@ -22,14 +23,14 @@ finds purchases before the customer's last one (the ingest refuses them); the re
 from __future__ import annotations
 
 import itertools
-import math
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from serving.online.days import RING_BYTES, RING_DAYS, SLOT_BYTES, DayBuckets
+from serving.online.days import RING_BYTES, RING_DAYS, SLOTS, DayBuckets
 from serving.online.delta import Delta, MixCells, delta_of
 from serving.online.events import (
     DAY_US,
@@ -39,6 +40,8 @@ from serving.online.events import (
     day_of,
     end_of_day_micros,
 )
+from serving.online.one_row import row_aggregates
+from serving.online.record import LIFETIME, POSITION, RECORD_BYTES, Counts, Record, records
 from tasks.definitions.feature_specs import DAY_MICROS, EVENT_TYPE_MIX, MIX_COLUMNS, WINDOWS_DAYS
 
 __all__ = [
@@ -51,24 +54,10 @@ __all__ = [
     "end_of_day_micros",
 ]
 
-FIRST_NONE = np.iinfo(np.int64).max
 OPTIMISTIC_READS = 3  # tries before a read waits for the lock
 APPLY_GROUPS = 4_096  # customers changed under one hold of the lock
-_LIFETIME: dict[str, np.dtype] = {
-    "first_t": np.dtype(np.int64),
-    "last_t": np.dtype(np.int64),
-    "last_p_t": np.dtype(np.int64),
-    "n": np.dtype(np.int32),
-    "n_p": np.dtype(np.int32),
-    **{f"n_{kind}": np.dtype(np.int32) for kind in EVENT_TYPE_MIX},
-    "amount": np.dtype(np.float64),
-    "q_sum": np.dtype(np.float64),
-    "q_max": np.dtype(np.float64),
-    "gap_mean": np.dtype(np.float64),
-    "gap_m2": np.dtype(np.float64),
-    "gap_max": np.dtype(np.float64),
-}
-_INITIAL = {"first_t": FIRST_NONE, "last_t": NO_TIME, "last_p_t": NO_TIME, "q_max": -np.inf}
+_SLOTS_AT = tuple(POSITION[f] for f in ("slot_day", "slot_n", "slot_n_p", "slot_amount"))
+_RING_AT = POSITION["ring"]
 
 
 def bytes_per_customer(mix_values: int = 0, every_day: bool = False) -> int:
@@ -76,8 +65,7 @@ def bytes_per_customer(mix_values: int = 0, every_day: bool = False) -> int:
     ``every_day``: a customer with events on more than :data:`serving.online.days.SLOTS` days
     of the ring, who has a ring of every day besides (the id index, a Python dict, comes on
     top: about 100-150 bytes for a short id)."""
-    lifetime = sum(t.itemsize for t in _LIFETIME.values())
-    return lifetime + SLOT_BYTES + (RING_BYTES if every_day else 0) + 4 * mix_values
+    return RECORD_BYTES + (RING_BYTES if every_day else 0) + 4 * mix_values
 
 
 class OnlineState:
@@ -87,10 +75,10 @@ class OnlineState:
 
     def __init__(self, seed_cutoff: int, capacity: int = 1024) -> None:
         self.seed_cutoff = seed_cutoff
-        self._days = DayBuckets(day_of(seed_cutoff), 0)
+        self._days = DayBuckets(day_of(seed_cutoff))
         self.newest = seed_cutoff  # the newest event time applied, at least the seed's cutoff
         self.lock = threading.RLock()
-        # optimistic reads of one customer (:meth:`read_one`) while a chunk is applied: the
+        # optimistic reads of one customer (:meth:`read_row`) while a chunk is applied: the
         # version is odd during a change and moves whenever the rows being changed do
         # (``_changing``: sorted rows, or None for every row)
         self._version = 0
@@ -101,11 +89,16 @@ class OnlineState:
         # read finds them before they have events)
         self._pending: dict[str, int] = {}
         self._capacity = 0
+        # each customer's lifetime values and day slots in a row of one array
+        # (serving.online.record); _life: views of its lifetime fields
+        self._records = records(0)
+        self._record = Record(self._records)
         self._life: dict[str, np.ndarray] = {}
         self._vocab: dict[str, dict[str, int]] = {c: {} for c in MIX_COLUMNS}
         self._mix: dict[str, np.ndarray] = {
             c: np.zeros((0, 0), dtype=np.uint32) for c in MIX_COLUMNS
         }
+        self._counts: dict[str, Counts] = {c: Counts(m) for c, m in self._mix.items()}
         self._grow(capacity)
 
     @property
@@ -130,7 +123,7 @@ class OnlineState:
 
     def nbytes(self) -> int:
         """Bytes held by the arrays (allocated capacity included; the id index not)."""
-        arrays = [*self._life.values(), *self._mix.values()]
+        arrays = [self._records, *self._mix.values()]
         return int(sum(a.nbytes for a in arrays)) + self._days.nbytes()
 
     def cutoff_day(self) -> int:
@@ -399,16 +392,15 @@ class OnlineState:
         if needed <= self._capacity:
             return
         capacity = max(needed, self._capacity + self._capacity // 2, 1024)
-        for name, dtype in _LIFETIME.items():
-            grown = np.full(capacity, _INITIAL.get(name, 0), dtype=dtype)
-            if name in self._life:
-                grown[: self._capacity] = self._life[name]
-            self._life[name] = grown
-        self._days.grow(capacity)
+        self._records = records(capacity, self._records)
+        self._record = Record(self._records)
+        self._life = {name: self._records[name] for name in LIFETIME}
+        self._days.bind(self._records)
         for col, counts in self._mix.items():
             grown = np.zeros((capacity, counts.shape[1]), dtype=np.uint32)
             grown[: counts.shape[0]] = counts
             self._mix[col] = grown
+            self._counts[col] = Counts(grown)
         self._capacity = capacity
 
     def _widen_mix(self, col: str, values: int) -> None:
@@ -417,6 +409,7 @@ class OnlineState:
         grown = np.zeros((counts.shape[0], width), dtype=np.uint32)
         grown[:, : counts.shape[1]] = counts
         self._mix[col] = grown
+        self._counts[col] = Counts(grown)
 
     # reads
 
@@ -432,29 +425,42 @@ class OnlineState:
             newest = self.newest
         return Reading(_aggregates(life, sums, mix), day, newest)
 
-    def read_one(self, row: int, at_least_day: int) -> Reading:
-        """:meth:`read` for one customer, its aggregates as Python floats (what a single
-        request needs: tens of microseconds instead of a hundred array operations; the same
-        values as :meth:`read`'s, see :func:`_aggregates_of_one`). Read without waiting
-        for the chunk being applied unless it changes this customer: the copy counts when the
-        version did not move while it was taken."""
+    def read_row(self, row: int, at_least_day: int) -> RowRead:
+        """What a single request reads of the customer at ``row`` (:mod:`serving.online.one_row`
+        turns it into features) at the end of ``at_least_day`` or of :meth:`cutoff_day`,
+        whichever is later: its record's fields in one call, its window sums, its mix counts.
+        Read without waiting for the chunk being applied unless it changes this customer: the
+        copy counts when the version did not move while it was taken."""
         for _ in range(OPTIMISTIC_READS):
             version, changing = self._version, self._changing
             if version % 2 and (changing is None or _has(changing, row)):
                 break
-            copied = self._row_copy(row, at_least_day)
+            copied = self._row_read(row, at_least_day)
             if self._version == version:
                 return copied
         with self.lock:
-            return self._row_copy(row, at_least_day)
+            return self._row_read(row, at_least_day)
 
-    def _row_copy(self, row: int, at_least_day: int) -> Reading:
+    def _row_read(self, row: int, at_least_day: int) -> RowRead:
         day = max(at_least_day, self.cutoff_day())
-        life = {name: array.item(row) for name, array in self._life.items()}
-        sums = self._days.row_sums(row, day)
-        mix = {col: _present(counts[row]) for col, counts in self._mix.items()}
-        newest = self.newest
-        return Reading(_aggregates_of_one(life, sums, mix), day, newest)
+        v = self._record.unpack(row)
+        d, n, p, amount = _SLOTS_AT
+        slots = zip(
+            v[d : d + SLOTS],
+            v[n : n + SLOTS],
+            v[p : p + SLOTS],
+            v[amount : amount + SLOTS],
+            strict=True,
+        )
+        sums = self._days.row_sums(row, day, slots, v[_RING_AT])
+        mix = [counts.unpack(row) for counts in self._counts.values()]
+        return RowRead(v, sums, mix, day, self.newest)
+
+    def read_one(self, row: int, at_least_day: int) -> Reading:
+        """:meth:`read` for one customer, its aggregates as Python floats (the same values
+        as :meth:`read`'s, from :meth:`read_row` by :func:`serving.online.one_row.row_aggregates`)."""
+        one = self.read_row(row, at_least_day)
+        return Reading(row_aggregates()(one.record, one.sums, one.mix), one.day, one.newest)
 
     def aggregates(self, rows: np.ndarray, cutoff_day: int) -> dict[str, np.ndarray]:
         """Every aggregate of :data:`tasks.definitions.feature_formulas.AGGREGATES` for the
@@ -489,6 +495,20 @@ class Reading:
     newest event applied then (microseconds)."""
 
     aggregates: dict[str, np.ndarray]
+    day: int
+    newest: int
+
+
+class RowRead(NamedTuple):
+    """One customer's read (:meth:`OnlineState.read_row`) at the end of ``day``, with the
+    newest event applied then: ``record`` its record's fields
+    (:meth:`serving.online.record.Record.unpack`), ``sums`` its window sums
+    (:meth:`serving.online.days.DayBuckets.row_sums`), ``mix`` each mix column's counts per
+    value (:data:`tasks.definitions.feature_specs.MIX_COLUMNS`' order)."""
+
+    record: tuple
+    sums: list[list[float]]
+    mix: list[tuple[int, ...]]
     day: int
     newest: int
 
@@ -539,51 +559,4 @@ def _aggregates(
         a[f"_{col}_top"] = c.max(axis=1, initial=0.0)
         a[f"_{col}_total"] = c.sum(axis=1)
         a[f"_{col}_clogc"] = np.where(any_value, clogc, np.nan)
-    return a
-
-
-def _present(counts: np.ndarray) -> list[int]:
-    """The counts above zero of one customer's mix column, as Python ints."""
-    return counts[counts.nonzero()].tolist()
-
-
-_KIND_KEYS = [(f"_n_{kind}", f"n_{kind}") for kind in EVENT_TYPE_MIX]
-_WINDOW_KEYS = [(f"_n_{w}", f"_n_p_{w}", f"_amount_{w}") for w in WINDOWS_DAYS]
-_MIX_KEYS = {c: (f"_{c}_values", f"_{c}_top", f"_{c}_total", f"_{c}_clogc") for c in MIX_COLUMNS}
-
-
-def _aggregates_of_one(
-    life: dict[str, int | float], sums: list[list[float]], mix: dict[str, list[int]]
-) -> dict[str, float]:
-    """:func:`_aggregates` of one customer in plain Python floats (NaN for SQL's null), from
-    its lifetime values, :meth:`serving.online.days.DayBuckets.row_sums` and the counts above
-    zero of each mix column: the same operations on the same doubles."""
-    nan = math.nan
-    n_p = float(life["n_p"])
-    bought, gaps = n_p > 0, n_p - 1
-    last_t, last_p_t = life["last_t"], life["last_p_t"]
-    a = {
-        "_last_t": nan if last_t == NO_TIME else float(last_t),
-        "_first_t": float(life["first_t"]),
-        "_n": float(life["n"]),
-        "_n_p": n_p,
-        "_last_p_t": nan if last_p_t == NO_TIME else float(last_p_t),
-        "_amount": life["amount"] if bought else nan,
-        "_basket_mean": life["q_sum"] / n_p if bought else nan,
-        "_basket_max": life["q_max"] if bought else nan,
-        "_gap_mean": life["gap_mean"] if gaps > 0 else nan,
-        "_gap_std": math.sqrt(max(life["gap_m2"], 0.0) / gaps) if gaps > 0 else nan,
-        "_gap_max": life["gap_max"] if gaps > 0 else nan,
-    }
-    for key, name in _KIND_KEYS:
-        a[key] = float(life[name])
-    for (n_key, n_p_key, amount_key), n_w, n_p_w, amount_w in zip(_WINDOW_KEYS, *sums, strict=True):
-        a[n_key], a[n_p_key] = n_w, n_p_w
-        a[amount_key] = amount_w if n_p_w > 0 else nan
-    for col, counts in mix.items():
-        values, top, total, clogc = _MIX_KEYS[col]
-        a[values] = float(len(counts))
-        a[top] = float(max(counts, default=0))
-        a[total] = float(sum(counts))
-        a[clogc] = sum([c * math.log(c) for c in counts]) if counts else nan
     return a

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from infra.errors import HybridflowInputError
 from infra.settings import HybridflowSettings, settings_defaults
 from tasks.data.cutoffs import Cutoff, end_of_day
+from tasks.data.event_types import event_types_text
 from tasks.data.validation_sql import RowBounds
 
 log = logging.getLogger(__name__)
@@ -108,13 +110,30 @@ def events_after_possible(validated: EventSpan, score: Cutoff) -> bool:
     return last is not None and last.astimezone(dt.UTC).replace(tzinfo=None) > score.at
 
 
-def check_labels(positive_rate: float, n: int, as_of: dt.date, horizon_days: int) -> None:
-    """Training needs both classes: a single class in the labels is an input error."""
+def check_labels(
+    positive_rate: float,
+    n: int,
+    as_of: dt.date,
+    horizon_days: int,
+    event_types: Callable[[], dict[str, int]] | None = None,
+) -> None:
+    """Training needs both classes: a single class in the labels is an input error. With no
+    buyer, ``event_types`` (the log's rows per event type, asked only then) tells a log without
+    any purchase, whose error names the types it has and ``--purchase-event``."""
+    if positive_rate == 0.0 and event_types is not None:
+        counts = event_types()
+        if "purchase" not in counts:
+            raise HybridflowInputError(
+                f"no event is a purchase: the events' event_type values are "
+                f"{event_types_text(counts)}, and none is purchase or a synonym (transaction, "
+                "order, sale, buy): name the value that is the purchase with --purchase-event "
+                "VALUE (a deployment run: params.input.purchase_event; or the setting "
+                "HYBRIDFLOW_PURCHASE_EVENT)"
+            )
     if positive_rate in (0.0, 1.0):
         none_bought = (
             "; a label counts events whose event_type is purchase (or a synonym such as "
-            "transaction or order: docs/data-contract.md): a log that names purchases "
-            "otherwise needs that value rewritten to purchase"
+            "transaction or order, or the value --purchase-event names: docs/data-contract.md)"
             if positive_rate == 0.0
             else ""
         )

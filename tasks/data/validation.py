@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from tasks.data.event_time_spark import parse_event_time
 from tasks.data.input_formats import (
     check_required_columns,
+    comma_grouped_sql,
     decimal_comma_sql,
     warn_extra_columns,
 )
@@ -43,11 +44,15 @@ SQL_FUNCTIONS = {
 
 
 def conform_events(
-    df: DataFrame, timestamp_format: str | None = None, decimal_comma: bool = False
+    df: DataFrame,
+    timestamp_format: str | None = None,
+    decimal_comma: bool = False,
+    purchase_event: str | None = None,
 ) -> DataFrame:
     """The conformed events :mod:`tasks.data.validation_sql` validates: required columns
     checked, typed values (``event_time`` in microseconds; text amounts with a decimal comma
-    when ``decimal_comma``) with defaults for missing optional columns, and the input's values
+    when ``decimal_comma``; ``purchase_event`` read as ``purchase``) with defaults for missing
+    optional columns, and the input's values
     as strings (``src_*``) for the quarantine."""
     check_required_columns(df.columns)
     warn_extra_columns(df.columns)
@@ -67,7 +72,7 @@ def conform_events(
         else:
             col = F.trim(F.col(name).cast("string"))
             if name == "event_type":  # the contract's names for the synonyms logs use
-                col = F.expr(event_type_sql(f"trim(CAST(`{name}` AS STRING))"))
+                col = F.expr(event_type_sql(f"trim(CAST(`{name}` AS STRING))", purchase_event))
             fallback = F.lit(default).cast("string")
             typed.append(F.when((col.isNull()) | (col == ""), fallback).otherwise(col).alias(name))
     return df.select(*typed, *src, _row_key(df))
@@ -91,10 +96,13 @@ def customer_id_text(df: DataFrame) -> Column:
 
 
 def _amount(df: DataFrame, decimal_comma: bool) -> Column:
-    """``amount`` as its cast to a double reads it: a decimal comma's text rewritten."""
-    if decimal_comma and dict(df.dtypes)["amount"] == "string":
+    """``amount`` as its cast to a double reads it: a decimal comma's text rewritten, else
+    thousands commas dropped (``1,234.50``)."""
+    if dict(df.dtypes)["amount"] != "string":
+        return F.col("amount")
+    if decimal_comma:
         return F.expr(decimal_comma_sql("amount", "rlike"))
-    return F.col("amount")
+    return F.expr(comma_grouped_sql("amount", "rlike"))
 
 
 def _row_key(df: DataFrame) -> Column:

@@ -29,7 +29,12 @@ from infra.compute.duckdb_session import (
     sql_identifier,
     sql_string,
 )
-from tasks.data.input_formats import CsvDialect, ParsedCounts, decimal_comma_sql
+from tasks.data.input_formats import (
+    CsvDialect,
+    ParsedCounts,
+    comma_grouped_sql,
+    decimal_comma_sql,
+)
 from tasks.data.spark_text import java_double_string
 from tasks.data.text_values_duckdb import (
     define_text_macros,
@@ -195,13 +200,16 @@ class InProcessValidation:
         detect_format: FormatDetector | None = None,
         passes: int = 1,
         decimal_comma: bool = False,
+        purchase_event: str | None = None,
     ) -> None:
         """``source``: a DuckDB relation (SQL) over the input, which may name ``tables``;
         ``schema``: the input's Arrow types by contract name; ``sources``: the input's column
         behind each name (contract names, and the others, whose values tell rows apart); ``bounds``: the event times accepted (None: any). A text
         ``event_time`` is parsed with ``timestamp_format`` (a Spark pattern, an epoch name;
         None: ISO-8601), or the format ``detect_format`` chooses from a sample of the values
-        when it is given."""
+        when it is given. ``purchase_event``: an ``event_type`` value read as ``purchase``
+        (:func:`~tasks.definitions.contract.event_type_sql`)."""
+        self._purchase_event = purchase_event
         self._decimal_comma = decimal_comma  # text amounts: 12,50 (CsvDialect.decimal_comma)
         self._present = [c for c in CONTRACT_COLUMNS if c in schema.names]
         self._types = {c: value_type(schema.field(c).type) for c in self._present}
@@ -301,6 +309,7 @@ class InProcessValidation:
         timestamp_format: str | None = None,
         detect_format: FormatDetector | None = None,
         passes: int = 1,
+        purchase_event: str | None = None,
     ) -> InProcessValidation:
         """Over Parquet ``files`` of one schema (Arrow types by contract name)."""
         return cls(
@@ -311,6 +320,7 @@ class InProcessValidation:
             timestamp_format=timestamp_format,
             detect_format=detect_format,
             passes=passes,
+            purchase_event=purchase_event,
         )
 
     @classmethod
@@ -323,6 +333,7 @@ class InProcessValidation:
         detect_format: FormatDetector | None = None,
         bounds: RowBounds | None = None,
         passes: int = 1,
+        purchase_event: str | None = None,
     ) -> InProcessValidation:
         """Over CSV ``files`` of one header whose columns get the contract names ``columns``
         (every value text, read as Spark's CSV reader reads them: ``dialect``; a short row's
@@ -339,6 +350,7 @@ class InProcessValidation:
             detect_format=detect_format,
             passes=passes,
             decimal_comma=dialect.decimal_comma,
+            purchase_event=purchase_event,
         )
 
     @classmethod
@@ -417,7 +429,7 @@ class InProcessValidation:
                 return f"CAST({name} AS DOUBLE)"
             if self._decimal_comma:
                 return f"spark_double({decimal_comma_sql(name, 'regexp_matches')})"
-            return f"spark_double({name})"
+            return f"spark_double({comma_grouped_sql(name, 'regexp_matches')})"
         if name == "quantity":
             value = f"spark_double({name})" if _text(t) else name
             whole = f"NOT isnan({value}) AND {value} = floor({value})"
@@ -443,7 +455,7 @@ class InProcessValidation:
         fallback = "NULL" if default is None else f"'{default}'"
         trimmed = f"trim({text}, ' ')"
         if name == "event_type":  # the contract's names for the synonyms logs use
-            trimmed = event_type_sql(trimmed)
+            trimmed = event_type_sql(trimmed, self._purchase_event)
         return f"CASE WHEN coalesce({trimmed}, '') = '' THEN {fallback} ELSE {trimmed} END"
 
     def _input_text(self, name: str, value: str) -> str:

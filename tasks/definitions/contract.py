@@ -79,15 +79,26 @@ WHOLE_DOUBLES = 2**53
 holds each of them exactly; Spark would write ``12345678.0`` as ``1.2345678E7``)."""
 
 
-def event_type_name(text: str) -> str:
-    """An event type (trimmed) as the contract names it (:data:`EVENT_TYPE_SYNONYMS`)."""
+def event_type_name(text: str, purchase_event: str | None = None) -> str:
+    """An event type (trimmed) as the contract names it: ``purchase`` for the log's own
+    ``purchase_event`` (any case), else :data:`EVENT_TYPE_SYNONYMS`."""
+    if purchase_event is not None and text.lower() == purchase_event.strip().lower():
+        return "purchase"
     return EVENT_TYPE_SYNONYMS.get(text.lower(), text)
 
 
-def event_type_sql(text: str) -> str:
+PURCHASE_EVENT_PATTERN = r"^[^'\\]*[^'\\\s][^'\\]*$"
+"""What a ``--purchase-event`` value may be: some text, without a quote or backslash (it is
+written into both engines' SQL as a literal, which they escape differently)."""
+
+
+def event_type_sql(text: str, purchase_event: str | None = None) -> str:
     """SQL, in Spark's and DuckDB's dialect alike, for :func:`event_type_name` of the trimmed
-    text ``text``."""
-    cases = " ".join(f"WHEN '{alias}' THEN '{name}'" for alias, name in EVENT_TYPE_SYNONYMS.items())
+    text ``text`` (``purchase_event`` matching :data:`PURCHASE_EVENT_PATTERN`)."""
+    names = dict(EVENT_TYPE_SYNONYMS)
+    if purchase_event is not None:
+        names[purchase_event.strip().lower()] = "purchase"  # the user's word wins
+    cases = " ".join(f"WHEN '{alias}' THEN '{name}'" for alias, name in names.items())
     return f"CASE lower({text}) {cases} ELSE {text} END"
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from infra.compute.devices import Device
 from infra.settings import CalibrationMethod, TrainingSettings
 from tasks.ml.baseline import LogisticBaseline, baseline_columns, fit_baseline
 from tasks.ml.calibration import (
@@ -32,10 +32,7 @@ from tasks.ml.evaluation import CalibrationScore, ModelComparison
 from tasks.ml.metrics import probability_metrics, quality_metrics
 from tasks.ml.models import FamilySpec, FitJob, FittedModel, get_family
 from tasks.ml.normalizer import Normalizer
-from tasks.ml.snapshot_reader import SPLITS, SnapshotStream
-
-if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
-    import torch
+from tasks.ml.snapshot_reader import SPLITS, SnapshotStream, memoised
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +110,20 @@ def assess(
         raise ValueError("the judged rows must have the features the model was trained on")
     held_out = scored_rows(model, trained_on, ["val"])
     calibration = calibration_that_pays(held_out.logits, held_out.labels, method)
-    train = scored_rows(None, trained_on, ["train"])
-    baseline = fit_baseline(train.baseline_x, train.labels)
+    baseline = baseline_of(trained_on)
     judged = scored_rows(model, judged_on, judged_splits)
     return calibration, compare_on(judged, calibration, held_out, baseline)
+
+
+def baseline_of(data: SnapshotStream) -> LogisticBaseline:
+    """The RFM baseline fitted on ``data``'s train split: the same for every contender of a
+    run, so fitted once per process (:func:`tasks.ml.snapshot_reader.memoised`)."""
+
+    def fit() -> LogisticBaseline:
+        train = scored_rows(None, data, ["train"])
+        return fit_baseline(train.baseline_x, train.labels)
+
+    return memoised("baseline", data.content_key(), fit)
 
 
 def train_backtest_model(
@@ -124,7 +131,7 @@ def train_backtest_model(
     normalizer: Normalizer,
     spec: FamilySpec,
     settings: TrainingSettings,
-    device: torch.device,
+    device: Device,
     production_rows: int | None = None,
 ) -> FittedModel:
     """A fresh model of ``spec``'s family fitted the way the run fits it (same settings and
@@ -138,7 +145,7 @@ def backtest_fit_job(
     earlier: SnapshotStream,
     normalizer: Normalizer,
     settings: TrainingSettings,
-    device: torch.device,
+    device: Device,
     production_rows: int | None = None,
 ) -> FitJob:
     """The backtest's fit: on :func:`backtest_sample` of ``earlier``'s training rows, with the
@@ -245,7 +252,7 @@ def backtest_comparison(
     judged_on: SnapshotStream,
     spec: FamilySpec,
     settings: TrainingSettings,
-    device: torch.device,
+    device: Device,
     method: CalibrationMethod,
     production_rows: int | None = None,
 ) -> tuple[Calibration, ModelComparison]:

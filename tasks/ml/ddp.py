@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra.child_processes import die_with_parent
-from infra.compute.devices import select_device
+from infra.compute.devices import Device, select_device
 
 if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
     import torch
@@ -62,16 +62,19 @@ class DistContext:
         return t.tolist()
 
 
-def init_distributed(device_preference: str = "auto") -> tuple[DistContext, torch.device]:
-    """Join the torchrun process group when there is one; pick this rank's device."""
-    import torch.distributed as dist
-
+def init_distributed(device_preference: str = "auto") -> tuple[DistContext, Device]:
+    """Join the torchrun process group when there is one; pick this rank's device. A single
+    process imports no torch here (:func:`select_device`)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = select_device(device_preference, local_rank)
     ctx = DistContext(rank=rank, world_size=world, local_rank=local_rank)
-    if world > 1 and not dist.is_initialized():
+    if world <= 1:
+        return ctx, device
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
         log.info("rank %d/%d joined the %s process group on %s", rank, world, backend, device)

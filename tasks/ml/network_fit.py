@@ -57,7 +57,7 @@ def _fit_planned(
     rebuild: Callable[[dict[str, Any]], nn.Module],
 ) -> TrainOutcome:
     """:func:`fit_network` once its plan is made and its threads set."""
-    settings, ctx, device = job.settings, job.ctx, job.device
+    settings, ctx, device = job.settings, job.ctx, job.device.as_torch()
     resume: dict[str, Any] | None = None
     checkpoints = job.checkpoints
     if checkpoints is not None:
@@ -149,7 +149,7 @@ def resume_point(
                 candidate,
                 job.data,
                 job.settings,
-                job.device,
+                job.device.as_torch(),
                 loaded.state,
                 learning_rate=learning_rate,
                 ctx=job.ctx,

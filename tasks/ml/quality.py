@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from infra.compute.devices import Device
 from infra.settings import HybridflowSettings
 from infra.storage.datasets import local_dataset_dir, read_dataset_manifest, release_local_dir
 from infra.storage.store import ObjectStore
@@ -17,9 +18,6 @@ from tasks.ml.evaluation import BacktestReport, BacktestWindows, ModelEvaluation
 from tasks.ml.models import FamilySpec, FittedModel
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SPLITS, SnapshotStream
-
-if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
-    import torch
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +39,7 @@ def judge_candidate(
     spec: FamilySpec,
     data: SnapshotStream,
     settings: HybridflowSettings,
-    device: torch.device,
+    device: Device,
     as_of: dt.date,
     horizon_days: int,
 ) -> tuple[FittedModel, ModelEvaluation]:
@@ -74,7 +72,7 @@ def run_backtest(
     data: SnapshotStream,
     spec: FamilySpec,
     settings: HybridflowSettings,
-    device: torch.device,
+    device: Device,
     as_of: dt.date,
     horizon_days: int,
     production_rows: int | None = None,

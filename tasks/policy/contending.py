@@ -19,10 +19,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from infra.compute.devices import Device
 from infra.errors import HybridflowInputError
 from infra.layout import contender_bundle_key, stage_manifest_key, version_manifest_key
 from infra.routing.accounting import embedded_pool
@@ -44,9 +44,6 @@ from tasks.reporting.records import (
     StageReport,
     contender_stage,
 )
-
-if TYPE_CHECKING:  # imported where used: the flows' import chain stays torch-free
-    import torch
 
 log = logging.getLogger(__name__)
 
@@ -140,11 +137,7 @@ def check_trainable(data: SnapshotStream, as_of: dt.date, horizon_days: int) -> 
     """HybridflowInputError naming the cause and the fix when no family could produce a model
     from the snapshot: no examples, one class only, or too few of a class in a split."""
     window = f"({as_of - dt.timedelta(days=horizon_days)}, {as_of}]"
-    counts = {}
-    for split in data.splits:
-        labels = [y for _, y in data.chunks(split)]
-        positives = int(sum(float(y.sum()) for y in labels))
-        counts[split] = (data.rows(split), positives)
+    counts = data.label_counts()
     rows = sum(n for n, _ in counts.values())
     positives = sum(p for _, p in counts.values())
     fix = (
@@ -182,7 +175,7 @@ def contend(
     settings: HybridflowSettings,
     options: TrainingOptions,
     ctx: DistContext,
-    device: torch.device,
+    device: Device,
     as_of: dt.date,
     horizon_days: int,
 ) -> Contender | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 
 from pydantic import BaseModel
 from pyspark.sql import SparkSession
@@ -29,6 +30,7 @@ from tasks.data.engine_choice import (
     EngineInputs,
     choose_engine,
 )
+from tasks.data.event_types import event_type_counts
 from tasks.data.time_windows import (
     check_labels,
     events_after_possible,
@@ -150,7 +152,9 @@ def build_features(
     with feature_frame(
         spark, store, validated, outputs, in_process_rows, sequence_length, choice
     ) as frame:
-        examples, positive_rate = _publish_training(frame, training, (as_of, horizon_days))
+        examples, positive_rate = _publish_training(
+            frame, training, (as_of, horizon_days), lambda: event_type_counts(store, events)
+        )
         scoring, _ = frame.publish(scoring_output)
         backtest = (
             BacktestExamples(skipped=too_short)
@@ -249,17 +253,21 @@ def feature_frame(
 
 
 def _publish_training(
-    frame: FeatureFrame, training: FeatureOutput, run: tuple[dt.date, int]
+    frame: FeatureFrame,
+    training: FeatureOutput,
+    run: tuple[dt.date, int],
+    event_types: Callable[[], dict[str, int]],
 ) -> tuple[DatasetManifest, float]:
     """Write the training examples and check they can train a model (rows, both classes);
-    ``run`` is the as-of date and horizon the errors name."""
+    ``run`` is the as-of date and horizon the errors name, ``event_types`` counts the events'
+    types for the error of a log without purchases."""
     examples, positive_rate = frame.publish(training)
     if examples.rows == 0:
         raise HybridflowInputError(
             f"no customer has an event on or before {training.cutoffs[0].at.date()} "
             "(as_of - horizon)"
         )
-    check_labels(positive_rate, examples.rows, *run)
+    check_labels(positive_rate, examples.rows, *run, event_types)
     return examples, positive_rate
 
 

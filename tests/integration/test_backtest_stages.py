@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from infra.compute.devices import Device
 from infra.settings import HybridflowSettings
 from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from infra.storage.store import LocalFolderStore
@@ -97,8 +98,8 @@ def test_events_after_t_minus_h_never_reach_the_backtest_snapshot_or_model(spark
     assert fa.n_backtest == fb.n_backtest and "NEW-CUSTOMER" not in set(frame_b.customer_id)
     settings = HybridflowSettings().train.model_copy(update={"max_epochs": 3, "batch_size": 64})
     torch.set_num_threads(1)
-    model_a = train_backtest_model(data_a, norm_a, MLPSpec(), settings, torch.device("cpu"))
-    model_b = train_backtest_model(data_b, norm_b, MLPSpec(), settings, torch.device("cpu"))
+    model_a = train_backtest_model(data_a, norm_a, MLPSpec(), settings, Device())
+    model_b = train_backtest_model(data_b, norm_b, MLPSpec(), settings, Device())
     state_a, state_b = model_a.network.state_dict(), model_b.network.state_dict()
     for key in state_a:  # float32 normaliser buffers: the rounding above does not reach them
         assert torch.equal(state_a[key], state_b[key]), key

@@ -48,7 +48,7 @@ class InProcessValidator:
         bounds: RowBounds | None,
     ) -> ValidatedOutputs:
         events, quarantine, figures = publish_validated_in_process(
-            store, run_id, found, bounds, options.timestamp_format
+            store, run_id, found, bounds, options.timestamp_format, options.purchase_event
         )
         return ValidatedOutputs(
             events=events,
@@ -66,16 +66,18 @@ def publish_validated_in_process(
     found: EventsInput,
     bounds: RowBounds | None = None,
     timestamp_format: str | None = None,
+    purchase_event: str | None = None,
 ) -> tuple[DatasetManifest, DatasetManifest, ValidationFigures]:
     """Validate the input ``found`` describes (Parquet files of one schema or CSV files of one
     header, see :func:`tasks.data.input_formats.inspect_events`), event times within
     ``bounds`` when given (text times read with ``timestamp_format``, else in the format a
-    sample shows), and publish the run's good events and quarantine; with the figures."""
+    sample shows; ``purchase_event``: the log's own name for a purchase), and publish the
+    run's good events and quarantine; with the figures."""
     warn_extra_columns(found.columns)
     detect = None if timestamp_format else _format_detector(found)
     with memory_bounded(f"validating {found.path}"):
         try:
-            checked = _checked(found, bounds, timestamp_format, detect)
+            checked = _checked(found, bounds, timestamp_format, detect, purchase_event)
         except duckdb.OutOfMemoryException:
             raise
         except duckdb.Error as exc:
@@ -121,6 +123,7 @@ def _checked(
     bounds: RowBounds | None,
     timestamp_format: str | None,
     detect: FormatDetector | None,
+    purchase_event: str | None = None,
 ) -> InProcessValidation:
     passes = validation_passes(found.rows_estimate)
     if found.format == "csv" and found.csv_dialect is not None:
@@ -132,6 +135,7 @@ def _checked(
             detect_format=detect,
             bounds=bounds,
             passes=passes,
+            purchase_event=purchase_event,
         )
     if found.arrow_schema is None or found.source_columns is None:
         raise ValueError("only Parquet files of one schema or CSV files are validated in process")
@@ -143,4 +147,5 @@ def _checked(
         timestamp_format=timestamp_format,
         detect_format=detect,
         passes=passes,
+        purchase_event=purchase_event,
     )

@@ -57,7 +57,9 @@ class SparkValidator:
             raw = read_events(spark, path, options, found)
             present = sorted(c for c in CONTRACT_COLUMNS if c in raw.df.columns)
             buckets = bucket_count(spark, raw.rows_estimate)
-            conformed = conform_events(raw.df, raw.timestamp_format, raw.decimal_comma)
+            conformed = conform_events(
+                raw.df, raw.timestamp_format, raw.decimal_comma, options.purchase_event
+            )
             try:
                 parts = split_valid_events(conformed, buckets, bounds)
             except (PySparkException, Py4JJavaError) as exc:

@@ -22,14 +22,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from infra.compute.devices import Device
 from infra.settings import TrainingSettings
 from tasks.ml.calibration import Calibration
 from tasks.ml.metrics import classification_metrics
 from tasks.ml.normalizer import Normalizer
 
 if TYPE_CHECKING:  # torch-free at import: planning asks families for cost hints (no torch)
-    import torch
-
     from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
     from tasks.ml.ddp import DistContext
     from tasks.ml.snapshot_reader import SnapshotStream
@@ -132,19 +131,13 @@ class FitJob:
     data: SnapshotStream
     normalizer: Normalizer
     settings: TrainingSettings
-    device: torch.device = field(default_factory=lambda: _cpu())
+    device: Device = field(default_factory=Device)
     ctx: DistContext = field(default_factory=lambda: _single_process())
     start: FittedModel | None = None
     checkpoints: CheckpointStore | None = None
     checkpoint_policy: CheckpointPolicy | None = None
     stop_after_steps: int | None = None
     plan_rows: int | None = None
-
-
-def _cpu() -> torch.device:
-    import torch
-
-    return torch.device("cpu")
 
 
 def _single_process() -> DistContext:

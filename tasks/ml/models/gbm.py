@@ -20,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from infra.compute.devices import intra_op_threads
 from infra.errors import ChecksumMismatchError
 from infra.settings import TrainingSettings
 from tasks.ml.calibration import Calibration
@@ -79,10 +80,8 @@ class GBMModel(ConfiguredModel):
         x = np.ascontiguousarray(x, dtype=np.float64)
         if len(x) == 0:
             return np.empty(0, dtype=np.float64)
-        import torch
-
         # as many threads as this process gives torch: 1 inside a Spark task or the endpoint
-        raw = self.booster.predict(x, raw_score=True, num_threads=torch.get_num_threads())
+        raw = self.booster.predict(x, raw_score=True, num_threads=intra_op_threads())
         return np.asarray(raw, dtype=np.float64)
 
     def bundle_files(self) -> dict[str, bytes]:

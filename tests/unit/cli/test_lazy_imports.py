@@ -83,3 +83,72 @@ def test_the_deployed_flows_import_no_torch():
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert {"flows.train", "flows.contender", "flows.pipeline"} <= set(found["modules"])
     assert found["loaded"] == [], f"imported by the deployed flows: {found['loaded'][:10]}"
+
+
+# the train stage twice on one snapshot, each in a fresh interpreter: the first fits every
+# contender; the second finds the network's fit (and rfm's) done, refits gbm where it
+# warm-starts from a gbm production model, judges, gates, scores with every servable contender
+# that is not a network, and reports what it imported
+TRAIN_TWICE = """
+import json, sys
+from pathlib import Path
+import numpy as np
+from infra.settings import HybridflowSettings
+from infra.storage.registry import ModelRegistry
+from infra.storage.store import LocalFolderStore
+from tasks.ml.models import load_model, predict_proba
+from tasks.reporting.records import FeaturesResult, PreprocessResult
+from tasks.stages.train import TrainingOptions, train_stage
+
+root, step = Path(sys.argv[1]), sys.argv[2]
+store = LocalFolderStore(root / "store")
+if step == "fit":
+    from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
+
+    features, prepared = publish_synthetic_snapshot(store, "r", rows=3000, seed=3)
+    (root / "features.json").write_text(features.model_dump_json())
+    (root / "prepared.json").write_text(prepared.model_dump_json())
+features = FeaturesResult.model_validate_json((root / "features.json").read_text())
+prepared = PreprocessResult.model_validate_json((root / "prepared.json").read_text())
+settings = HybridflowSettings(train={"max_epochs": 2, "patience": 1})
+output = train_stage(
+    store, prepared, settings, as_of=features.as_of, horizon_days=features.horizon_days,
+    device_preference="cpu", options=TrainingOptions(families=["rfm", "gbm", "mlp"]),
+)
+registry = ModelRegistry(store)
+scored = {}
+for row in output.result.leaderboard:
+    if row.family != "mlp":
+        manifest, files = registry.read_files(row.version)
+        model = load_model(files, manifest.files)
+        scored[row.family] = len(predict_proba(model, np.ones((3, len(model.features)))))
+print(json.dumps({
+    "reused": {row.family: row.reused for row in output.result.leaderboard},
+    "production": registry.get(registry.alias().version).kind,
+    "scored": scored,
+    "torch": sorted(m for m in sys.modules if m.split(".")[0] == "torch")[:5],
+}))
+"""
+
+
+def test_a_run_whose_network_fit_is_done_imports_no_torch(tmp_path):
+    """A run that reuses its network contender's fit pays no torch (2 s of CPU, a quarter of a
+    small run): its device is chosen, and its other families fitted, judged and scored, without
+    it. The first run, which fits the network, does import it."""
+
+    def train(step: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-c", TRAIN_TWICE, str(tmp_path), step],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first = train("fit")
+    assert first["torch"] and not any(first["reused"].values())
+    again = train("again")
+    assert again["reused"]["mlp"] and again["reused"]["rfm"] and again["production"] != "mlp"
+    assert again["scored"] == {"rfm": 3, "gbm": 3}
+    assert again["torch"] == [], f"imported by a run that fitted no network: {again['torch']}"

@@ -7,7 +7,10 @@ the flow's parameter validation at the run's start.
 - every ``prefect deployment run`` line of docs/deployed-mode.md is accepted (before: the
   families example dropped ``events`` and the server refused it);
 - values as clients get them wrong are refused naming the parameter: numbers and lists as text
-  at creation, a date that does not parse and a flat ``events`` at the run's start;
+  at creation, a date that does not parse at the run's start;
+- a field of ``params`` given at the top level (``--param events=s3://...``) is read as that
+  field, over the deployment's defaults (before: SignatureMismatchError at the run's start);
+  another top-level name fails the run's start naming ``--param params='{...}'``;
 - every deployment's parameter schema is valid JSON Schema (what the UI's run form renders).
 """
 
@@ -21,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from jsonschema import Draft202012Validator
-from prefect.exceptions import ParameterTypeError, SignatureMismatchError
+from prefect.exceptions import ParameterTypeError
 from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import ValidationError, validate
 
@@ -83,7 +86,8 @@ def test_the_documented_runs_are_accepted(deployments):
     assert len(runs) >= 4 and any(given for _, given in runs)
     for name, given in runs:
         params = _run_parameters(deployments[name], given)["params"]
-        assert params.events == given.get("params", {}).get("events", DEPLOY_EVENTS)
+        events = given.get("events", given.get("params", {}).get("events", DEPLOY_EVENTS))
+        assert params.events == events
 
 
 def test_parameters_as_ui_and_python_clients_send_them(deployments):
@@ -97,10 +101,12 @@ def test_parameters_as_ui_and_python_clients_send_them(deployments):
                 "horizon_days": 30,
                 "families": ["logistic", "gbm"],
                 "fresh": True,
+                "input": {"purchase_event": "checkout"},
             }
         },
     )["params"]
     assert str(params.as_of) == "2025-12-31" and params.families == ["logistic", "gbm"]
+    assert params.input.purchase_event == "checkout"
     refresh = deployments["model-refresh/model-refresh"]
     given = {"params": {"events": "/data/events", "promote": "always", "as_of": "2025-12-31"}}
     assert _run_parameters(refresh, given)["params"].promote == "always"
@@ -113,6 +119,7 @@ def test_parameters_as_ui_and_python_clients_send_them(deployments):
         ({"fresh": "true"}, "params.fresh"),
         ({"families": '["gbm"]'}, "params.families"),
         ({"epochz": 3}, "'epochz' was unexpected"),
+        ({"input": {"purchase_event": "it's"}}, "params.input.purchase_event"),
     ],
 )
 def test_values_of_the_wrong_type_are_refused_at_creation_naming_them(deployments, given, named):
@@ -125,8 +132,6 @@ def test_what_the_schema_cannot_check_fails_the_run_at_its_start_naming_it(deplo
     pipeline = deployments["pipeline/pipeline"]
     with pytest.raises(ParameterTypeError, match="params.as_of: Input should be a valid date"):
         _run_parameters(pipeline, {"params": {"events": "/x", "as_of": "yesterday"}})
-    with pytest.raises(SignatureMismatchError, match=r"\['params', 'events'\]"):
-        _run_parameters(pipeline, {"events": "/data/events"})
     with pytest.raises(ValidationError, match="'events' is a required property"):
         _run_parameters(pipeline, {"params": {"families": ["gbm"]}})
 
@@ -138,3 +143,23 @@ def test_every_deployments_parameter_schema_is_valid_json_schema(deployments):
         assert schema["required"] == ["params"], name
         if deployment["defaults"]:  # the pipeline and refresh: their events as deployed
             assert deployment["defaults"]["params"]["events"] == DEPLOY_EVENTS, name
+
+
+def test_fields_given_at_the_top_level_are_read_as_fields_of_params(deployments):
+    """``prefect deployment run pipeline/pipeline --param events=s3://...``: Prefect's server
+    takes it (the schema has no ``additionalProperties: false``) and the run used to fail at
+    its start with ``SignatureMismatchError: ... ['params', 'events']``."""
+    pipeline = deployments["pipeline/pipeline"]
+    args = ["--param", "events=s3://bucket/events", "--param", "horizon_days=30"]
+    params = _run_parameters(pipeline, _cli_parameters(args))["params"]
+    assert (params.events, params.horizon_days) == ("s3://bucket/events", 30)
+    given = {"params": {"events": "/a", "horizon_days": 10}, "families": ["gbm"]}
+    params = _run_parameters(pipeline, given)["params"]
+    assert (params.events, params.horizon_days, params.families) == ("/a", 10, ["gbm"])
+    with pytest.raises(ParameterTypeError) as refused:
+        _run_parameters(pipeline, {"epochz": 3})
+    message = str(refused.value)
+    assert "'epochz' is not one of its fields" in message
+    assert '--param params=\'{"events": "s3://bucket/events"' in message
+    with pytest.raises(ParameterTypeError, match="params.horizon_days"):
+        _run_parameters(pipeline, {"horizon_days": "soon"})

@@ -57,8 +57,24 @@ def test_windows_the_features_stage_asks_about():
     assert history_too_short(Span(), Cutoff(name="backtest", at=dt.datetime(2025, 3, 1))) is None
     assert events_after_possible(Span(), Cutoff(name="score", at=dt.datetime(2025, 6, 1)))
     assert not events_after_possible(Span(), Cutoff(name="score", at=dt.datetime(2025, 7, 1)))
-    with pytest.raises(HybridflowInputError, match="both.*rewritten to purchase"):
+    with pytest.raises(HybridflowInputError, match="both.*the value --purchase-event names"):
         check_labels(0.0, 10, LAST.date(), 30)
+
+
+def test_a_log_without_purchases_is_told_its_event_types_and_the_option():
+    """No buyer and no purchase anywhere: the error names the types the log has, the most
+    first, and --purchase-event (before: only 'all N training labels are 0')."""
+    seen = {"view": 900, "checkout": 40, **{f"t{i}": 1 for i in range(9)}}
+    with pytest.raises(HybridflowInputError) as caught:
+        check_labels(0.0, 10, LAST.date(), 30, lambda: seen)
+    message = str(caught.value)
+    assert "no event is a purchase" in message and "--purchase-event VALUE" in message
+    assert "'view' (900), 'checkout' (40), 't0' (1)" in message and "and 3 more" in message
+    assert "params.input.purchase_event" in message
+    # purchases exist, none in the horizon: the labels' own error; buyers: no question asked
+    with pytest.raises(HybridflowInputError, match="all 10 training labels are 0"):
+        check_labels(0.0, 10, LAST.date(), 30, lambda: {"purchase": 3, "view": 9})
+    check_labels(0.2, 10, LAST.date(), 30, lambda: pytest.fail("counted without need"))
 
 
 def test_event_time_bounds_come_from_the_settings_given():

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-import torch
 
+from infra.compute.devices import Device
 from infra.settings import TrainingSettings
 from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from infra.storage.store import LocalFolderStore
@@ -109,7 +109,7 @@ def test_a_backtest_fit_sees_only_the_sampled_rows(earlier, monkeypatch):
 
     monkeypatch.setattr(type(family), "fit", counting_fit)
     settings = TrainingSettings(backtest_max_rows=data.rows("train") // 4)
-    model = train_backtest_model(data, normalizer, family.spec({}), settings, torch.device("cpu"))
+    model = train_backtest_model(data, normalizer, family.spec({}), settings, Device())
     assert model is not None
     assert seen and seen[0] < data.rows("train") // 3
 
@@ -120,11 +120,11 @@ def test_a_sampled_backtest_fit_is_planned_for_the_unsampled_rows_and_its_epochs
     data, normalizer = earlier
     rows = data.rows("train")
     settings = TrainingSettings(backtest_max_rows=rows // 4, max_epochs=30, patience=3)
-    job = backtest_fit_job(data, normalizer, settings, torch.device("cpu"), production_rows=rows)
+    job = backtest_fit_job(data, normalizer, settings, Device(), production_rows=rows)
     sample = job.data.rows("train")
     assert sample < rows // 3 and job.plan_rows == rows
     # planned like the production fit, whatever its rows
-    other = backtest_fit_job(data, normalizer, settings, torch.device("cpu"), 3 * rows)
+    other = backtest_fit_job(data, normalizer, settings, Device(), 3 * rows)
     assert other.plan_rows == 3 * rows
     # the production fit passes at least 4 epochs x its rows; the sample may pass no more
     assert job.settings.max_epochs == backtest_epochs(settings, sample, rows) == 4 * rows // sample
@@ -134,9 +134,7 @@ def test_a_sampled_backtest_fit_is_planned_for_the_unsampled_rows_and_its_epochs
     assert backtest_epochs(settings, 10 * rows, rows) == 1
     assert backtest_epochs(TrainingSettings(max_epochs=2, patience=3), 100, 100) == 2
     # nothing sampled (at most backtest_max_rows rows): the fit as the run does it
-    whole = backtest_fit_job(
-        data, normalizer, TrainingSettings(backtest_max_rows=rows), torch.device("cpu")
-    )
+    whole = backtest_fit_job(data, normalizer, TrainingSettings(backtest_max_rows=rows), Device())
     assert whole.data is data and whole.plan_rows is None
     assert whole.settings == TrainingSettings(backtest_max_rows=rows)
 
@@ -191,7 +189,7 @@ def test_a_sampled_backtest_network_fit_steps_like_the_production_fit(large_earl
     rows = data.rows("train")
     settings = TrainingSettings(backtest_max_rows=rows // 10, threads=1, max_epochs=4)
     family = backtest_module.get_family("mlp")
-    job = backtest_fit_job(data, normalizer, settings, torch.device("cpu"), rows)
+    job = backtest_fit_job(data, normalizer, settings, Device(), rows)
     sample = job.data.rows("train")
     outcome = family.fit(family.spec({}), job)
     full = network_plan(settings, train_rows=rows, parameters=1, learning_rate=1e-3)

@@ -12,7 +12,7 @@ from tasks.stages.train import check_trainable
 
 
 class _Splits:
-    """Labels per split, as the snapshot stream hands them out."""
+    """Labels per split, counted as the snapshot stream counts them."""
 
     def __init__(self, **labels: list[int]) -> None:
         self.labels = {k: np.asarray(v, dtype=np.float32) for k, v in labels.items()}
@@ -21,10 +21,8 @@ class _Splits:
     def rows(self, split: str) -> int:
         return len(self.labels[split])
 
-    def chunks(self, split: str):
-        y = self.labels[split]
-        if len(y):
-            yield np.zeros((len(y), 1), dtype=np.float32), y
+    def label_counts(self) -> dict[str, tuple[int, int]]:
+        return {k: (len(y), int(y.sum())) for k, y in self.labels.items()}
 
 
 AS_OF = dt.date(2025, 12, 31)
