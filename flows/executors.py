@@ -29,7 +29,7 @@ from prefect.runtime import deployment
 from prefect.states import Cancelled
 
 from flows.dag import CONTENDER, CONTENDER_UNIT, PIPELINE_UNITS, DispatchUnit, load_flow
-from flows.params import Device, StageParams
+from flows.params import DevicePreference, StageParams
 from infra import startup
 from infra.layout import stage_manifest_key
 from infra.routing.planner import RoutingPlan
@@ -55,7 +55,7 @@ class UnitOrigin:
     flow_run_id: str | None = None
 
 
-def routed_device(device: Device, plan: RoutingPlan) -> Device:
+def routed_device(device: DevicePreference, plan: RoutingPlan) -> DevicePreference:
     """The train stage's device: as asked, but the CPU when the router sent training there."""
     return "cpu" if device == "auto" and plan.pool_for("train") == CPU_POOL else device
 

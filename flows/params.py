@@ -18,7 +18,7 @@ from infra.settings import HORIZON_DAYS_MAX, HORIZON_DAYS_MIN, HybridflowSetting
 from infra.storage.store import ObjectStore, open_store
 from tasks.data.input_formats import InputOptions, input_defaults
 
-Device = Literal["auto", "cuda", "cpu"]
+DevicePreference = Literal["auto", "cuda", "cpu"]  # resolved by infra.compute.devices.select_device
 
 
 class RunInputs(BaseModel):
@@ -48,7 +48,7 @@ class RunInputs(BaseModel):
     use_cache: bool | None = Field(
         default=None, description="False: recompute CPU stages (default: HYBRIDFLOW_STAGE_CACHE)"
     )
-    device: Device = Field(default="auto", description="where the train stage runs")
+    device: DevicePreference = Field(default="auto", description="where the train stage runs")
     store: str | None = Field(default=None, description="store URI (default: HYBRIDFLOW_STORE)")
 
 

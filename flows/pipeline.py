@@ -38,7 +38,7 @@ from flows.executors import (
     schedule_profiling_runs,
     unit_pools,
 )
-from flows.params import Device, StageParams, resolve
+from flows.params import DevicePreference, StageParams, resolve
 from flows.params_flow import params_flow
 from flows.signals import signal_refresh
 from infra import startup
@@ -87,7 +87,7 @@ class PipelineParams(StageParams):
             },
         )
 
-    def stage_params(self, run_id: str, store_uri: str, device: Device) -> StageParams:
+    def stage_params(self, run_id: str, store_uri: str, device: DevicePreference) -> StageParams:
         """What every stage of this run gets."""
         shared = self.model_dump(include=set(StageParams.model_fields))
         return StageParams.model_validate(

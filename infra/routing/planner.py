@@ -37,8 +37,9 @@ class RoutingPlan(BaseModel):
         raise KeyError(stage)
 
 
-def count_event_rows(files: list[Path]) -> int:
-    """Rows in Parquet/CSV files, from Parquet footers or by counting CSV lines (minus header)."""
+def count_event_rows(files: list[Path], csv_suffixes: tuple[str, ...]) -> int:
+    """Rows in Parquet/CSV files, from Parquet footers or by counting the lines (minus header)
+    of the files whose names end with one of ``csv_suffixes``."""
     import gzip
 
     import pyarrow.parquet as pq
@@ -48,7 +49,7 @@ def count_event_rows(files: list[Path]) -> int:
         suffixes = [x.lower() for x in f.suffixes]
         if suffixes[-1:] in ([".parquet"], [".pq"]):
             rows += pq.ParquetFile(f).metadata.num_rows
-        elif suffixes[-1:] in ([".csv"], [".txt"]) or suffixes[-2:] == [".csv", ".gz"]:
+        elif f.name.lower().endswith(csv_suffixes):
             opener = gzip.open if suffixes[-1] == ".gz" else open
             with opener(f, "rb") as fh:
                 rows += max(sum(1 for _ in fh) - 1, 0)

@@ -2,7 +2,8 @@
 aggregate of :data:`tasks.definitions.feature_formulas.AGGREGATES` is read at any cutoff day on or
 after the newest event.
 
-Per customer (one row of each array; :func:`bytes_per_customer` says how much):
+Per customer (:func:`bytes_per_customer` says how much; the lifetime values and the slots of
+days are one record, :mod:`serving.online.record`, the mix counts a row of a matrix per column):
 
 - lifetime: first and last event time, last purchase time, events, purchases, events of each
   type in the mix, purchase amount, quantity sum and maximum, and the gaps between consecutive
@@ -77,7 +78,7 @@ class OnlineState:
         self._days = DayBuckets(day_of(seed_cutoff))
         self.newest = seed_cutoff  # the newest event time applied, at least the seed's cutoff
         self.lock = threading.RLock()
-        # optimistic reads of one customer (:meth:`read_one`) while a chunk is applied: the
+        # optimistic reads of one customer (:meth:`read_row`) while a chunk is applied: the
         # version is odd during a change and moves whenever the rows being changed do
         # (``_changing``: sorted rows, or None for every row)
         self._version = 0

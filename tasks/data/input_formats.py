@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 ParsedCounts = Callable[[Sequence[str | None]], dict[str | None, int]]
 """How many values of the input's whole ``event_time`` column each format parses."""
 
-CSV_SUFFIXES = (".csv", ".txt", ".csv.gz", ".txt.gz")
+CSV_SUFFIXES = (".csv", ".txt", ".tsv", ".tab", ".csv.gz", ".txt.gz", ".tsv.gz", ".tab.gz")
+"""Delimited text, read alike whatever the delimiter (detected from the header)."""
 PARQUET_SUFFIXES = (".parquet", ".pq")
 DELIMITERS = (",", ";", "\t", "|")
 DEFAULT_QUOTE = '"'
@@ -97,6 +98,11 @@ GROUPED_THOUSANDS = r"^[+-]?[0-9]{1,3}([.][0-9]{3})+(,[0-9]+)?$"
 """A decimal-comma number whose dots group thousands: the dots are dropped before the comma
 becomes the decimal point. One pattern for Java's regex (Spark) and RE2 (DuckDB), written
 without a backslash (``[.]``) so that it reads the same inside either engine's SQL string."""
+COMMA_GROUPED_THOUSANDS = r"^[+-]?[0-9]{1,3}(,[0-9]{3})+([.][0-9]+)?$"
+"""A number whose commas group thousands, with a decimal point or none (``1,234.50``,
+``12,345``: spreadsheets' number format, quoted in CSV): the commas are dropped. Not read so
+when the amounts use a decimal comma (:attr:`CsvDialect.decimal_comma`). Written for Java's
+regex and RE2 alike, without a backslash."""
 CSV_BYTES_PER_ROW = 48  # a typical event line; gzip shrinks text about 4x
 GZIP_RATIO = 4
 
@@ -270,7 +276,8 @@ def detect_format(files: list[Path], path: Path) -> str:
         return "csv"
     odd = sorted({f.suffix.lower() or f.name for f in files})
     raise HybridflowInputError(
-        f"cannot tell the format of {path}: expected only .parquet or only .csv files, "
+        f"cannot tell the format of {path}: expected only .parquet or only .csv (.txt, .tsv) "
+        "files, "
         f"found {', '.join(odd)}"
     )
 
@@ -349,14 +356,40 @@ def _csv_head(f: Path) -> str | None:
         raise HybridflowInputError(f"cannot read CSV file {f}: {_first_line(exc)}") from None
     if not head.strip():
         return None
+    if head.startswith(UTF16_BOMS) or _utf16_without_bom(head):
+        raise HybridflowInputError(
+            f"cannot read CSV file {f}: it is UTF-16 text (what Excel's 'Unicode Text' and "
+            "PowerShell 5 write); CSV is read as UTF-8: convert it, e.g. "
+            f"iconv -f UTF-16 -t UTF-8 {shlex.quote(str(f))} > events.csv (or save as "
+            "'CSV UTF-8')"
+        )
     if b"\x00" in head.split(b"\n", 1)[0]:
         raise HybridflowInputError(f"cannot read CSV file {f}: binary data, not CSV text")
     try:
         return head.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         if exc.start < len(head) - 3:  # not just a character cut at the end of the block
-            raise HybridflowInputError(f"cannot read CSV file {f}: not UTF-8 text") from None
+            line = head[: exc.start].count(b"\n") + 1
+            raise HybridflowInputError(
+                f"cannot read CSV file {f}: not UTF-8 text (byte 0x{head[exc.start]:02x} on "
+                f"line {line}: Windows-1252 / Latin-1, as Excel's 'CSV (Comma delimited)' "
+                "writes, is the likely encoding): convert it, e.g. iconv -f CP1252 -t UTF-8 "
+                f"{shlex.quote(str(f))} > events.csv (or save as 'CSV UTF-8')"
+            ) from None
         return head[: exc.start].decode("utf-8-sig")
+
+
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _utf16_without_bom(head: bytes) -> bool:
+    """Whether the first line looks like UTF-16 ASCII text without a byte-order mark: every
+    other byte NUL."""
+    sample = head[:64]
+    if len(sample) < 8:
+        return False
+    evens, odds = sample[0::2], sample[1::2]
+    return evens.count(0) == len(evens) or odds.count(0) == len(odds)
 
 
 def detect_delimiter(header: str) -> str:
@@ -407,6 +440,17 @@ def decimal_comma_sql(text: str, matches: str) -> str:
         f"CASE WHEN {matches}({trimmed}, '{GROUPED_THOUSANDS}') "
         f"THEN replace(replace({trimmed}, '.', ''), ',', '.') "
         f"ELSE replace({text}, ',', '.') END"
+    )
+
+
+def comma_grouped_sql(text: str, matches: str) -> str:
+    """SQL, in Spark's and DuckDB's dialect alike, for an amount text with its thousands
+    commas dropped when it is :data:`COMMA_GROUPED_THOUSANDS` (``1,234.50`` -> ``1234.50``),
+    else as it is; ``matches`` as for :func:`decimal_comma_sql`."""
+    trimmed = f"trim({text})"
+    return (
+        f"CASE WHEN instr({text}, ',') > 0 AND {matches}({trimmed}, '{COMMA_GROUPED_THOUSANDS}') "
+        f"THEN replace({trimmed}, ',', '') ELSE {text} END"
     )
 
 

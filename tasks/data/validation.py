@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from tasks.data.event_time_spark import parse_event_time
 from tasks.data.input_formats import (
     check_required_columns,
+    comma_grouped_sql,
     decimal_comma_sql,
     warn_extra_columns,
 )
@@ -95,10 +96,13 @@ def customer_id_text(df: DataFrame) -> Column:
 
 
 def _amount(df: DataFrame, decimal_comma: bool) -> Column:
-    """``amount`` as its cast to a double reads it: a decimal comma's text rewritten."""
-    if decimal_comma and dict(df.dtypes)["amount"] == "string":
+    """``amount`` as its cast to a double reads it: a decimal comma's text rewritten, else
+    thousands commas dropped (``1,234.50``)."""
+    if dict(df.dtypes)["amount"] != "string":
+        return F.col("amount")
+    if decimal_comma:
         return F.expr(decimal_comma_sql("amount", "rlike"))
-    return F.col("amount")
+    return F.expr(comma_grouped_sql("amount", "rlike"))
 
 
 def _row_key(df: DataFrame) -> Column:

@@ -29,7 +29,12 @@ from infra.compute.duckdb_session import (
     sql_identifier,
     sql_string,
 )
-from tasks.data.input_formats import CsvDialect, ParsedCounts, decimal_comma_sql
+from tasks.data.input_formats import (
+    CsvDialect,
+    ParsedCounts,
+    comma_grouped_sql,
+    decimal_comma_sql,
+)
 from tasks.data.spark_text import java_double_string
 from tasks.data.text_values_duckdb import (
     define_text_macros,
@@ -424,7 +429,7 @@ class InProcessValidation:
                 return f"CAST({name} AS DOUBLE)"
             if self._decimal_comma:
                 return f"spark_double({decimal_comma_sql(name, 'regexp_matches')})"
-            return f"spark_double({name})"
+            return f"spark_double({comma_grouped_sql(name, 'regexp_matches')})"
         if name == "quantity":
             value = f"spark_double({name})" if _text(t) else name
             whole = f"NOT isnan({value}) AND {value} = floor({value})"

@@ -18,7 +18,7 @@ from infra.routing.profiles import read_profiles
 from infra.routing.router import StageWork, parse_duration
 from infra.settings import HybridflowSettings
 from infra.storage.store import ObjectStore
-from tasks.data.input_formats import list_event_files
+from tasks.data.input_formats import CSV_SUFFIXES, list_event_files
 from tasks.definitions.contract import OPTIONAL_DEFAULTS
 from tasks.definitions.feature_specs import feature_names
 from tasks.ml.models import family_specs, get_family
@@ -44,7 +44,7 @@ def plan_pipeline(
         n_features = len(feature_names(set(OPTIONAL_DEFAULTS)))
         kinds = families or settings.train.families
         workloads = pipeline_workloads(
-            count_event_rows(files),
+            count_event_rows(files, CSV_SUFFIXES),
             model_cost(kinds, n_features, settings),
             stages,
             pinned=pinned,

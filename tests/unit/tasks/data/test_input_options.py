@@ -14,11 +14,14 @@ from pydantic import ValidationError
 
 from cli.args import column_mapping, delimiter, one_character
 from infra.errors import HybridflowInputError
+from infra.routing.planner import count_event_rows
 from tasks.data.input_formats import (
+    CSV_SUFFIXES,
     InputOptions,
     amounts_use_decimal_comma,
     check_required_columns,
     choose_timestamp_format,
+    comma_grouped_sql,
     detect_delimiter,
     detect_format,
     inspect_events,
@@ -321,3 +324,39 @@ def test_the_logs_own_purchase_event_is_a_purchase_in_python_and_sql():
     given = InputOptions(purchase_event="checkout")
     assert given.merged_with(InputOptions(purchase_event="x")).purchase_event == "checkout"
     assert InputOptions().merged_with(given).purchase_event == "checkout"
+
+
+def test_excel_and_spreadsheet_exports_are_read_or_refused_with_the_conversion(tmp_path):
+    """A ``.tsv`` file is delimited text like ``.csv`` (before: 'cannot tell the format');
+    UTF-16 (Excel's 'Unicode Text') and Windows-1252 files are refused naming the encoding and
+    the iconv line (before: 'binary data, not CSV text', 'not UTF-8 text')."""
+    text = "customer_id\tevent_time\tamount\nc1\t2025-01-01\t1.5\n"
+    tsv = tmp_path / "export.tsv"
+    tsv.write_text(text)
+    found = inspect_events(tsv, InputOptions())
+    assert found.format == "csv" and found.csv_dialect.delimiter == "\t"
+    assert found.columns == ["customer_id", "event_time", "amount"]
+    assert count_event_rows([tsv], CSV_SUFFIXES) == 1
+    for encoding in ("utf-16", "utf-16-le"):  # with and without a byte-order mark
+        path = tmp_path / f"{encoding}.txt"
+        path.write_bytes(text.encode(encoding))
+        message = _error(path)
+        assert "it is UTF-16 text" in message and "iconv -f UTF-16 -t UTF-8" in message
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(
+        "customer_id,event_time,amount,country\nc1,2025-01-01,1,Côte\n".encode("cp1252")
+    )
+    message = _error(latin)
+    assert "not UTF-8 text (byte 0xf4 on line 2" in message
+    assert f"iconv -f CP1252 -t UTF-8 {latin} > events.csv" in message
+
+
+def test_thousands_commas_are_dropped_from_amounts_in_sql():
+    """``"1,234.50"`` (a spreadsheet's number format, quoted in a CSV) is 1234.5 (before: an
+    invalid_amount row: large purchases quarantined); commas that group no thousands stay."""
+    texts = ["1,234.50", " 12,345 ", "-1,000.5", "1,23", "1,2345", "12,5", "1234.5", "a,bcd"]
+    sql = comma_grouped_sql("x", "regexp_matches")
+    got = duckdb.sql(f"SELECT {sql} FROM unnest($t) AS t(x)", params={"t": texts}).fetchall()
+    assert [r[0] for r in got] == [
+        "1234.50", "12345", "-1000.5", "1,23", "1,2345", "12,5", "1234.5", "a,bcd",
+    ]  # fmt: skip

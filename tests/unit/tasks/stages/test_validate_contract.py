@@ -446,6 +446,13 @@ def _engine_outputs(spark, store, path, run_id, in_process_rows, options=None):
             None,
         ),
         (
+            "thousands_commas",  # "1,234.50" as spreadsheets export it: 1234.5 on both engines
+            'customer_id,event_time,amount\nc1,2025-01-01,"1,234.50"\nc1,2025-01-02," 12,345 "\n'
+            'c2,2025-01-03,"-1,000.5"\nc2,2025-01-04,"1,23"\nc3,2025-01-05,"1,2345"\n'
+            "c3,2025-01-06,999.5\n",
+            None,
+        ),
+        (
             "own_purchase_event",  # --purchase-event checkout: any case, synonyms still read
             "customer_id,event_time,amount,event_type\nc1,2025-01-01,1,Checkout\n"
             "c1,2025-01-02,1, checkout \nc2,2025-01-03,1,transaction\nc2,2025-01-04,1,view\n"
@@ -500,6 +507,9 @@ def test_public_log_shapes_are_read_as_their_values_mean_on_both_engines(
     )
     euro = _write(tmp_path / "euro.csv", "Kunde;Datum;Betrag\nK1;31.12.2025 14:30;1.234,50\n")
     minutes = _write(tmp_path / "minutes.csv", "user,ts,amount\nu1,202501021030,1\n")
+    grouped = _write(
+        tmp_path / "grouped.csv", 'customer_id,event_time,amount\nc1,2025-01-02,"1,234.50"\n'
+    )
     shop = _write(
         tmp_path / "shop.csv",
         "customer_id,event_time,amount,event_type\nc1,2025-01-02,1,Checkout\nc1,2025-01-03,1,view\n",
@@ -515,6 +525,8 @@ def test_public_log_shapes_are_read_as_their_values_mean_on_both_engines(
             InputOptions(purchase_event="checkout"),
         )  # fmt: skip
         assert [r["event_type"] for r in good] == ["purchase", "view"], engine
+        result, good, _ = _engine_outputs(spark, local_store, grouped, f"grouped-{engine}", limit)
+        assert [r["amount"] for r in good] == [1234.5], engine
         result, good, _ = _engine_outputs(
             spark, local_store, cdnow, f"cdnow-{engine}", limit,
             InputOptions(column_map={"event_time": "date"}),
