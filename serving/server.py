@@ -59,7 +59,9 @@ def serve(
     if cfg.ingest.online:
         process = cfg.ingest.worker == "process"
         worker = ProcessWorker(cfg.ingest.worker_nice) if process else ThreadWorker()
-        online = OnlineFeatures(store, cfg.ingest, metrics, worker=worker)
+        online = OnlineFeatures(
+            store, cfg.ingest, metrics, worker=worker, purchase_event=settings.purchase_event
+        )
     app = create_app(holder, cfg, metrics, online)
     sock = bind_socket(host or cfg.host, cfg.port if port is None else port)
     bound_host, bound_port = sock.getsockname()[:2]

@@ -397,9 +397,10 @@ def _shown(value: object) -> str:
     return "null" if value is None else repr(value)
 
 
-def check_contract(raw: pa.Table) -> CheckedEvents:
+def check_contract(raw: pa.Table, purchase_event: str | None = None) -> CheckedEvents:
     """The contract's casts, defaults and quarantine reasons (in the validate stage's order:
-    customer id, event time, amount, quantity; then extra copies of a valid event)."""
+    customer id, event time, amount, quantity; then extra copies of a valid event);
+    ``purchase_event``: the log's own name for a purchase, as the validate stage reads it."""
     n = raw.num_rows
     ids = pc.replace_substring_regex(  # as validation reads ids: "13085.0" is 13085
         pc.utf8_trim(raw.column("customer_id").combine_chunks().cast(pa.string()), " "),
@@ -413,7 +414,7 @@ def check_contract(raw: pa.Table) -> CheckedEvents:
         "event_time": times,
         "amount": amount,
         "event_type": _event_type_names(
-            _text_or(raw, "event_type", OPTIONAL_DEFAULTS["event_type"])
+            _text_or(raw, "event_type", OPTIONAL_DEFAULTS["event_type"]), purchase_event
         ),
         "category": _text_or(raw, "category", None),
         "channel": _text_or(raw, "channel", None),
@@ -458,11 +459,17 @@ _SYNONYMS = pa.array(list(EVENT_TYPE_SYNONYMS), pa.string())
 _NAMES = pa.array(list(EVENT_TYPE_SYNONYMS.values()), pa.string())
 
 
-def _event_type_names(types: pa.Array) -> pa.Array:
+def _event_type_names(types: pa.Array, purchase_event: str | None = None) -> pa.Array:
     """Event types as validation names them (``transaction`` is ``purchase``:
-    :data:`EVENT_TYPE_SYNONYMS`), others kept."""
-    at = pc.index_in(pc.utf8_lower(types), value_set=_SYNONYMS)
-    return pc.if_else(pc.is_valid(at), pc.take(_NAMES, at), types)
+    :data:`EVENT_TYPE_SYNONYMS`; ``purchase_event``, any case, is ``purchase`` too:
+    :func:`~tasks.definitions.contract.event_type_name`), others kept."""
+    lower = pc.utf8_lower(types)
+    at = pc.index_in(lower, value_set=_SYNONYMS)
+    named = pc.if_else(pc.is_valid(at), pc.take(_NAMES, at), types)
+    if purchase_event is None:
+        return named
+    own = pc.fill_null(pc.equal(lower, purchase_event.strip().lower()), False)
+    return pc.if_else(own, pa.scalar("purchase", pa.string()), named)
 
 
 def _text_or(raw: pa.Table, name: str, default: str | None) -> pa.Array:

@@ -80,11 +80,12 @@ def segment_id_of(sha: str, idempotency_key: str | None) -> str:
 
 
 def prepare_batch(
-    body: bytes, content_type: str, idempotency_key: str | None
+    body: bytes, content_type: str, idempotency_key: str | None, purchase_event: str | None = None
 ) -> PreparedBatch | Refusal:
-    """``body`` parsed, checked, ordered, summed and encoded; or its refusal."""
+    """``body`` parsed, checked (``purchase_event``: the log's own name for a purchase),
+    ordered, summed and encoded; or its refusal."""
     try:
-        checked = check_contract(parse_events(body, content_type))
+        checked = check_contract(parse_events(body, content_type), purchase_event)
     except IngestError as exc:  # a malformed body: no rows to count
         return Refusal.of(exc, 0)
     if (problem := checked.problem()) is not None:
@@ -112,13 +113,18 @@ def decode_segment(seq: int, data: bytes, where: str, after_us: int) -> DecodedS
 
 
 def online_refusal(
-    body: bytes, content_type: str, seed_cutoff: int, latest: int, last_purchase: dict[str, int]
+    body: bytes,
+    content_type: str,
+    seed_cutoff: int,
+    latest: int,
+    last_purchase: dict[str, int],
+    purchase_event: str | None = None,
 ) -> Refusal:
     """The refusal of a batch the contract accepted and the online state did not, naming its
     rows: at or before the state's ``seed_cutoff``, after ``latest`` (microseconds), or a
     purchase before its customer's last one in the state (``last_purchase``: of the batch's
     customers that have one); a row gets the first of these reasons that holds for it."""
-    checked = check_contract(parse_events(body, content_type))
+    checked = check_contract(parse_events(body, content_type), purchase_event)
     arrays = event_arrays(checked.events)
     customers = arrays.customer
     last = np.fromiter(

@@ -106,8 +106,10 @@ class OnlineFeatures:
         metrics: ServingMetrics,
         clock: Callable[[], float] = time.time,
         worker: Worker | None = None,
+        purchase_event: str | None = None,
     ) -> None:
         self.log = EventsLog(store)
+        self._purchase_event = purchase_event  # HYBRIDFLOW_PURCHASE_EVENT, as validate reads it
         self._store = store
         self._settings = settings
         self._metrics = metrics
@@ -253,7 +255,9 @@ class OnlineFeatures:
         :class:`serving.online.ingest.IngestError` when anything is wrong (nothing applied)."""
         if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
             raise refused("idempotency-key", "1 to 200 of A-Z a-z 0-9 . _ : -")
-        prepared = await self._worker.call(prepare_batch, body, content_type, idempotency_key)
+        prepared = await self._worker.call(
+            prepare_batch, body, content_type, idempotency_key, self._purchase_event
+        )
         if isinstance(prepared, Refusal):
             self._metrics.events_ingested.labels("refused").inc(prepared.rows)
             raise prepared.error()
@@ -314,7 +318,13 @@ class OnlineFeatures:
         state = follower.state
         last = state.last_purchases(customers, code_rows)
         refusal: Refusal = await self._worker.call(
-            online_refusal, body, content_type, state.seed_cutoff, self._latest(), last
+            online_refusal,
+            body,
+            content_type,
+            state.seed_cutoff,
+            self._latest(),
+            last,
+            self._purchase_event,
         )
         self._metrics.events_ingested.labels("refused").inc(refusal.rows)
         raise refusal.error()

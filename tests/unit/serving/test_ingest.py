@@ -20,6 +20,7 @@ from serving.online.ingest import (
     parse_events,
 )
 from tasks.data.validation_duckdb import GOOD_EVENTS_SCHEMA, InProcessValidation
+from tasks.definitions.contract import event_type_name
 from tests.unit.tasks.data.test_validation_duckdb import _variants
 
 
@@ -378,3 +379,17 @@ def test_float_ids_in_arrow_read_as_validation_reads_them():
     fraction = table.set_column(0, "customer_id", pa.array([1.0, 2.5, 3.0]))
     with pytest.raises(IngestError, match="customer_id: float ids must be whole numbers, not 2.5"):
         parse_events(ipc(fraction), IPC_MEDIA_TYPE)
+
+
+def test_the_logs_own_purchase_event_is_read_as_the_validate_stage_reads_it():
+    """``HYBRIDFLOW_PURCHASE_EVENT=checkout``: ``POST /events`` names ``Checkout`` purchase, as
+    ``hybridflow run --purchase-event checkout`` did for the batch (before: kept as
+    ``Checkout``, so the online state counted no purchase)."""
+    types = ["Checkout", " checkout ", "transaction", "view", "cart", "purchase_complete"]
+    rows = [{**EVENT, "event_type": t, "amount": float(i + 1)} for i, t in enumerate(types)]
+    body = json.dumps(rows).encode()
+    for word in (None, "CHECKOUT", "cart"):
+        got = check_contract(parse_events(body, "application/json"), word).events
+        expected = [event_type_name(t.strip(), word) for t in types]
+        assert got.column("event_type").to_pylist() == expected, word
+    assert expected[:5] == ["Checkout", "checkout", "purchase", "view", "purchase"]
