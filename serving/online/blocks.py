@@ -73,8 +73,18 @@ class SharedBlocks:
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype | str) -> tuple[str, np.ndarray]:
         name = f"{BLOCK_PREFIX}{os.getpid()}-{self._tag}-{next(self._numbers)}"
         path = self.folder / name
+        size = _nbytes(shape, dtype)
         with open(path, "xb+") as f:
-            f.truncate(_nbytes(shape, dtype))
+            try:  # the pages taken now: a full folder is this error, not a crash on a write
+                os.posix_fallocate(f.fileno(), 0, size)
+            except OSError as exc:
+                f.close()
+                path.unlink()
+                raise OSError(
+                    exc.errno,
+                    f"{self.folder} has no room for {size:,} bytes of online state ({exc.strerror};"
+                    " a container's /dev/shm is 64 MB unless it is given more: --shm-size)",
+                ) from None
             mapped = mmap.mmap(f.fileno(), 0)
         return name, _view(mapped, shape, dtype)
 

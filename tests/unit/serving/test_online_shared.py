@@ -196,3 +196,13 @@ def test_a_worker_lost_is_a_state_seeded_again_and_stopping_leaves_no_block_or_p
         np.testing.assert_array_equal(features(alone, ["c1", "c2"]), got)
     finally:
         asyncio.run(alone.close())
+
+
+def test_a_folder_without_room_for_a_block_is_an_error_naming_it(tmp_path, monkeypatch):
+    def full(fd: int, offset: int, size: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(OSError, match="has no room for 800 bytes of online state"):
+        SharedBlocks(tmp_path).allocate((100,), np.int64)
+    assert list(tmp_path.iterdir()) == []
