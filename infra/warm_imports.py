@@ -1,9 +1,11 @@
 """Modules a later stage of this process needs, imported on a background thread while the
 process waits on Spark (a Py4J call releases the GIL; a small input leaves the second core idle).
 
-torch imports ``torch._dynamo`` when the first optimiser is created (1.2-1.9 s on a 2-core box);
-in a whole run that happens in the train stage, after the Spark stages. The stage that needs it
-calls :func:`finish_warm_imports` first, so that it never imports concurrently with the thread.
+The train stage's fits import torch (1.3-1.5 s of CPU on a 2-core box); in a whole run that
+happens after the Spark stages. The stage that needs it calls :func:`finish_warm_imports` first,
+so that it never imports concurrently with the thread. (``torch._dynamo``, 1.2-1.9 s more, is
+not imported: the training loop's optimiser on the CPU is its own, tasks.ml.adamw, and needs
+none; a CUDA fit, which does, is large beside it.)
 
 ``hybridflow run`` starts the thread only when the run has Spark stages. With every stage in
 this process (DuckDB, on all cores, handing back to Python often) the thread bought nothing and
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 
 log = logging.getLogger(__name__)
 
-TRAINING_MODULES = ("torch._dynamo",)
+TRAINING_MODULES = ("torch",)
 _thread: threading.Thread | None = None
 
 

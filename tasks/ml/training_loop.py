@@ -21,11 +21,13 @@ import torch
 from torch import nn
 
 from infra.settings import TrainingSettings
+from tasks.ml.adamw import Optimiser, loop_optimizer
 from tasks.ml.checkpoints import CheckpointPolicy
 from tasks.ml.ddp import DistContext
 from tasks.ml.epoch_record import EpochRecord
 from tasks.ml.logistic import sigmoid
 from tasks.ml.metrics import log_loss, roc_auc
+from tasks.ml.plateau import ReduceOnPlateau
 from tasks.ml.snapshot_reader import SnapshotStream
 
 log = logging.getLogger(__name__)
@@ -70,8 +72,8 @@ SaveFn = Callable[[dict[str, Any], Progress], None]
 
 def training_state(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
+    optimizer: Optimiser,
+    scheduler: ReduceOnPlateau,
     best_state: dict[str, torch.Tensor] | None,
     progress: Progress,
 ) -> dict[str, Any]:
@@ -195,14 +197,13 @@ class _TrainingLoop:
         self.data, self.settings, self.device, self.ctx = data, settings, device, ctx
         self.save, self.policy = save, policy
         self.model = model.to(device)
-        self.optimizer = torch.optim.AdamW(
+        self.optimizer = loop_optimizer(
             self.model.parameters(),
             lr=learning_rate or settings.learning_rate,
             weight_decay=settings.weight_decay,
+            device=device,
         )
-        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            self.optimizer, factor=0.5, patience=1
-        )
+        self.scheduler = ReduceOnPlateau(self.optimizer, factor=0.5, patience=1)
         self.progress = Progress()
         self.best_state: dict[str, torch.Tensor] | None = None
         torch.manual_seed(settings.seed + ctx.rank)  # dropout masks differ per rank
@@ -219,7 +220,8 @@ class _TrainingLoop:
         self.optimizer.load_state_dict(resume["optimizer"])
         self.scheduler.load_state_dict(resume["scheduler"])
         self.best_state = resume["best_model"] or None
-        self.progress = Progress(**resume["progress"])
+        saved = resume["progress"]  # copied: the epochs run now are not added to the checkpoint's
+        self.progress = Progress(**saved | {"history": list(saved.get("history", ()))})
         if self.ctx.distributed:
             torch.manual_seed(self.settings.seed + self.ctx.rank + 7919 * self.progress.step)
         else:

@@ -152,3 +152,59 @@ def test_a_run_whose_network_fit_is_done_imports_no_torch(tmp_path):
     assert again["reused"]["mlp"] and again["reused"]["rfm"] and again["production"] != "mlp"
     assert again["scored"] == {"rfm": 3, "gbm": 3}
     assert again["torch"] == [], f"imported by a run that fitted no network: {again['torch']}"
+
+
+# a network fit stopped after 30 steps with checkpoints, then resumed to its end, in a fresh
+# interpreter: what it imported of torch._dynamo (torch.optim's optimisers import it)
+FIT_AND_RESUME = """
+import json, sys
+from pathlib import Path
+from infra.settings import TrainingSettings
+from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
+from infra.storage.store import LocalFolderStore
+from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
+from tasks.ml.models import FitJob
+from tasks.ml.models.mlp import MLPFamily, MLPSpec
+from tasks.ml.normalizer import Normalizer
+from tasks.ml.snapshot_reader import SnapshotStream
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
+
+store = LocalFolderStore(Path(sys.argv[1]) / "store")
+_, prepared = publish_synthetic_snapshot(store, "r", rows=2000, seed=4)
+manifest = read_dataset_manifest(store, prepared.snapshot_prefix)
+normalizer = Normalizer.model_validate(manifest.metadata["normalizer"])
+data = SnapshotStream(local_dataset_dir(store, manifest), normalizer.features)
+settings = TrainingSettings(batch_size=64, max_epochs=2, patience=2, threads=1)
+
+def fit(stop):
+    job = FitJob(
+        data=data, normalizer=normalizer, settings=settings,
+        checkpoints=CheckpointStore(store, "t-lazy"),
+        checkpoint_policy=CheckpointPolicy(every_steps=10, every_seconds=0),
+        stop_after_steps=stop,
+    )
+    return MLPFamily().fit(MLPSpec(), job)
+
+first, resumed = fit(30), fit(None)
+print(json.dumps({
+    "interrupted": first.interrupted,
+    "resumed_from_step": resumed.record["resumed_from_step"],
+    "steps": resumed.record["steps"],
+    "dynamo": sorted(m for m in sys.modules if m.startswith("torch._dynamo"))[:5],
+}))
+"""
+
+
+def test_a_network_fit_and_its_resume_import_no_torch_dynamo(tmp_path):
+    """The training loop's own AdamW and plateau schedule (tasks.ml.adamw, tasks.ml.plateau):
+    torch.optim's would import torch._dynamo, 1.2-1.3 s of CPU in a small run."""
+    done = subprocess.run(
+        [sys.executable, "-c", FIT_AND_RESUME, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["interrupted"] and found["resumed_from_step"] == 30 and found["steps"] > 30
+    assert found["dynamo"] == [], f"imported by a network fit: {found['dynamo']}"

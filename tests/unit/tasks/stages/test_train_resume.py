@@ -119,6 +119,28 @@ def test_same_seed_gives_the_same_weights_and_resume_matches_an_uninterrupted_ru
     assert _same_weights(resumed.model, straight.model)
     assert [h.val_logloss for h in resumed.history] == [h.val_logloss for h in straight.history]
 
+    # a checkpoint written before the loop had its own AdamW and plateau schedule: the state
+    # torch.optim.AdamW and ReduceLROnPlateau wrote resumes to the same weights
+    old = torch_written(loaded.state)
+    assert old["scheduler"] == loaded.state["scheduler"]  # the loop writes torch's format
+    assert old["optimizer"]["param_groups"] == loaded.state["optimizer"]["param_groups"]
+    resumed_old = train_model(network_from_state(old), data, settings, CPU, resume=old)
+    assert _same_weights(resumed_old.model, straight.model)
+    assert [h.learning_rate for h in resumed_old.history] == [
+        h.learning_rate for h in straight.history
+    ]
+
+
+def torch_written(state: dict) -> dict:
+    """``state`` with its optimiser and scheduler state as torch.optim's own objects write them
+    (what checkpoints held before tasks.ml.adamw)."""
+    network = network_from_state(state)
+    optimizer = torch.optim.AdamW(network.parameters())
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    scheduler.load_state_dict(state["scheduler"])
+    return dict(state, optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict())
+
 
 def test_warm_start_reaches_scratch_quality_in_fewer_steps(store):
     settings = HybridflowSettings(
