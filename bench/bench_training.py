@@ -158,7 +158,7 @@ def _training_rows(store, where: str) -> list[dict]:
             as_of=feats.as_of,
             horizon_days=90,
             device_preference="cpu",
-            options=TrainingOptions(fresh=True),
+            options=TrainingOptions(fresh=True, families=["mlp"]),  # the loop, not gbm's
         )
         stage_s = time.perf_counter() - started
         bare_after = _bare_loop(_fresh_mlp(normalizer, settings.train), data, settings.train)

@@ -160,8 +160,8 @@ def backtest_fit_job(
     )
     if plan.plan_rows is not None:
         log.info(
-            "backtest: a network fit on %d rows is planned for %d rows (%s) and runs at most "
-            "%d epochs",
+            "backtest: the fit on %d rows is planned for %d rows (%s; a network runs at most "
+            "%d epochs)",
             data.rows("train"),
             plan.plan_rows,
             "the production fit's" if production_rows else "the unsampled T-2H rows",
@@ -180,8 +180,9 @@ def backtest_fit_job(
 
 @dataclass(frozen=True)
 class BacktestFitPlan:
-    """What the backtest's network fit is sized by: the training rows its batch, learning
-    rate and threads are planned for (None: its data's own), and its most epochs."""
+    """What the backtest's fit is sized by: the training rows its plan is for (a network's
+    batch, learning rate and threads, the gbm's trees; None: its data's own), and a network's
+    most epochs."""
 
     plan_rows: int | None
     max_epochs: int
@@ -194,10 +195,11 @@ def backtest_fit_plan(
     sample_rows: int,
     production_rows: int | None,
 ) -> BacktestFitPlan:
-    """The backtest's network fit is planned (batch, learning rate, warm-up, threads) like the
-    production fit on ``production_rows`` training rows, so its steps cost what the production
-    fit's cost and use the same cores (planned for its own sample of ``sample_rows`` it got a
-    smaller batch on one thread and stepped more epochs than the production fit). Sampled
+    """The backtest's fit is planned (a network's batch, learning rate, warm-up and threads,
+    the gbm's leaves and learning rate) like the production fit on ``production_rows`` training
+    rows, so a network's steps cost what the production fit's cost and use the same cores
+    (planned for its own sample of ``sample_rows`` it got a smaller batch on one thread and
+    stepped more epochs than the production fit) and the gbm grows the same trees. Sampled
     (``sample_rows < earlier_rows``), its epochs are capped by :func:`backtest_epochs`. Without
     ``production_rows`` a sampled fit is planned for the ``earlier_rows`` it stands for, an
     unsampled one for its own rows. Every figure is a row count: nothing the production fit

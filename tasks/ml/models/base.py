@@ -125,8 +125,9 @@ class FitJob:
     """What a family's ``fit`` gets: the snapshot, its normaliser and the training settings;
     where to run (device, DDP ranks), a warm-start model of the same family, and the
     checkpoints of this training (None: no checkpoints, e.g. the backtest's fit);
-    ``plan_rows``: the training rows a network's batch, learning rate and threads are planned
-    for (None: ``data``'s; the backtest's fit on a sample names the rows it stands for)."""
+    ``plan_rows``: the training rows a network's batch, learning rate and threads, or the gbm's
+    trees, are planned for (None: ``data``'s; the backtest's fit on a sample names the rows it
+    stands for)."""
 
     data: SnapshotStream
     normalizer: Normalizer
