@@ -14,7 +14,7 @@ Counts are uint16; a day's count past 65,535 keeps the rest in a side table.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -30,12 +30,24 @@ _WINDOWS = np.asarray(WINDOWS_DAYS, dtype=np.int64)
 # holds it (len(WINDOWS_DAYS): none)
 _SHORTEST = np.searchsorted(_WINDOWS, np.arange(RING_DAYS + 1), side="right").astype(np.int32)
 _SHORTEST_OF_AGE: list[int] = _SHORTEST[:RING_DAYS].tolist()  # for a day in the ring
+# the pool's arrays: attribute -> (the key naming its block, its type)
+_POOL = {
+    "_ring_n": ("pool:n", np.uint16),
+    "_ring_n_p": ("pool:n_p", np.uint16),
+    "_ring_amount": ("pool:amount", np.float64),
+}
+Allocate = Callable[[str, tuple[int, ...], "np.dtype | str | type"], np.ndarray]
+
+
+def _zeros(key: str, shape: tuple[int, ...], dtype: np.dtype | str | type) -> np.ndarray:
+    return np.zeros(shape, dtype=dtype)
 
 
 class DayBuckets:
     """The daily buckets of every customer row (not thread-safe: the online state's lock)."""
 
-    def __init__(self, ring_day: int) -> None:
+    def __init__(self, ring_day: int, allocate: Allocate = _zeros) -> None:
+        self._allocate = allocate  # a new zeroed array for the pool (key, shape, dtype)
         self.ring_day = ring_day  # the newest day: the ring holds days ring_day - RING_DAYS + 1 on
         self._base = ring_day - RING_DAYS  # a slot's day is kept as day - _base (uint16)
         # each row's slots and pool ring (-1 for none): views of the customers' records
@@ -56,6 +68,41 @@ class DayBuckets:
     def rings(self) -> int:
         """Customers with a ring of every day (events on more than :data:`SLOTS` days)."""
         return self._rings - len(self._free)
+
+    @property
+    def rings_handed_out(self) -> int:
+        return self._rings
+
+    @property
+    def free_rings(self) -> list[int]:
+        return list(self._free)
+
+    def overflow_copy(self) -> dict[int, dict[int, list[int]]]:
+        """The day counts past 65,535 (row -> day -> [events, purchases] beyond)."""
+        return {row: {d: list(v) for d, v in days.items()} for row, days in self._overflow.items()}
+
+    def set_overflow(self, overflow: dict[int, dict[int, list[int]]]) -> None:
+        self._overflow = overflow
+
+    def restore(
+        self, ring_day: int, rings: int, free: list[int], overflow: dict[int, dict[int, list[int]]]
+    ) -> None:
+        """Take on the pool's bookkeeping of the buckets of another object (the arrays are
+        bound: :meth:`bind`, :meth:`attach_pool`)."""
+        self.ring_day, self._rings, self._free, self._overflow = ring_day, rings, free, overflow
+
+    @staticmethod
+    def pool_dtype(key: str) -> np.dtype:
+        for pool_key, dtype in _POOL.values():
+            if pool_key == key:
+                return np.dtype(dtype)
+        raise ValueError(f"no array of the day buckets is named {key!r}")
+
+    def attach_pool(self, arrays: dict[str, np.ndarray]) -> None:
+        """Read the pool's rings from ``arrays`` (by key; the empty pool for a key not there)."""
+        for attribute, (key, dtype) in _POOL.items():
+            array = arrays.get(key)
+            setattr(self, attribute, np.zeros((0, RING_DAYS), dtype) if array is None else array)
 
     def nbytes(self) -> int:
         """Bytes of the pool's rings (the slots are in the customers' records)."""
@@ -212,9 +259,9 @@ class DayBuckets:
         self._rings += rows.size - len(reused)
         if self._rings > len(self._ring_n):
             capacity = max(self._rings, 2 * len(self._ring_n), 64)
-            for name in ("_ring_n", "_ring_n_p", "_ring_amount"):
+            for name, (key, dtype) in _POOL.items():
                 old = getattr(self, name)
-                out = np.zeros((capacity, RING_DAYS), dtype=old.dtype)
+                out = self._allocate(key, (capacity, RING_DAYS), dtype)
                 out[: len(old)] = old
                 setattr(self, name, out)
         ring = np.asarray([*reused, *range(first, self._rings)], dtype=np.int32)
@@ -231,10 +278,12 @@ class DayBuckets:
 
     # reads
 
-    def sums(self, rows: np.ndarray, cutoff_day: int) -> np.ndarray:
+    def sums(self, rows: np.ndarray, cutoff_day: int, ring_day: int | None = None) -> np.ndarray:
         """Events, purchases and amount (the first axis) of each window (:data:`WINDOWS_DAYS`,
         the middle axis) ending at the end of ``cutoff_day`` (no earlier than
-        :attr:`ring_day`), per row of ``rows`` (the last axis), as doubles."""
+        ``ring_day``, by default :attr:`ring_day`), per row of ``rows`` (the last axis), as
+        doubles."""
+        ring_day = self.ring_day if ring_day is None else ring_day
         m = len(rows)
         # the windows nest: a slot's day is in every window from the shortest that holds it
         # (none for EMPTY or a day that left), so sum per (shortest window, row), then add up
@@ -252,7 +301,7 @@ class DayBuckets:
             every_day = np.stack(
                 [self._ring_n[ring], self._ring_n_p[ring], self._ring_amount[ring]]
             )
-            sums[..., ringed] += _ring_sums(every_day, self.ring_day, cutoff_day).transpose(0, 2, 1)
+            sums[..., ringed] += _ring_sums(every_day, ring_day, cutoff_day).transpose(0, 2, 1)
         if self._overflow:
             for i in np.flatnonzero(np.isin(rows, list(self._overflow))).tolist():
                 for d, (more_n, more_p) in self._overflow[int(rows[i])].items():
@@ -267,6 +316,7 @@ class DayBuckets:
         cutoff_day: int,
         slots: Iterable[tuple[int, int, int, float]],
         ring: int,
+        ring_day: int | None = None,
     ) -> list[list[float]]:
         """:meth:`sums` of one row in plain Python (a request's read: no array operation per
         window), from its record's ``slots`` (day as kept, events, purchases, amount: the
@@ -292,7 +342,11 @@ class DayBuckets:
                 [self._ring_n[ring], self._ring_n_p[ring], self._ring_amount[ring]]
             )
             for values, more in zip(
-                per, _ring_sums(every_day, self.ring_day, cutoff_day).tolist(), strict=True
+                per,
+                _ring_sums(
+                    every_day, self.ring_day if ring_day is None else ring_day, cutoff_day
+                ).tolist(),
+                strict=True,
             ):
                 for k in range(windows):
                     values[k] += more[k]

@@ -61,7 +61,10 @@ class PreparedBatch:
     segment_id: str
     sha: str
     segment: EncodedSegment  # its events in time order
-    delta: Delta  # their per-customer sums (all the online checks need, and the apply)
+    # their per-customer sums (all the online checks need, and the apply); None in the
+    # answer of serving.online.applier.prepare_kept, which keeps them in the worker
+    delta: Delta | None
+    ticket: int = -1  # serving.online.applier's number for the sums it keeps
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,19 @@ served snapshot changes, a new follower is seeded off to the side from the event
 snapshot was computed from (:class:`infra.storage.datasets.SourceEvents`), replays the log and is
 swapped in; until then the old one keeps serving.
 
-The serving follower changes on the event loop only, so a request reads it between changes,
-never during one: ingestion (check against the state, append, apply) and tailing (catch up)
-take turns through one lock, so the log's segments are applied once each, in order, whoever
-wrote them; a segment is applied in slices of :data:`SLICE_CUSTOMERS` customers with the loop
-serving requests in between (a request waits behind one slice at most, about a millisecond).
-The work that needs no state (parsing, the contract's checks, the per-customer sums, encoding
-and decoding segments: :mod:`serving.online.prepare`) runs in a worker
-(:mod:`serving.online.worker`: a process of its own in the server), reading and writing the
-store in threads.
+A follower's state is changed by the worker (:mod:`serving.online.worker`: a process of its
+own in the server) and read here: its arrays are in blocks both map
+(:mod:`serving.online.blocks`), read without waiting (:mod:`serving.online.header`'s seqlock;
+a request waits only for the part of a segment that changes its customer, at most
+:data:`serving.online.applier.PART_CUSTOMERS` customers). The seed is built here in a thread,
+off to the side, and handed over to the worker (:mod:`serving.online.applier`) before it is
+served. Ingestion (check against the state, append, apply) and tailing (catch up) take turns
+through one lock, so the log's segments are applied once each, in order, whoever wrote them.
+The worker also does the work that needs no state (parsing, the contract's checks, the
+per-customer sums, encoding and decoding segments: :mod:`serving.online.prepare`); the store
+is read and written here, in threads. A worker started again (the last one died) has no state:
+the follower is dropped and the next poll seeds a new one (meanwhile requests are scored from
+the snapshot).
 """
 
 from __future__ import annotations
@@ -41,19 +45,11 @@ from infra.storage.datasets import SourceEvents
 from infra.storage.events_log import SEGMENT_SCHEMA, EventsLog, SegmentInfo
 from infra.storage.store import ObjectStore, PreconditionFailed
 from serving.metrics import ServingMetrics
-from serving.online.delta import Delta
-from serving.online.events import DAY_US, Coded, event_arrays
-from serving.online.ingest import (
-    refused,
-)
-from serving.online.prepare import (
-    DecodedSegment,
-    PreparedBatch,
-    Refusal,
-    decode_segment,
-    online_refusal,
-    prepare_batch,
-)
+from serving.online import applier
+from serving.online.applier import StateGone
+from serving.online.events import DAY_US, event_arrays
+from serving.online.ingest import refused
+from serving.online.prepare import PreparedBatch, Refusal, decode_segment
 from serving.online.state import OnlineState
 from serving.online.worker import ThreadWorker, Worker
 from serving.snapshot import FeatureSnapshot
@@ -62,8 +58,6 @@ from tasks.definitions.feature_specs import FEATURE_SPECS
 log = logging.getLogger(__name__)
 RATE_WINDOW_S = 60.0
 APPEND_ATTEMPTS = 100
-SLICE_CUSTOMERS = 1_024  # customers of a segment applied between two turns of the event loop
-LOOP_TURNS = 3  # turns given between slices: enough for a request that arrived to be answered
 ONLINE_FEATURES = frozenset(spec.name for spec in FEATURE_SPECS)
 _IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 
@@ -71,10 +65,12 @@ _IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 @dataclass
 class Follower:
     """One online state and how far into the log it is: the last segment applied and every
-    segment id seen (id -> number, content sha256, rows)."""
+    segment id seen (id -> number, content sha256, rows). ``state`` is this process's reader
+    of it; ``key`` names it in the worker that changes it (empty before it is handed over)."""
 
     state: OnlineState
     source: SourceEvents
+    key: str = ""
     seq: int = 0
     segments: dict[str, tuple[int, str, int]] = field(default_factory=dict)
 
@@ -86,13 +82,6 @@ class OnlineView:
 
     state: OnlineState
     at_least_day: int
-
-
-async def give_loop_turns(turns: int = LOOP_TURNS) -> None:
-    """Let the event loop run what is ready: I/O that arrived, and the requests it starts
-    (each turn puts this task behind what became ready meanwhile)."""
-    for _ in range(turns):
-        await asyncio.sleep(0)
 
 
 class OnlineFeatures:
@@ -118,6 +107,7 @@ class OnlineFeatures:
         self._turn = asyncio.Lock()  # the one applier of the log: ingest, tail, swap
         self._seeding = threading.Lock()  # one seed at a time
         self.follower: Follower | None = None
+        self._states: set[OnlineState] = set()  # every state made here and not released
         self.status = "on" if settings.online else "off: HYBRIDFLOW_SERVE__INGEST__ONLINE=false"
         self._refused_source: SourceEvents | None = None
         self._caught_up_at: float | None = None
@@ -130,8 +120,34 @@ class OnlineFeatures:
         await self._worker.start()
 
     async def close(self) -> None:
-        """Stop the worker."""
+        """Let every state go (their blocks unlinked) and stop the worker."""
+        follower, self.follower = self.follower, None
+        if follower is not None:
+            await self._let_go(follower)
+        for state in list(self._states):
+            state.release()
+        self._states.clear()
         await self._worker.close()
+
+    async def _let_go(self, follower: Follower) -> None:
+        """Release a follower's state here and in the worker (which may be gone)."""
+        if follower.key:
+            try:
+                await self._worker.call(applier.release, follower.key)
+            except Exception as exc:  # its blocks are unlinked from here below
+                log.warning("the ingest worker did not release %s: %s", follower.key, exc)
+        follower.state.release()
+        self._states.discard(follower.state)
+
+    def _lost(self, follower: Follower, exc: StateGone) -> None:
+        """The worker lost the follower's state (it was started again): stop serving it; the
+        next poll seeds another."""
+        if self.follower is follower:
+            self.follower = None
+            self.status = f"off: {exc}; seeding it again"
+            log.error("online state lost: %s", exc)
+        follower.state.release()
+        self._states.discard(follower.state)
 
     # following the snapshot and the log
 
@@ -154,13 +170,22 @@ class OnlineFeatures:
             return
         if current is not None and (current.source == source or source == self._refused_source):
             async with self._turn:  # (a snapshot refused once: follow the log meanwhile)
-                await self._catch_up(current)
+                try:
+                    await self._catch_up(current)
+                except StateGone as exc:
+                    self._lost(current, exc)
             return
         if source == self._refused_source:
             return
         self.status = "seeding" if current is None else self.status
         try:
             fresh = await asyncio.to_thread(self._seeded, source)
+            try:
+                fresh.key = await self._worker.call(applier.adopt, fresh.state.handover())
+            except BaseException:
+                fresh.state.release()
+                self._states.discard(fresh.state)
+                raise
         except Exception as exc:  # keep serving what there is; retried on a new snapshot
             self._refused_source = source
             reason = f"cannot seed from {source.events_data_prefix}: {exc}"
@@ -169,8 +194,14 @@ class OnlineFeatures:
             log.error("online state not seeded: %s", reason)
             return
         async with self._turn:
-            await self._catch_up(fresh)
-            self.follower = fresh
+            try:
+                await self._catch_up(fresh)
+            except StateGone as exc:
+                self._lost(fresh, exc)
+                return
+            current, self.follower = self.follower, fresh
+        if current is not None:
+            await self._let_go(current)
         self._refused_source = None
         self.status = "on"
         log.info(
@@ -196,7 +227,12 @@ class OnlineFeatures:
             tables = [_read_events(self._store, key) for key in keys]
             events = pa.concat_tables(tables)
             customers = pc.count_distinct(events.column("customer_id")).as_py()
-            state = OnlineState(source.cutoff_micros, capacity=customers + customers // 8 + 1024)
+            state = OnlineState(
+                source.cutoff_micros,
+                capacity=customers + customers // 8 + 1024,
+                blocks=self._worker.blocks(),
+            )
+            self._states.add(state)
             state.seed(event_arrays(events))
             follower = Follower(state, source)
             while (data := self.log.read_bytes(follower.seq + 1)) is not None:
@@ -213,30 +249,17 @@ class OnlineFeatures:
         return follower
 
     async def _catch_up(self, follower: Follower) -> None:
-        """Apply the log's segments after the follower's position (the turn is held)."""
+        """Have the worker apply the log's segments after the follower's position (the turn
+        is held)."""
         while (data := await asyncio.to_thread(self.log.read_bytes, follower.seq + 1)) is not None:
             seq = follower.seq + 1
-            segment: DecodedSegment = await self._worker.call(
-                decode_segment, seq, data, self.log.segment_uri(seq), follower.state.seed_cutoff
+            info, events, applied = await self._worker.call(
+                applier.apply_segment, follower.key, seq, data, self.log.segment_uri(seq)
             )
-            await self._apply(follower, segment.info, segment.delta)
+            follower.state.take(applied)
+            self._applied_segment(follower, info, events)
         if follower is self.follower or self.follower is None:
             self._caught_up_at = self._clock()
-
-    async def _apply(
-        self,
-        follower: Follower,
-        info: SegmentInfo,
-        delta: Delta,
-        code_rows: np.ndarray | None = None,
-    ) -> None:
-        """Apply a segment's per-customer sums ``delta`` in slices, the event loop serving
-        requests between them (the turn is held: nothing else changes the state meanwhile);
-        ``code_rows``: the rows of its customers' codes looked up a moment ago."""
-        state = follower.state
-        for _ in state.apply_parts(delta, state.group_rows(delta, code_rows), SLICE_CUSTOMERS):
-            await give_loop_turns()
-        self._applied_segment(follower, info, delta.events)
 
     def _applied_segment(self, follower: Follower, info: SegmentInfo, applied: int) -> None:
         follower.seq = info.seq
@@ -256,7 +279,7 @@ class OnlineFeatures:
         if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
             raise refused("idempotency-key", "1 to 200 of A-Z a-z 0-9 . _ : -")
         prepared = await self._worker.call(
-            prepare_batch, body, content_type, idempotency_key, self._purchase_event
+            applier.prepare_kept, body, content_type, idempotency_key, self._purchase_event
         )
         if isinstance(prepared, Refusal):
             self._metrics.events_ingested.labels("refused").inc(prepared.rows)
@@ -270,61 +293,55 @@ class OnlineFeatures:
             follower = self.follower
             if follower is None:
                 raise refused("online", f"no online state ({self.status})", status=503)
-            delta = prepared.delta
-            customers = Coded(delta.group_code, delta.customers, every_value_used=True)
-            for _ in range(APPEND_ATTEMPTS):
-                await self._catch_up(follower)
-                if prepared.segment_id in follower.segments:
-                    return self._repeated(follower, prepared.segment_id, prepared.sha)
-                code_rows = follower.state.code_rows(customers)
-                if self._refuses(follower, delta, code_rows[delta.group_code]):
-                    await self._refuse(follower, body, content_type, delta.customers, code_rows)
-                seq = follower.seq + 1
-                try:
-                    info = await asyncio.to_thread(self.log.put, seq, prepared.segment)
-                except PreconditionFailed:
-                    continue  # another replica took that number: read it, check again
-                await self._apply(follower, info, delta, code_rows)
-                self._note(self._accepted, info.rows)
-                self._metrics.events_ingested.labels("accepted").inc(info.rows)
-                return self._answer(follower, info.seq, prepared.segment_id, info.rows, False)
+            try:
+                return await self._committed(follower, prepared, body, content_type)
+            except StateGone as exc:
+                self._lost(follower, exc)
+                raise refused("online", f"no online state ({self.status})", status=503) from exc
+
+    async def _committed(
+        self, follower: Follower, prepared: PreparedBatch, body: bytes, content_type: str
+    ) -> dict:
+        """Check the prepared batch against the follower's state, append it to the log and
+        have the worker apply it (the turn is held); the answer."""
+        for _ in range(APPEND_ATTEMPTS):
+            await self._catch_up(follower)
+            if prepared.segment_id in follower.segments:
+                return self._repeated(follower, prepared.segment_id, prepared.sha)
+            if await self._worker.call(
+                applier.refuses, follower.key, prepared.ticket, self._latest()
+            ):
+                await self._refuse(follower, body, content_type, prepared)
+            seq = follower.seq + 1
+            try:
+                info = await asyncio.to_thread(self.log.put, seq, prepared.segment)
+            except PreconditionFailed:
+                continue  # another replica took that number: read it, check again
+            applied = await self._worker.call(applier.apply_kept, follower.key, prepared.ticket)
+            follower.state.take(applied)
+            self._applied_segment(follower, info, info.rows)
+            self._note(self._accepted, info.rows)
+            self._metrics.events_ingested.labels("accepted").inc(info.rows)
+            return self._answer(follower, info.seq, prepared.segment_id, info.rows, False)
         raise refused("log", f"the log moved on {APPEND_ATTEMPTS} times in a row", status=503)
 
     def _latest(self) -> int:
         """The latest event time taken now (microseconds): the clock plus ``max_lead_s``."""
         return int((self._clock() + self._settings.max_lead_s) * 1e6)
 
-    def _refuses(self, follower: Follower, delta: Delta, rows: np.ndarray) -> bool:
-        """Whether the online state refuses an event of the batch summed in ``delta`` (``rows``:
-        each of its customers' rows, -1 for new ones): one at or before the snapshot's cutoff,
-        one later than the clock allows, or a purchase before its customer's last one."""
-        state = follower.state
-        return (
-            int(delta.first_t.min()) <= state.seed_cutoff
-            or delta.newest > self._latest()
-            or bool(state.purchases_before_last(delta, rows).any())
-        )
-
     async def _refuse(
-        self,
-        follower: Follower,
-        body: bytes,
-        content_type: str,
-        customers: list[str],
-        code_rows: np.ndarray,
+        self, follower: Follower, body: bytes, content_type: str, prepared: PreparedBatch
     ) -> None:
         """Raise the refusal naming the rows the online state refuses (the rare batch: the
-        worker reads its body again; ``code_rows``: the row of each of ``customers``)."""
-        state = follower.state
-        last = state.last_purchases(customers, code_rows)
+        worker reads its body again)."""
         refusal: Refusal = await self._worker.call(
-            online_refusal,
+            applier.refusal,
+            follower.key,
             body,
             content_type,
-            state.seed_cutoff,
             self._latest(),
-            last,
             self._purchase_event,
+            prepared.ticket,
         )
         self._metrics.events_ingested.labels("refused").inc(refusal.rows)
         raise refusal.error()

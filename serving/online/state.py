@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
+from serving.online.blocks import BlockGone, Blocks, LocalBlocks
 from serving.online.days import RING_BYTES, RING_DAYS, SLOTS, DayBuckets
 from serving.online.delta import Delta, MixCells, delta_of
 from serving.online.events import (
@@ -40,8 +42,9 @@ from serving.online.events import (
     day_of,
     end_of_day_micros,
 )
+from serving.online.header import GENERATION, HEADER_BYTES, NEWEST, RING_DAY, VERSION, Header
 from serving.online.one_row import row_aggregates
-from serving.online.record import LIFETIME, POSITION, RECORD_BYTES, Counts, Record, records
+from serving.online.record import INITIAL, LIFETIME, POSITION, RECORD, RECORD_BYTES, Counts, Record
 from tasks.definitions.feature_specs import DAY_MICROS, EVENT_TYPE_MIX, MIX_COLUMNS, WINDOWS_DAYS
 
 __all__ = [
@@ -54,7 +57,9 @@ __all__ = [
     "end_of_day_micros",
 ]
 
-OPTIMISTIC_READS = 3  # tries before a read waits for the lock
+OPTIMISTIC_READS = 3  # tries before a read waits for the lock (or, reading another
+# process's changes, yields to it between tries)
+READ_PATIENCE_S = 10.0  # a reader of another process's state gives up after this long
 APPLY_GROUPS = 4_096  # customers changed under one hold of the lock
 _SLOTS_AT = tuple(POSITION[f] for f in ("slot_day", "slot_n", "slot_n_p", "slot_amount"))
 _RING_AT = POSITION["ring"]
@@ -70,19 +75,33 @@ def bytes_per_customer(mix_values: int = 0, every_day: bool = False) -> int:
 
 class OnlineState:
     """The state of every customer seen, seeded with the events at or before ``seed_cutoff``
-    (microseconds: the snapshot's cutoff) and updated with later ones. Thread-safe: one lock
-    around every change and every read."""
+    (microseconds: the snapshot's cutoff) and updated with later ones.
 
-    def __init__(self, seed_cutoff: int, capacity: int = 1024) -> None:
+    Its arrays are in ``blocks`` (:mod:`serving.online.blocks`; this process's arrays by
+    default). Reads are optimistic (:mod:`serving.online.header`'s seqlock): they do not wait
+    for a change unless it changes what they read. In one process one lock is held around every
+    change, and a read that finds its rows changing waits for it. A state in shared blocks can
+    change hands (:meth:`handover`, :meth:`adopt`): from then on this object only reads, its
+    customers told by :meth:`take` what the writer (another process, the ingest worker)
+    applied."""
+
+    def __init__(
+        self, seed_cutoff: int, capacity: int = 1024, blocks: Blocks | None = None
+    ) -> None:
         self.seed_cutoff = seed_cutoff
-        self._days = DayBuckets(day_of(seed_cutoff))
-        self.newest = seed_cutoff  # the newest event time applied, at least the seed's cutoff
+        self._blocks: Blocks = blocks if blocks is not None else LocalBlocks()
+        self._names: dict[str, str] = {}  # which block holds which array (the layout)
+        self._shapes: dict[str, list[int]] = {}
+        header_name, header = self._blocks.allocate((HEADER_BYTES,), np.uint8)
+        self._header_name = header_name
+        self._header = Header(header)
+        self._words = self._header.words
+        self._days = DayBuckets(day_of(seed_cutoff), self._block)
+        self._newest = seed_cutoff  # the newest event time applied, at least the seed's cutoff
         self.lock = threading.RLock()
-        # optimistic reads of one customer (:meth:`read_row`) while a chunk is applied: the
-        # version is odd during a change and moves whenever the rows being changed do
-        # (``_changing``: sorted rows, or None for every row)
-        self._version = 0
-        self._changing: np.ndarray | None = None
+        self._reader = False  # True once handed over: another object changes the state
+        self._generation = 0  # the layout this object's arrays are of
+        self._reported: Applied | None = None  # (a reader) what the writer said last
         self.row_of: dict[str, int] = {}  # customers whose events are applied
         self.ids: list[str] = []
         # customers given a row whose first events are not applied yet (not in row_of, so no
@@ -91,7 +110,7 @@ class OnlineState:
         self._capacity = 0
         # each customer's lifetime values and day slots in a row of one array
         # (serving.online.record); _life: views of its lifetime fields
-        self._records = records(0)
+        self._records = np.zeros(0, dtype=RECORD)
         self._record = Record(self._records)
         self._life: dict[str, np.ndarray] = {}
         self._vocab: dict[str, dict[str, int]] = {c: {} for c in MIX_COLUMNS}
@@ -100,17 +119,23 @@ class OnlineState:
         }
         self._counts: dict[str, Counts] = {c: Counts(m) for c, m in self._mix.items()}
         self._grow(capacity)
+        self._header.changed(self._days.ring_day, self._newest)
+
+    @property
+    def newest(self) -> int:
+        """The newest event time applied (microseconds), at least the seed's cutoff."""
+        return self._words[NEWEST]
 
     @property
     def ring_day(self) -> int:
         """The newest day of the daily buckets (the newest event's, or the seed's)."""
-        return self._days.ring_day
+        return self._words[RING_DAY]
 
     @property
     def every_day_customers(self) -> int:
         """Customers with events on more than :data:`serving.online.days.SLOTS` days of the
         ring (each holds a ring of every day)."""
-        return self._days.rings
+        return self._reported.every_day if self._reported else self._days.rings
 
     @property
     def customers(self) -> int:
@@ -123,6 +148,8 @@ class OnlineState:
 
     def nbytes(self) -> int:
         """Bytes held by the arrays (allocated capacity included; the id index not)."""
+        if self._reported is not None:
+            return self._reported.nbytes
         arrays = [self._records, *self._mix.values()]
         return int(sum(a.nbytes for a in arrays)) + self._days.nbytes()
 
@@ -273,7 +300,7 @@ class OnlineState:
                     for col, m in delta.mix.items():
                         part_cells = slice(mix_cells[col][i], mix_cells[col][i + 1])
                         self._add_mix(col, m, part_cells, rows, value_ids[col])
-                    self.newest = max(self.newest, int(delta.last_t[part].max()))
+                    self._newest = max(self._newest, int(delta.last_t[part].max()))
                     if self._pending:
                         self._publish(part_rows)
                 finally:
@@ -290,12 +317,12 @@ class OnlineState:
 
     def _changing_rows(self, rows: np.ndarray | None) -> None:
         """Rows ``rows`` (sorted; None: every row) are about to change (the lock is held)."""
-        self._changing = rows
-        self._version += 1 if self._version % 2 == 0 else 2
+        if self._reader:
+            raise RuntimeError("this online state was handed over: another object changes it")
+        self._header.changing(rows)
 
     def _changed(self) -> None:
-        self._changing = None
-        self._version += 1
+        self._header.changed(self._days.ring_day, self._newest)
 
     def _code_rows(self, customer: Coded) -> np.ndarray:
         """Each customer code's row, -1 for a customer the state has not seen."""
@@ -388,28 +415,165 @@ class OnlineState:
 
     # growth
 
+    def _block(self, key: str, shape: tuple[int, ...], dtype: np.dtype | str) -> np.ndarray:
+        """A new zeroed array for ``key`` in a block of its own, named in the header's layout;
+        the block that held ``key`` before is unlinked (a reader's mapping of it stays valid
+        until it opens the new one). Every row is changing (the lock is held)."""
+        name, array = self._blocks.allocate(shape, dtype)
+        old = self._names.get(key)
+        self._names[key] = name
+        self._shapes[key] = list(shape)
+        self._header.publish_layout(self._layout())
+        self._generation = self._words[GENERATION]
+        if old is not None:
+            self._blocks.unlink(old)
+        return array
+
+    def _layout(self) -> dict:
+        return {key: [name, self._shapes[key]] for key, name in self._names.items()}
+
     def _grow(self, needed: int) -> None:
         if needed <= self._capacity:
             return
         capacity = max(needed, self._capacity + self._capacity // 2, 1024)
-        self._records = records(capacity, self._records)
-        self._record = Record(self._records)
-        self._life = {name: self._records[name] for name in LIFETIME}
-        self._days.bind(self._records)
+        old_capacity, self._capacity = self._capacity, capacity
+        grown_records = self._block("records", (capacity,), RECORD)
+        for name, value in INITIAL.items():
+            grown_records[name][old_capacity:] = value
+        grown_records[:old_capacity] = self._records
+        self._bind_records(grown_records)
         for col, counts in self._mix.items():
-            grown = np.zeros((capacity, counts.shape[1]), dtype=np.uint32)
+            grown = self._block(f"mix:{col}", (capacity, counts.shape[1]), np.uint32)
             grown[: counts.shape[0]] = counts
             self._mix[col] = grown
             self._counts[col] = Counts(grown)
-        self._capacity = capacity
+        self._header.publish_layout(self._layout())
+        self._generation = self._words[GENERATION]
+
+    def _bind_records(self, array: np.ndarray) -> None:
+        self._records = array
+        self._record = Record(array)
+        self._life = {name: array[name] for name in LIFETIME}
+        self._days.bind(array)
 
     def _widen_mix(self, col: str, values: int) -> None:
         counts = self._mix[col]
         width = max(values, counts.shape[1] * 2, 4)
-        grown = np.zeros((counts.shape[0], width), dtype=np.uint32)
+        grown = self._block(f"mix:{col}", (counts.shape[0], width), np.uint32)
         grown[:, : counts.shape[1]] = counts
         self._mix[col] = grown
         self._counts[col] = Counts(grown)
+
+    # changing hands
+
+    def handover(self) -> Handover:
+        """What another object (:meth:`adopt`, in the ingest worker) needs to change this
+        state from now on; this object only reads it from then on (:meth:`take`)."""
+        with self.lock:
+            if self._pending:
+                raise RuntimeError("an online state is handed over between applies only")
+            self._reader = True
+            days = self._days
+            return Handover(
+                blocks=self._blocks,
+                header=self._header_name,
+                seed_cutoff=self.seed_cutoff,
+                capacity=self._capacity,
+                ids=list(self.ids),
+                vocab={col: dict(v) for col, v in self._vocab.items()},
+                newest=self._newest,
+                ring_day=days.ring_day,
+                rings=days.rings_handed_out,
+                free=list(days.free_rings),
+                overflow=days.overflow_copy(),
+            )
+
+    @classmethod
+    def adopt(cls, handover: Handover) -> OnlineState:
+        """The state :meth:`handover` gave, as an object that changes it (its arrays the same
+        blocks)."""
+        state = cls.__new__(cls)
+        state.seed_cutoff = handover.seed_cutoff
+        state._blocks = handover.blocks
+        state._header_name = handover.header
+        state._header = Header(handover.blocks.attach(handover.header, (HEADER_BYTES,), np.uint8))
+        state._words = state._header.words
+        state._days = DayBuckets(day_of(handover.seed_cutoff), state._block)
+        state._newest = handover.newest
+        state.lock = threading.RLock()
+        state._reader = False
+        state._reported = None
+        state.ids = list(handover.ids)
+        state.row_of = {c: i for i, c in enumerate(state.ids)}
+        state._pending = {}
+        state._capacity = handover.capacity
+        state._vocab = handover.vocab
+        state._names, state._shapes = {}, {}
+        state._attach()
+        state._days.restore(
+            handover.ring_day, handover.rings, handover.free, dict(handover.overflow)
+        )
+        return state
+
+    def _attach(self) -> None:
+        """Map the arrays the header's layout names (a reader: after the writer moved one)."""
+        while True:
+            version = self._words[VERSION]
+            generation = self._words[GENERATION]
+            try:
+                layout = self._header.layout()
+                arrays = {
+                    key: self._blocks.attach(name, tuple(shape), _dtype_of(key))
+                    for key, (name, shape) in layout.items()
+                }
+            except (BlockGone, ValueError):  # moved again meanwhile (or torn): read it again
+                if not self._reader:
+                    raise
+                time.sleep(0)
+                continue
+            if self._words[VERSION] == version and self._words[GENERATION] == generation:
+                break
+        self._names = {key: name for key, (name, _) in layout.items()}
+        self._shapes = {key: list(shape) for key, (_, shape) in layout.items()}
+        self._capacity = len(arrays["records"])
+        self._bind_records(arrays["records"])
+        self._mix = {col: arrays[f"mix:{col}"] for col in MIX_COLUMNS}
+        self._counts = {col: Counts(m) for col, m in self._mix.items()}
+        self._days.attach_pool({k: v for k, v in arrays.items() if k.startswith("pool:")})
+        self._generation = generation
+
+    def applied(self, customers_before: int) -> Applied:
+        """What a reader of this state (:meth:`take`) needs after an apply: the customers
+        added since it had ``customers_before``, and the figures it reports."""
+        return Applied(
+            new_ids=self.ids[customers_before:],
+            customers=len(self.ids),
+            every_day=self._days.rings,
+            nbytes=self.nbytes(),
+            overflow=self._days.overflow_copy(),
+        )
+
+    def take(self, applied: Applied) -> None:
+        """(A reader) the writer's word after an apply: its new customers become readable."""
+        first = len(self.ids)
+        for row, customer_id in enumerate(applied.new_ids, start=first):
+            self.ids.append(customer_id)
+            self.row_of[customer_id] = row
+        self._days.set_overflow(applied.overflow)
+        self._reported = applied
+
+    def release(self) -> None:
+        """Unlink this state's blocks (its header and every array it names); the arrays stay
+        readable while they are referenced. Safe to repeat, from either side."""
+        with self.lock:
+            names = dict(self._names)
+            try:
+                names |= {key: name for key, (name, _) in self._header.layout().items()}
+            except ValueError:
+                pass
+            for name in names.values():
+                self._blocks.unlink(name)
+            self._blocks.unlink(self._header_name)
 
     # reads
 
@@ -417,13 +581,40 @@ class OnlineState:
         """The aggregates of the customers at ``rows`` at the end of ``at_least_day`` or of
         :meth:`cutoff_day`, whichever is later, read at one moment (events applied meanwhile
         wait)."""
-        with self.lock:
-            day = max(at_least_day, self.cutoff_day())
-            life = {name: array[rows] for name, array in self._life.items()}
-            sums = self._days.sums(rows, day)
-            mix = {col: counts[rows] for col, counts in self._mix.items()}
-            newest = self.newest
-        return Reading(_aggregates(life, sums, mix), day, newest)
+        for tries in itertools.count():
+            version = self._words[VERSION]
+            if version % 2 == 0 or not self._reader and tries >= OPTIMISTIC_READS:
+                if self._words[GENERATION] != self._generation:
+                    self._attach()
+                if version % 2 == 0:
+                    copied = self._read(rows, at_least_day)
+                    if self._words[VERSION] == version:
+                        return copied
+                else:
+                    with self.lock:
+                        return self._read(rows, at_least_day)
+            self._wait(tries)
+        raise AssertionError("unreachable")
+
+    def _read(self, rows: np.ndarray, at_least_day: int) -> Reading:
+        ring_day = self._words[RING_DAY]
+        day = max(at_least_day, ring_day, day_of(self.seed_cutoff))
+        life = {name: array[rows] for name, array in self._life.items()}
+        sums = self._days.sums(rows, day, ring_day)
+        mix = {col: counts[rows] for col, counts in self._mix.items()}
+        return Reading(_aggregates(life, sums, mix), day, self._words[NEWEST])
+
+    def _wait(self, tries: int) -> None:
+        """Between tries of a read that found its rows changing: a reader of another
+        process's changes gives it the processor (and gives up after
+        :data:`READ_PATIENCE_S`); in one process the tries go on at once."""
+        if not self._reader:
+            return
+        if tries == 0:
+            self._waiting_since = time.monotonic()
+        elif time.monotonic() - self._waiting_since > READ_PATIENCE_S:
+            raise TimeoutError(f"the online state changed for {READ_PATIENCE_S}s")
+        time.sleep(0)
 
     def read_row(self, row: int, at_least_day: int) -> RowRead:
         """What a single request reads of the customer at ``row`` (:mod:`serving.online.one_row`
@@ -431,18 +622,25 @@ class OnlineState:
         whichever is later: its record's fields in one call, its window sums, its mix counts.
         Read without waiting for the chunk being applied unless it changes this customer: the
         copy counts when the version did not move while it was taken."""
-        for _ in range(OPTIMISTIC_READS):
-            version, changing = self._version, self._changing
-            if version % 2 and (changing is None or _has(changing, row)):
-                break
-            copied = self._row_read(row, at_least_day)
-            if self._version == version:
-                return copied
-        with self.lock:
-            return self._row_read(row, at_least_day)
+        words = self._words
+        for tries in itertools.count():
+            version = words[VERSION]
+            if self._header.may_read(version, row):
+                if words[GENERATION] != self._generation:
+                    self._attach()
+                copied = self._row_read(row, at_least_day)
+                if words[VERSION] == version:
+                    return copied
+            if not self._reader and tries >= OPTIMISTIC_READS:
+                with self.lock:
+                    return self._row_read(row, at_least_day)
+            self._wait(tries)
+        raise AssertionError("unreachable")
 
     def _row_read(self, row: int, at_least_day: int) -> RowRead:
-        day = max(at_least_day, self.cutoff_day())
+        words = self._words
+        ring_day = words[RING_DAY]
+        day = max(at_least_day, ring_day, day_of(self.seed_cutoff))
         v = self._record.unpack(row)
         d, n, p, amount = _SLOTS_AT
         slots = zip(
@@ -452,9 +650,9 @@ class OnlineState:
             v[amount : amount + SLOTS],
             strict=True,
         )
-        sums = self._days.row_sums(row, day, slots, v[_RING_AT])
+        sums = self._days.row_sums(row, day, slots, v[_RING_AT], ring_day)
         mix = [counts.unpack(row) for counts in self._counts.values()]
-        return RowRead(v, sums, mix, day, self.newest)
+        return RowRead(v, sums, mix, day, words[NEWEST])
 
     def read_one(self, row: int, at_least_day: int) -> Reading:
         """:meth:`read` for one customer, its aggregates as Python floats (the same values
@@ -472,6 +670,15 @@ class OnlineState:
         return reading.aggregates
 
 
+def _dtype_of(key: str) -> np.dtype:
+    """The type of the array a layout names ``key``."""
+    if key == "records":
+        return RECORD
+    if key.startswith("mix:"):
+        return np.dtype(np.uint32)
+    return DayBuckets.pool_dtype(key)
+
+
 def _merged(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     """Two runs of gaps (count, mean, M2, max) as one (Chan et al.'s parallel update)."""
     k_a, mean_a, m2_a, max_a = a
@@ -484,9 +691,36 @@ def _merged(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.nd
     return k, np.where(k_b > 0, mean, mean_a), m2, np.maximum(max_a, max_b)
 
 
-def _has(sorted_rows: np.ndarray, row: int) -> bool:
-    i = int(np.searchsorted(sorted_rows, row))
-    return i < len(sorted_rows) and int(sorted_rows[i]) == row
+@dataclass(frozen=True)
+class Handover:
+    """A state in blocks, as :meth:`OnlineState.handover` gives it to the object that changes
+    it from then on (pickled to the ingest worker: the arrays travel as their blocks' names in
+    the header)."""
+
+    blocks: Blocks
+    header: str
+    seed_cutoff: int
+    capacity: int
+    ids: list[str]
+    vocab: dict[str, dict[str, int]]
+    newest: int
+    ring_day: int
+    rings: int
+    free: list[int]
+    overflow: dict[int, dict[int, list[int]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What the writer of a state tells its readers after an apply (:meth:`OnlineState.take`):
+    the customers it added (their rows follow the reader's last), how many there are, those
+    with a ring of every day, the state's bytes, the day counts past 65,535."""
+
+    new_ids: list[str]
+    customers: int
+    every_day: int
+    nbytes: int
+    overflow: dict[int, dict[int, list[int]]]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from serving.online import prepare
+from serving.online import applier, prepare
+from serving.online.blocks import Blocks, LocalBlocks, SharedBlocks
+from serving.online.blocks import remove_orphans as remove_orphan_blocks
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -43,6 +45,19 @@ _CALLS: dict[str, Callable[..., Any]] = {
     "prepare_batch": prepare.prepare_batch,
     "decode_segment": prepare.decode_segment,
     "online_refusal": prepare.online_refusal,
+    **{
+        fn.__name__: fn
+        for fn in (
+            applier.adopt,
+            applier.release,
+            applier.held,
+            applier.apply_segment,
+            applier.prepare_kept,
+            applier.refuses,
+            applier.refusal,
+            applier.apply_kept,
+        )
+    },
 }
 _PR_SET_PDEATHSIG = 1
 _PIPE_BYTES = 1 << 20  # Linux's default most for a process without privileges
@@ -56,6 +71,11 @@ class WorkerGone(RuntimeError):
 
 
 class Worker(Protocol):
+    def blocks(self) -> Blocks:
+        """Where a state it changes (:mod:`serving.online.applier`) keeps its arrays: blocks
+        both this process and the worker map."""
+        ...
+
     async def start(self) -> None: ...
 
     async def call(self, fn: Callable[..., T], *args: object) -> T: ...
@@ -65,6 +85,12 @@ class Worker(Protocol):
 
 class ThreadWorker:
     """The work in a thread of this process (``asyncio.to_thread``)."""
+
+    def __init__(self) -> None:
+        self._blocks = LocalBlocks()
+
+    def blocks(self) -> Blocks:
+        return self._blocks
 
     async def start(self) -> None:
         return None
@@ -87,6 +113,9 @@ class ProcessWorker:
     @property
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
+
+    def blocks(self) -> Blocks:
+        return SharedBlocks()
 
     async def start(self) -> None:
         """Start the worker now (it imports pyarrow and numpy: about a second)."""
@@ -125,6 +154,7 @@ class ProcessWorker:
     async def _started(self) -> asyncio.subprocess.Process:
         if self._proc is None or self._proc.returncode is not None:
             remove_orphans(_shared_folder())
+            remove_orphan_blocks()
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",

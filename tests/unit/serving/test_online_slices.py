@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -23,7 +24,7 @@ from infra.settings import IngestSettings
 from infra.storage.events_log import EventsLog
 from infra.storage.store import LocalFolderStore
 from serving.metrics import ServingMetrics
-from serving.online import service
+from serving.online import applier
 from serving.online.delta import delta_of
 from serving.online.events import event_arrays
 from serving.online.ingest import IngestError
@@ -109,35 +110,40 @@ def snapshot_of(store):
     return load_snapshot(store, newest_snapshot_manifest(store))
 
 
-def test_requests_run_between_the_slices_of_a_segment(store, monkeypatch):
-    monkeypatch.setattr(service, "SLICE_CUSTOMERS", 3)
-    order: list[str] = []
-    parts = OnlineState.apply_parts
+def test_requests_are_answered_while_the_worker_applies_a_segment(store, monkeypatch):
+    monkeypatch.setattr(applier, "PART_CUSTOMERS", 3)
+    answered = threading.Event()
+    parts: list[int] = []
+    apply_parts = OnlineState.apply_parts
 
     def noted(self, *args, **kwargs):
-        for done in parts(self, *args, **kwargs):
-            order.append("slice")
+        for done in apply_parts(self, *args, **kwargs):
+            parts.append(done)
+            if len(parts) == 1:  # the segment is half applied until a request is answered
+                assert answered.wait(60), "no request was answered while a segment was applied"
             yield done
 
-    monkeypatch.setattr(OnlineState, "apply_parts", noted)
     batch = body(*(event(f"c{i}", 2, 9) for i in range(20)))
 
-    async def scenario() -> None:
-        online = replica(store)
-        await online.follow(snapshot_of(store))
-        order.clear()
-        ingesting = asyncio.create_task(online.ingest(batch, "application/json", None))
-        while not ingesting.done():  # what a stream of requests does: run when let
-            if order and order[-1] == "slice":
-                order.append("request")
-            await asyncio.sleep(0)
-        assert (await ingesting)["accepted"] == 20
+    async def scenario() -> tuple[np.ndarray, np.ndarray]:
+        online = replica(store)  # a worker in a thread: the event loop is this test's
+        try:
+            await online.follow(snapshot_of(store))
+            monkeypatch.setattr(OnlineState, "apply_parts", noted)  # (the seed's are not noted)
+            ingesting = asyncio.create_task(online.ingest(batch, "application/json", None))
+            while not parts:  # the worker has applied the first part, and waits
+                await asyncio.sleep(0.001)
+            during = features(online, ["c0", "c1", "c19"])  # a request's read, answered
+            answered.set()
+            assert (await ingesting)["accepted"] == 20
+            return during, features(online, ["c0", "c1", "c19"])
+        finally:
+            await online.close()
 
-    asyncio.run(scenario())
-    slices = order.count("slice")
-    assert slices == 7  # 20 customers, 3 at a time
-    # after every slice but the last, a request ran before the next slice
-    assert order[: 2 * (slices - 1)] == ["slice", "request"] * (slices - 1)
+    during, after = asyncio.run(scenario())
+    assert parts == [3, 6, 9, 12, 15, 18, 20]  # 20 customers, 3 at a time
+    # read between parts: the first part's customers with the segment's events, the rest without
+    assert (during == after).all(axis=1).tolist() == [True, True, False]
 
 
 def test_ingestion_and_tailing_at_once_apply_every_segment_once_and_in_order(store):
