@@ -9,8 +9,9 @@ format — so the bundle is ``model.json`` plus ``model.txt`` (LightGBM's own te
 its C++ reader: no pickle), both checked by sha256 before loading.
 
 At scale (:func:`gbm_plan`): from :attr:`GBMSpec.large_fit_rows` training rows the trees grow one
-level deeper (``2 * num_leaves + 1`` leaves) at twice the learning rate: on 1.1M rows a quarter
-of the trees, at the held-out log loss of the default's (docs/benchmarks.md).
+level deeper (``2 * num_leaves + 1`` leaves) at twice the learning rate, early stopping after
+half the rounds: on 1.1M rows a quarter of the trees, at the held-out log loss of the default's
+(docs/benchmarks.md).
 
 Warm start: boosting continues from production's trees (same features) on the new window, with
 at most :attr:`GBMSpec.max_rounds` more rounds and the same early stopping.
@@ -63,31 +64,34 @@ class GBMSpec(FamilySpec):
         default=500_000,
         ge=0,
         description="from this many training rows (the production fit's, for the backtest's "
-        "refit on a sample), trees of 2 * num_leaves + 1 leaves at twice the learning rate "
-        "(0: never)",
+        "refit on a sample), trees of 2 * num_leaves + 1 leaves at twice the learning rate, "
+        "early stopping after as much learning as the spec's (0: never)",
     )
 
 
 @dataclass(frozen=True)
 class GBMPlan:
-    """The learning rate and leaves per tree of one fit."""
+    """The learning rate, leaves per tree and early-stopping patience of one fit."""
 
     learning_rate: float
     num_leaves: int
+    early_stopping_rounds: int
 
 
 def gbm_plan(spec: GBMSpec, train_rows: int) -> GBMPlan:
-    """The spec's learning rate and leaves below :attr:`GBMSpec.large_fit_rows` training rows;
-    from there trees one level deeper (``2 * num_leaves + 1`` leaves) at twice the learning rate
-    (at most 1). Measured (docs/benchmarks.md, 4 Dec 2026): on 1.1M rows of the 30M-event
-    snapshot 86-119 trees against 448-490 at the same val/test log loss, the backtest's 0.0004
-    better; on 275k rows of it the same log loss; on a 187k-row snapshot 0.0003-0.0005 worse on
-    test, so smaller fits keep the spec's trees."""
-    if spec.large_fit_rows and train_rows >= spec.large_fit_rows:
-        return GBMPlan(
-            learning_rate=min(1.0, 2 * spec.learning_rate), num_leaves=2 * spec.num_leaves + 1
-        )
-    return GBMPlan(learning_rate=spec.learning_rate, num_leaves=spec.num_leaves)
+    """The spec's learning rate, leaves and patience below :attr:`GBMSpec.large_fit_rows`
+    training rows; from there trees one level deeper (``2 * num_leaves + 1`` leaves) at twice
+    the learning rate (at most 1), and a patience of as much learning as the spec's (its rounds
+    times the spec's rate over the plan's: 15 rounds at 0.1 for 30 at 0.05). Measured
+    (docs/benchmarks.md, 4 Dec 2026): on 1.1M rows of the 30M-event snapshot 86-119 trees
+    against 448-490 at the same val/test log loss, the backtest's 0.0004 better, and the same
+    best round with either patience; on 275k rows of it the same log loss; on a 187k-row
+    snapshot 0.0003-0.0005 worse on test, so smaller fits keep the spec's trees."""
+    if not spec.large_fit_rows or train_rows < spec.large_fit_rows:
+        return GBMPlan(spec.learning_rate, spec.num_leaves, spec.early_stopping_rounds)
+    rate = min(1.0, 2 * spec.learning_rate)
+    patience = round(spec.early_stopping_rounds * spec.learning_rate / rate)
+    return GBMPlan(rate, 2 * spec.num_leaves + 1, max(1, patience))
 
 
 _READ_AS_IS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -154,11 +158,13 @@ class GBMFamily(ModelFamily):
         plan_rows = job.plan_rows or len(y)
         plan = gbm_plan(spec, plan_rows)
         log.info(
-            "gbm on %d rows (planned for %d): learning rate %.3g, %d leaves per tree, %d thread(s)",
+            "gbm on %d rows (planned for %d): learning rate %.3g, %d leaves per tree, early "
+            "stopping after %d rounds, %d thread(s)",
             len(y),
             plan_rows,
             plan.learning_rate,
             plan.num_leaves,
+            plan.early_stopping_rounds,
             threads,
         )
         params = {
@@ -186,7 +192,7 @@ class GBMFamily(ModelFamily):
             num_boost_round=spec.max_rounds,
             valid_sets=[valid],
             init_model=init,
-            callbacks=[lgb.early_stopping(spec.early_stopping_rounds, verbose=False)],
+            callbacks=[lgb.early_stopping(plan.early_stopping_rounds, verbose=False)],
         )
         best = booster.best_iteration or booster.current_iteration()
         text = booster.model_to_string(num_iteration=best)
@@ -199,6 +205,7 @@ class GBMFamily(ModelFamily):
                 "threads": threads,
                 "learning_rate": plan.learning_rate,
                 "num_leaves": plan.num_leaves,
+                "early_stopping_rounds": plan.early_stopping_rounds,
                 "rounds": best - start_trees,
                 "trees": model.config.trees,
                 "rows": len(y),
