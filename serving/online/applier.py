@@ -42,7 +42,7 @@ _TICKETS = itertools.count()
 
 class StateGone(RuntimeError):
     """The worker has no state of that key (it was started again since the state was handed
-    over, or the state was released)."""
+    over, the state was released, or an apply failed half-way and the state was dropped)."""
 
 
 def _state(key: str) -> OnlineState:
@@ -76,7 +76,7 @@ def apply_segment(key: str, seq: int, data: bytes, where: str) -> tuple[SegmentI
     state: its info, the events applied, what the state's readers need to know."""
     state = _state(key)
     segment = decode_segment(seq, data, where, state.seed_cutoff)
-    return segment.info, segment.delta.events, _apply(state, segment.delta)
+    return segment.info, segment.delta.events, _apply(key, state, segment.delta)
 
 
 def prepare_kept(
@@ -144,12 +144,17 @@ def apply_kept(key: str, ticket: int) -> Applied:
     """Apply the kept batch (written to the log as the next segment) to the state."""
     state = _state(key)
     delta = _kept(ticket)
-    applied = _apply(state, delta)
     del _KEPT[ticket]
-    return applied
+    return _apply(key, state, delta)
 
 
-def _apply(state: OnlineState, delta: Delta) -> Applied:
+def _apply(key: str, state: OnlineState, delta: Delta) -> Applied:
+    """Apply ``delta``; a state whose apply failed part-way (no room for a grown block, say)
+    is dropped, not kept half-changed: :class:`StateGone`, and the endpoint seeds another."""
     before = state.customers
-    state.apply_delta(delta, state.group_rows(delta), PART_CUSTOMERS)
+    try:
+        state.apply_delta(delta, state.group_rows(delta), PART_CUSTOMERS)
+    except Exception as exc:
+        release(key)
+        raise StateGone(f"online state {key} dropped: an apply failed ({exc})") from exc
     return state.applied(before)

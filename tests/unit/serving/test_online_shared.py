@@ -206,3 +206,42 @@ def test_a_folder_without_room_for_a_block_is_an_error_naming_it(tmp_path, monke
     with pytest.raises(OSError, match="has no room for 800 bytes of online state"):
         SharedBlocks(tmp_path).allocate((100,), np.int64)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_apply_that_fails_part_way_drops_the_state_and_the_next_seed_has_the_segment(
+    tmp_path, monkeypatch
+):
+    store = LocalFolderStore(tmp_path / "store")
+    online_sample_store(store, events_table(random_stream(3, 30, 900, 500, False)), BASE)
+    snapshot = load_snapshot(store, newest_snapshot_manifest(store))
+    online = OnlineFeatures(store, IngestSettings(), ServingMetrics(), lambda: NOW)
+    batch = body(*(event("c1", 2, h, category=f"new-{h}") for h in range(12)))  # columns widen
+    allocate = LocalBlocks.allocate
+
+    def no_room(self, shape, dtype):
+        raise OSError(28, "no room for a block")
+
+    async def scenario() -> np.ndarray:
+        await online.follow(snapshot)
+        monkeypatch.setattr(LocalBlocks, "allocate", no_room)
+        with pytest.raises(IngestError) as failed:
+            await online.ingest(batch, "application/json", "wide")
+        assert failed.value.status == 503 and online.follower is None
+        assert "an apply failed (" in online.status and "no room for a block" in online.status
+        monkeypatch.setattr(LocalBlocks, "allocate", allocate)
+        await online.follow(snapshot)  # seeded again: the segment written before is applied
+        assert online.status == "on" and online.follower.seq == 1
+        again = await online.ingest(batch, "application/json", "wide")
+        assert again["duplicate"] and again["segment"] == 1
+        return features(online, ["c1"])
+
+    try:
+        got = asyncio.run(scenario())
+    finally:
+        asyncio.run(online.close())
+    alone = OnlineFeatures(store, IngestSettings(), ServingMetrics(), lambda: NOW)
+    try:
+        asyncio.run(alone.follow(snapshot))
+        np.testing.assert_array_equal(features(alone, ["c1"]), got)
+    finally:
+        asyncio.run(alone.close())
