@@ -29,7 +29,7 @@ from tasks.ml.calibration import (
     fit_calibration,
 )
 from tasks.ml.evaluation import CalibrationScore, ModelComparison
-from tasks.ml.metrics import probability_metrics, quality_metrics
+from tasks.ml.metrics import QualityMetrics, probability_metrics, quality_metrics
 from tasks.ml.models import FamilySpec, FitJob, FittedModel, get_family
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SPLITS, SnapshotStream, memoised
@@ -73,25 +73,33 @@ def compare_on(
     judged: ScoredRows,
     calibration: Calibration,
     held_out: ScoredRows,
-    baseline: LogisticBaseline,
+    baseline: QualityMetrics,
 ) -> ModelComparison:
-    """The calibrated and raw model and the baseline on ``judged``, plus every calibration
-    method fitted on ``held_out`` and judged on the same rows."""
+    """The calibrated and raw model on ``judged`` beside the ``baseline``'s figures on the same
+    rows, plus every calibration method fitted on ``held_out`` and judged on them."""
     y, z = judged.labels, judged.logits
+    raw = Calibration().probabilities(z)
     methods: dict[str, CalibrationScore] = {}
     for method in ("none", *FITTED_METHODS):
-        fitted = (
-            calibration
-            if method == calibration.method
-            else fit_calibration(held_out.logits, held_out.labels, method)
-        )
+        if method == "none":
+            probabilities = raw
+        elif method == calibration.method:
+            probabilities = calibration.probabilities(z)
+        else:
+            probabilities = fit_calibration(held_out.logits, held_out.labels, method).probabilities(
+                z
+            )
         methods[method] = CalibrationScore.model_validate(
-            probability_metrics(y, fitted.probabilities(z)).model_dump()
+            probability_metrics(y, probabilities).model_dump()
         )
+    uncalibrated = quality_metrics(y, raw)
     return ModelComparison(
-        model=quality_metrics(y, calibration.probabilities(z)),
-        model_uncalibrated=quality_metrics(y, Calibration().probabilities(z)),
-        baseline=quality_metrics(y, baseline.predict_proba(judged.baseline_x)),
+        # the identity calibrates to the raw sigmoid, value for value: one set of figures
+        model=uncalibrated
+        if calibration.method == "none"
+        else quality_metrics(y, calibration.probabilities(z)),
+        model_uncalibrated=uncalibrated,
+        baseline=baseline,
         calibration_methods=methods,
     )
 
@@ -110,9 +118,27 @@ def assess(
         raise ValueError("the judged rows must have the features the model was trained on")
     held_out = scored_rows(model, trained_on, ["val"])
     calibration = calibration_that_pays(held_out.logits, held_out.labels, method)
-    baseline = baseline_of(trained_on)
     judged = scored_rows(model, judged_on, judged_splits)
+    baseline = baseline_figures(trained_on, judged_on, judged_splits, judged)
     return calibration, compare_on(judged, calibration, held_out, baseline)
+
+
+def baseline_figures(
+    trained_on: SnapshotStream,
+    judged_on: SnapshotStream,
+    judged_splits: Iterable[str],
+    judged: ScoredRows,
+) -> QualityMetrics:
+    """The baseline fitted on ``trained_on`` judged on ``judged`` (``judged_splits`` of
+    ``judged_on``): the same rows and the same baseline for every contender of a run, so
+    computed once per process (:func:`tasks.ml.snapshot_reader.memoised`)."""
+    key = (trained_on.content_key(), judged_on.content_key(), tuple(judged_splits))
+
+    def figures() -> QualityMetrics:
+        probabilities = baseline_of(trained_on).predict_proba(judged.baseline_x)
+        return quality_metrics(judged.labels, probabilities)
+
+    return memoised("baseline figures", key, figures).model_copy(deep=True)
 
 
 def baseline_of(data: SnapshotStream) -> LogisticBaseline:

@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from tasks.ml.logistic import fit_logistic, sigmoid
+from tasks.ml.normalizer import signed_log1p
 
 BASELINE_FEATURES: tuple[str, ...] = (
     "purchase_recency_days",  # recency
@@ -40,7 +41,7 @@ class LogisticBaseline(BaseModel):
         return sigmoid(self._design(x) @ np.asarray(self.coefficients) + self.intercept)
 
     def _design(self, x: np.ndarray) -> np.ndarray:
-        logged = _signed_log1p(x)
+        logged = signed_log1p(x)
         return (logged - np.asarray(self.mean)) / np.asarray(self.std)
 
 
@@ -55,7 +56,7 @@ def baseline_columns(features: list[str]) -> list[int]:
 
 def fit_baseline(x: np.ndarray, y: np.ndarray) -> LogisticBaseline:
     """Fit on raw feature rows ``x`` (columns in :data:`BASELINE_FEATURES` order) and labels."""
-    logged = _signed_log1p(x)
+    logged = signed_log1p(x)
     mean = logged.mean(axis=0)
     std = logged.std(axis=0)
     std = np.where(std > 1e-9, std, 1.0)
@@ -67,8 +68,3 @@ def fit_baseline(x: np.ndarray, y: np.ndarray) -> LogisticBaseline:
         coefficients=coefficients.tolist(),
         intercept=intercept,
     )
-
-
-def _signed_log1p(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    return np.sign(x) * np.log1p(np.abs(x))

@@ -113,7 +113,9 @@ def calibration_that_pays(
     change = np.empty(len(z))
     order = np.random.default_rng(CHECK_SEED).permutation(len(z))
     for fold in np.array_split(order, CHECK_FOLDS):
-        rest = np.setdiff1d(order, fold)
+        outside = np.ones(len(z), dtype=bool)
+        outside[fold] = False
+        rest = np.flatnonzero(outside)  # the other folds' rows, in row order
         if not 0 < y[rest].sum() < len(rest):  # a fold took every row of a class
             change[fold] = 0.0
             continue

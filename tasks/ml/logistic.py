@@ -9,11 +9,11 @@ import numpy as np
 def sigmoid(z: np.ndarray) -> np.ndarray:
     """``1 / (1 + exp(-z))`` in float64 without overflow warnings."""
     z = np.asarray(z, dtype=np.float64)
-    out = np.empty_like(z)
-    pos = z >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
-    e = np.exp(z[~pos])
-    out[~pos] = e / (1.0 + e)
+    e = np.exp(-np.abs(z))  # exp(z) where z < 0, exp(-z) elsewhere: never overflows
+    denominator = 1.0 + e
+    np.divide(e, denominator, out=e)
+    out = np.divide(1.0, denominator, out=denominator)
+    np.copyto(out, e, where=z < 0)
     return out
 
 

@@ -22,6 +22,10 @@ class Normalizer(BaseModel):
 
 
 def signed_log1p(x: np.ndarray) -> np.ndarray:
-    """``sign(x) * log1p(|x|)`` in float64."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.sign(x) * np.log1p(np.abs(x))
+    """``sign(x) * log1p(|x|)`` in float64, value for value (``-0.0`` gives ``0.0``, NaN stays
+    NaN), in one new array: every contender's fit and scoring pass calls it on every chunk."""
+    out = np.abs(x, dtype=np.float64)
+    np.log1p(out, out=out)
+    np.copysign(out, x, out=out)
+    out += 0.0  # -0.0 -> 0.0, as sign(-0.0) * log1p(0.0) gives
+    return out
