@@ -125,3 +125,22 @@ def test_fits_on_threads_are_the_fits_one_after_another(tmp_path):
     together = _fits(tmp_path, "together", 2)
     assert together == alone
     assert torch.get_num_threads() == threads
+
+
+def test_a_shared_fact_is_computed_once_by_fits_on_threads():
+    from tasks.ml.snapshot_reader import memoised
+
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        time.sleep(0.05)
+        return 42
+
+    key = ("test-fact", time.time())
+    threads = [threading.Thread(target=lambda: memoised("fact", key, compute)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert memoised("fact", key, compute) == 42 and len(calls) == 1
