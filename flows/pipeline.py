@@ -179,7 +179,7 @@ def embedded_contenders_at_once(
     """How many contenders this embedded run fits at the same time, from its preprocess
     stage's training rows (:func:`tasks.policy.contending.contenders_at_once`)."""
     rows = stage_result(store, run_id, PREPROCESS).split_counts.get("train", 0)
-    at_once = contenders_at_once(settings, rows, [p.device for _, p in contenders.values()])
+    at_once = contenders_at_once(settings, rows, {f: p.device for f, (_, p) in contenders.items()})
     if at_once > 1:
         log.info("contenders: %d at a time, a thread each (%s training rows)", at_once, f"{rows:,}")
     return at_once

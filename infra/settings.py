@@ -88,7 +88,8 @@ class TrainingSettings(BaseSettings):
         ge=0,
         description="contenders an embedded run fits at the same time, each on a thread of "
         "its own (0: one per core when every fit is one-threaded, i.e. CPU, under "
-        "200,000 training rows, threads 0 or 1, no DDP; else one at a time)",
+        "200,000 training rows, threads 0 or 1, no DDP, one network family at most; else one "
+        "at a time)",
     )
     calibration: CalibrationMethod = Field(
         default="temperature",

@@ -134,21 +134,25 @@ def opened_snapshot(
 def contenders_at_once(
     settings: HybridflowSettings,
     training_rows: int,
-    devices: list[str],
+    devices: dict[str, str],
     cores: int | None = None,
 ) -> int:
-    """How many of a run's contenders (one per device preference in ``devices``) an embedded
-    run fits at the same time, each on a thread of its own: ``contenders_at_once`` when set,
-    else one per core when every fit is one-threaded (on the CPU, under
-    :data:`PARALLEL_FIT_ROWS` training rows, ``threads`` 0 or 1, no DDP), else one. On a
-    2-core box the fits of a 431k-event run (12.5k training rows) left the second core idle:
-    four one-threaded fits one after another."""
+    """How many of a run's contenders (``devices``: family -> its device preference) an
+    embedded run fits at the same time, each on a thread of its own: ``contenders_at_once``
+    when set, else one per core when every fit is one-threaded (on the CPU, under
+    :data:`PARALLEL_FIT_ROWS` training rows, ``threads`` 0 or 1, no DDP) and at most one is a
+    network (a network fit seeds and draws from torch's global generator: two side by side
+    would draw from each other's), else one. On a 2-core box the fits of a 431k-event run
+    (12.5k training rows) left the second core idle: four one-threaded fits one after another."""
+    from tasks.ml.models.network import NetworkFamily
+
     train = settings.train
     if train.contenders_at_once:
         return max(1, min(train.contenders_at_once, len(devices)))
-    on_cpu = all(d == "cpu" or (d == "auto" and not gpu_driver_present()) for d in devices)
+    on_cpu = all(d == "cpu" or (d == "auto" and not gpu_driver_present()) for d in devices.values())
     one_thread = training_rows < PARALLEL_FIT_ROWS and train.threads <= 1
-    if not (on_cpu and one_thread and train.ddp_processes <= 1):
+    networks = sum(isinstance(get_family(f), NetworkFamily) for f in devices)
+    if not (on_cpu and one_thread and train.ddp_processes <= 1 and networks <= 1):
         return 1
     return max(1, min(cores or available_cores(), len(devices)))
 

@@ -20,7 +20,7 @@ from tasks.policy.contending import TrainingOptions, contenders_at_once
 from tasks.stages.train_process import contender_for_run
 from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
-CPU4 = ["cpu"] * 4
+CPU4 = dict.fromkeys(["rfm", "logistic", "gbm", "mlp"], "cpu")
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,9 @@ CPU4 = ["cpu"] * 4
         ({"threads": 2}, 12_502, CPU4, 2, 1),
         ({"threads": 1}, 12_502, CPU4, 2, 2),
         ({"ddp_processes": 2}, 12_502, CPU4, 2, 1),
-        ({}, 12_502, ["cpu", "cuda"], 2, 1),
+        ({}, 12_502, {"gbm": "cpu", "mlp": "cuda"}, 2, 1),
+        ({}, 12_502, dict.fromkeys(["gbm", "mlp", "sequence"], "cpu"), 2, 1),  # two networks
+        ({}, 12_502, dict.fromkeys(["gbm", "mlp", "sequence"], "cpu"), 2, 1),
         ({"contenders_at_once": 1}, 12_502, CPU4, 2, 1),
         ({"contenders_at_once": 3}, 500_000, CPU4, 2, 3),  # the setting wins
         ({"contenders_at_once": 8}, 12_502, CPU4, 2, 4),
