@@ -51,7 +51,7 @@ from infra.routing.planner import RoutingPlan
 from infra.routing.pools import CPU_POOL
 from infra.settings import HybridflowSettings
 from infra.storage.store import ObjectStore
-from tasks.policy.contending import contenders_at_once
+from tasks.policy.contending import contenders_at_once, longest_first
 from tasks.policy.planning import plan_pipeline
 from tasks.policy.run_key import events_fingerprint, pipeline_run_key
 from tasks.reporting.records import PipelineSummary, contender_stage
@@ -135,10 +135,10 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         )
     else:
         units = run_in_process(stage_params, UNITS_BEFORE_CONTENDERS)
-        ran = run_contenders_in_process(
-            {f: p for f, (_, p) in contenders.items()},
-            embedded_contenders_at_once(run.store, run_id, run.settings, contenders),
-        )
+        at_once = embedded_contenders_at_once(run.store, run_id, run.settings, contenders)
+        order = longest_first(list(contenders)) if at_once > 1 else list(contenders)
+        ran = run_contenders_in_process({f: contenders[f][1] for f in order}, at_once)
+        ran = {f: ran[f] for f in contenders}  # the run's order of families again
         units |= run_in_process(stage_params, UNITS_AFTER_CONTENDERS)
     steps = startup.startup_breakdown()
     summary = run_summary(

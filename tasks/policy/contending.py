@@ -157,6 +157,15 @@ def contenders_at_once(
     return max(1, min(cores or available_cores(), len(devices)))
 
 
+def longest_first(families: list[str]) -> list[str]:
+    """The order to start contenders fitted at the same time in: a network first (it fits for
+    epochs: at 4.26M events the mlp took 22 s against gbm's 12, logistic's 4 and rfm's 4), the
+    others as given, so that the long fit does not start last on a free core."""
+    from tasks.ml.models.network import NetworkFamily
+
+    return sorted(families, key=lambda f: not isinstance(get_family(f), NetworkFamily))
+
+
 MIN_EXAMPLES_PER_CLASS = 5  # in every split: what fitting, calibrating and judging need
 
 

@@ -16,7 +16,7 @@ from flows.executors import run_subflows_at_once
 from infra.settings import HybridflowSettings
 from infra.storage.store import LocalFolderStore
 from tasks.ml.models.base import torch_threads
-from tasks.policy.contending import TrainingOptions, contenders_at_once
+from tasks.policy.contending import TrainingOptions, contenders_at_once, longest_first
 from tasks.stages.train_process import contender_for_run
 from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
 
@@ -44,6 +44,10 @@ CPU4 = dict.fromkeys(["rfm", "logistic", "gbm", "mlp"], "cpu")
 def test_contenders_at_once(train, rows, devices, cores, expected):
     settings = HybridflowSettings(train=train)
     assert contenders_at_once(settings, rows, devices, cores=cores) == expected
+
+
+def test_a_network_starts_first():
+    assert longest_first(["rfm", "logistic", "gbm", "mlp"]) == ["mlp", "rfm", "logistic", "gbm"]
 
 
 def test_subflows_start_in_order_at_most_so_many_at_once():
