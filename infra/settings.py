@@ -156,6 +156,13 @@ class IngestSettings(BaseSettings):
         description="added to the ingest worker process's niceness: when the CPU is short, the "
         "endpoint's requests go first and ingestion takes what they leave (0: as the endpoint)",
     )
+    worker_idle: bool = Field(
+        default=True,
+        description="run the ingest worker process under Linux's SCHED_IDLE: it takes only the "
+        "CPU time no other process wants, and a request's process that wakes up takes the core "
+        "from it at once (a niceness only lowers its share); false: at worker_nice alone. "
+        "Where the cores are busy with other work, batches wait for them",
+    )
     clock: Literal["log", "wall"] = Field(
         default="log",
         description="the day features are computed at: the newest event's (log) or the later of "
