@@ -83,6 +83,14 @@ class TrainingSettings(BaseSettings):
     ddp_processes: int = Field(
         default=1, ge=1, description="GPUs on the worker: >1 launches torchrun DDP training"
     )
+    contenders_at_once: int = Field(
+        default=0,
+        ge=0,
+        description="contenders an embedded run fits at the same time, each on a thread of "
+        "its own (0: one per core when every fit is one-threaded, i.e. CPU, under "
+        "200,000 training rows, threads 0 or 1, no DDP, one network family at most; else one "
+        "at a time)",
+    )
     calibration: CalibrationMethod = Field(
         default="temperature",
         description="post-hoc calibration fitted on the val split, kept when it pays there "
@@ -147,6 +155,13 @@ class IngestSettings(BaseSettings):
         le=19,
         description="added to the ingest worker process's niceness: when the CPU is short, the "
         "endpoint's requests go first and ingestion takes what they leave (0: as the endpoint)",
+    )
+    worker_idle: bool = Field(
+        default=True,
+        description="run the ingest worker process under Linux's SCHED_IDLE: it takes only the "
+        "CPU time no other process wants, and a request's process that wakes up takes the core "
+        "from it at once (a niceness only lowers its share); false: at worker_nice alone. "
+        "Where the cores are busy with other work, batches wait for them",
     )
     clock: Literal["log", "wall"] = Field(
         default="log",

@@ -58,7 +58,11 @@ def serve(
     online = None
     if cfg.ingest.online:
         process = cfg.ingest.worker == "process"
-        worker = ProcessWorker(cfg.ingest.worker_nice) if process else ThreadWorker()
+        worker = (
+            ProcessWorker(cfg.ingest.worker_nice, idle=cfg.ingest.worker_idle)
+            if process
+            else ThreadWorker()
+        )
         online = OnlineFeatures(
             store, cfg.ingest, metrics, worker=worker, purchase_event=settings.purchase_event
         )

@@ -60,6 +60,8 @@ __all__ = [
 OPTIMISTIC_READS = 3  # tries before a read waits for the lock (or, reading another
 # process's changes, yields to it between tries)
 READ_PATIENCE_S = 10.0  # a reader of another process's state gives up after this long
+READ_BACKOFF_S = 0.0001  # ... and sleeps this long between later tries, so that the writer,
+# which may run only on time nobody else wants (the worker under SCHED_IDLE), gets a core
 APPLY_GROUPS = 4_096  # customers changed under one hold of the lock
 _SLOTS_AT = tuple(POSITION[f] for f in ("slot_day", "slot_n", "slot_n_p", "slot_amount"))
 _RING_AT = POSITION["ring"]
@@ -529,7 +531,7 @@ class OnlineState:
             except (BlockGone, ValueError):  # moved again meanwhile (or torn): read it again
                 if not self._reader:
                     raise
-                time.sleep(0)
+                time.sleep(READ_BACKOFF_S)
                 continue
             if self._words[VERSION] == version and self._words[GENERATION] == generation:
                 break
@@ -606,15 +608,17 @@ class OnlineState:
 
     def _wait(self, tries: int) -> None:
         """Between tries of a read that found its rows changing: a reader of another
-        process's changes gives it the processor (and gives up after
-        :data:`READ_PATIENCE_S`); in one process the tries go on at once."""
+        process's changes gives it the processor, after the first few tries by sleeping
+        (:data:`READ_BACKOFF_S`: a writer under ``SCHED_IDLE`` gets no core while this one
+        spins), and gives up after :data:`READ_PATIENCE_S`; in one process the tries go on at
+        once."""
         if not self._reader:
             return
         if tries == 0:
             self._waiting_since = time.monotonic()
         elif time.monotonic() - self._waiting_since > READ_PATIENCE_S:
             raise TimeoutError(f"the online state changed for {READ_PATIENCE_S}s")
-        time.sleep(0)
+        time.sleep(0 if tries < OPTIMISTIC_READS else READ_BACKOFF_S)
 
     def read_row(self, row: int, at_least_day: int) -> RowRead:
         """What a single request reads of the customer at ``row`` (:mod:`serving.online.one_row`

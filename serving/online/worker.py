@@ -105,8 +105,9 @@ class ThreadWorker:
 class ProcessWorker:
     """The work in a worker process (started on the first call, or by :meth:`start`)."""
 
-    def __init__(self, nice: int = 0) -> None:
+    def __init__(self, nice: int = 0, idle: bool = False) -> None:
         self._nice = nice  # added to the worker's niceness: requests first, ingestion after
+        self._idle = idle  # SCHED_IDLE: only the CPU time nothing else of the box wants
         self._proc: asyncio.subprocess.Process | None = None
         self._turn = asyncio.Lock()
 
@@ -160,6 +161,7 @@ class ProcessWorker:
                 "-m",
                 "serving.online.worker",
                 str(self._nice),
+                *(["idle"] if self._idle else []),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 env=_worker_env(),
@@ -315,15 +317,27 @@ def serve_calls(stdin: Any, stdout: Any) -> None:
         stdout.flush()
 
 
+def _idle_policy() -> None:
+    """Run under Linux's ``SCHED_IDLE`` (no privilege needed to lower one's own policy): the
+    scheduler gives this process a core only when no other process wants it, and a process
+    that wakes up (the endpoint's: a request's bytes arrived) takes the core from it at once
+    (a niceness only lowers its share: a request can still wait behind it; docs/benchmarks.md,
+    7 Dec 2026, measures both). Elsewhere: nothing."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
 def main() -> None:
-    """``python -m serving.online.worker [NICE]``: answer the endpoint's calls, ``NICE`` added
-    to this process's niceness."""
+    """``python -m serving.online.worker [NICE [idle]]``: answer the endpoint's calls,
+    ``NICE`` added to this process's niceness, under ``SCHED_IDLE`` with ``idle``."""
     _die_with_parent()
     if os.getppid() == 1:  # the parent died before the line above
         return
     if len(sys.argv) > 1 and int(sys.argv[1]):
         with contextlib.suppress(OSError):
             os.nice(int(sys.argv[1]))
+    if sys.argv[2:3] == ["idle"]:
+        _idle_policy()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C stops the endpoint, which stops this
     serve_calls(sys.stdin.buffer, sys.stdout.buffer)
 

@@ -382,3 +382,17 @@ def test_the_worker_runs_at_the_niceness_it_is_given():
             await worker.close()
 
     assert asyncio.run(scenario()) == os.nice(0) + 5
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's SCHED_IDLE")
+def test_the_worker_runs_under_sched_idle_when_asked():
+    async def policy(worker: ProcessWorker) -> int:
+        try:
+            await worker.call(prepare_batch, b"[]", "application/json", None)  # it has started
+            assert worker.pid is not None
+            return os.sched_getscheduler(worker.pid)
+        finally:
+            await worker.close()
+
+    assert asyncio.run(policy(ProcessWorker(nice=5, idle=True))) == os.SCHED_IDLE
+    assert asyncio.run(policy(ProcessWorker(nice=5))) == os.SCHED_OTHER
