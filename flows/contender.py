@@ -12,7 +12,7 @@ from __future__ import annotations
 from prefect.runtime import flow_run
 
 from flows.artifacts import publish_stage_table
-from flows.context import current_pool, record_stage_result, resolve_run_id
+from flows.context import current_pool, record_stage_result, resolve_run_id, unit_began
 from flows.dag import CONTENDER, upstream_results
 from flows.params import StageParams, resolve
 from flows.params_flow import params_flow
@@ -25,6 +25,7 @@ from tasks.stages.contenders import launch_contender
 @params_flow(name=CONTENDER.flow_name, retries=1, retry_delay_seconds=5)
 def contender_flow(params: StageParams) -> ContenderResult:
     """Fit the one family of ``params.families`` on the run's snapshot and judge it."""
+    unit_began()
     if not params.run_id or not params.families or len(params.families) != 1:
         raise HybridflowInputError(
             "a contender unit needs the pipeline's run_id and exactly one family in families"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import TypeVar
 
@@ -16,6 +18,26 @@ from infra.storage.store import ObjectStore
 from tasks.reporting.records import write_stage_manifest
 
 R = TypeVar("R", bound=BaseModel)
+
+# set by a runner that starts a subflow on another thread: the subflow's body sets it once it
+# began (Prefect has created its flow run by then)
+_began: ContextVar[threading.Event | None] = ContextVar("hybridflow_unit_began", default=None)
+
+
+def unit_began() -> None:
+    """Called first in a unit's flow body: tells a runner waiting to start the next unit on
+    another thread that this one's flow run exists (see flows.executors)."""
+    event = _began.get()
+    if event is not None:
+        event.set()
+
+
+def began_event() -> threading.Event:
+    """A fresh event that :func:`unit_began` sets in this context (call it in the context the
+    subflow runs in)."""
+    event = threading.Event()
+    _began.set(event)
+    return event
 
 
 def resolve_run_id(explicit: str | None) -> str:

@@ -15,12 +15,15 @@ as long as it needs (a dead worker is caught by the stack's heartbeat automation
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Literal
 from uuid import UUID
 
+from prefect import Flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments import run_deployment
@@ -28,6 +31,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runtime import deployment
 from prefect.states import Cancelled
 
+from flows.context import began_event
 from flows.dag import CONTENDER, CONTENDER_UNIT, PIPELINE_UNITS, DispatchUnit, load_flow
 from flows.params import DevicePreference, StageParams
 from infra import startup
@@ -193,12 +197,55 @@ def finish_unit(started: StartedUnit, timing: DispatchTiming) -> UnitOrigin:
     return UnitOrigin(pool=pool, cached=False, flow_run_id=str(child.id))
 
 
-def run_contenders_in_process(contenders: dict[str, StageParams]) -> dict[str, UnitOrigin]:
+def run_contenders_in_process(
+    contenders: dict[str, StageParams], at_once: int = 1
+) -> dict[str, UnitOrigin]:
     """Each family's contender unit here, one subflow each (``contenders``: family -> its
-    parameters, ``families`` naming it)."""
-    for params in contenders.values():
-        load_flow(CONTENDER.entrypoint)(params)
+    parameters, ``families`` naming it); ``at_once`` > 1: that many at the same time, each on a
+    thread of its own (:func:`tasks.policy.contending.contenders_at_once`)."""
+    contender = load_flow(CONTENDER.entrypoint)
+    if at_once <= 1 or len(contenders) <= 1:
+        for params in contenders.values():
+            contender(params)
+    else:
+        run_subflows_at_once(contender, list(contenders.values()), at_once)
     return {family: UnitOrigin(pool=None) for family in contenders}
+
+
+def run_subflows_at_once(subflow: Flow, params: list[StageParams], at_once: int) -> None:
+    """``subflow(p)`` for each of ``params``, up to ``at_once`` at a time on threads, in this
+    flow run's context. Each starts once the one before it began (its flow run created), so
+    Prefect numbers the subflows' parent task runs in the same order as one after another (two
+    created at the same moment could get one number: the second would be taken for the first's
+    flow run). The first failure is raised once every started one has ended."""
+    slots = threading.Semaphore(at_once)
+    failures: list[BaseException] = []
+
+    def one(p: StageParams, began: threading.Event) -> None:
+        try:
+            subflow(p)
+        except BaseException as exc:  # raised below, in the pipeline's thread
+            failures.append(exc)
+        finally:
+            began.set()
+            slots.release()
+
+    threads = []
+    for p in params:
+        slots.acquire()
+        if failures:
+            slots.release()
+            break
+        context = contextvars.copy_context()
+        began = context.run(began_event)
+        thread = threading.Thread(target=context.run, args=(one, p, began), daemon=True)
+        thread.start()
+        threads.append(thread)
+        began.wait()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
 
 
 def run_contenders_on_pools(

@@ -11,6 +11,7 @@ parameters and the events' fingerprint, so a re-run resumes where a failed run s
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Literal
 
@@ -21,11 +22,13 @@ from flows.context import resolve_run_id
 from flows.dag import (
     CONTENDER,
     PIPELINE_UNITS,
+    PREPROCESS,
     ROUTED_STAGES,
     STAGE_KINDS,
     UNITS_AFTER_CONTENDERS,
     UNITS_BEFORE_CONTENDERS,
     run_results,
+    stage_result,
 )
 from flows.executors import (
     UnitOrigin,
@@ -48,10 +51,13 @@ from infra.routing.planner import RoutingPlan
 from infra.routing.pools import CPU_POOL
 from infra.settings import HybridflowSettings
 from infra.storage.store import ObjectStore
+from tasks.policy.contending import contenders_at_once, longest_first
 from tasks.policy.planning import plan_pipeline
 from tasks.policy.run_key import events_fingerprint, pipeline_run_key
 from tasks.reporting.records import PipelineSummary, contender_stage
 from tasks.reporting.summary import StageOrigin, run_summary
+
+log = logging.getLogger(__name__)
 
 
 class PipelineParams(StageParams):
@@ -129,7 +135,10 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         )
     else:
         units = run_in_process(stage_params, UNITS_BEFORE_CONTENDERS)
-        ran = run_contenders_in_process({f: p for f, (_, p) in contenders.items()})
+        at_once = embedded_contenders_at_once(run.store, run_id, run.settings, contenders)
+        order = longest_first(list(contenders)) if at_once > 1 else list(contenders)
+        ran = run_contenders_in_process({f: contenders[f][1] for f in order}, at_once)
+        ran = {f: ran[f] for f in contenders}  # the run's order of families again
         units |= run_in_process(stage_params, UNITS_AFTER_CONTENDERS)
     steps = startup.startup_breakdown()
     summary = run_summary(
@@ -159,6 +168,21 @@ def contending_families(families: list[str] | None, settings: HybridflowSettings
     """The run's model families: the parameter, else ``HYBRIDFLOW_TRAIN__FAMILIES``
     (duplicates dropped, order kept)."""
     return list(dict.fromkeys(families or settings.train.families))
+
+
+def embedded_contenders_at_once(
+    store: ObjectStore,
+    run_id: str,
+    settings: HybridflowSettings,
+    contenders: dict[str, tuple[str, StageParams]],
+) -> int:
+    """How many contenders this embedded run fits at the same time, from its preprocess
+    stage's training rows (:func:`tasks.policy.contending.contenders_at_once`)."""
+    rows = stage_result(store, run_id, PREPROCESS).split_counts.get("train", 0)
+    at_once = contenders_at_once(settings, rows, {f: p.device for f, (_, p) in contenders.items()})
+    if at_once > 1:
+        log.info("contenders: %d at a time, a thread each (%s training rows)", at_once, f"{rows:,}")
+    return at_once
 
 
 def contender_units(

@@ -83,6 +83,14 @@ class TrainingSettings(BaseSettings):
     ddp_processes: int = Field(
         default=1, ge=1, description="GPUs on the worker: >1 launches torchrun DDP training"
     )
+    contenders_at_once: int = Field(
+        default=0,
+        ge=0,
+        description="contenders an embedded run fits at the same time, each on a thread of "
+        "its own (0: one per core when every fit is one-threaded, i.e. CPU, under "
+        "200,000 training rows, threads 0 or 1, no DDP, one network family at most; else one "
+        "at a time)",
+    )
     calibration: CalibrationMethod = Field(
         default="temperature",
         description="post-hoc calibration fitted on the val split, kept when it pays there "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,8 @@ MEMO_ENTRIES = 32  # facts of snapshots kept per process (:func:`memoised`)
 
 ContentKey = tuple[object, ...]
 _memo: dict[tuple[str, ContentKey], object] = {}
+_memo_lock = threading.Lock()
+_computing: dict[tuple[str, ContentKey], threading.Lock] = {}
 
 
 def memoised(fact: str, key: ContentKey, compute: Callable[[], T]) -> T:
@@ -50,14 +53,26 @@ def memoised(fact: str, key: ContentKey, compute: Callable[[], T]) -> T:
     once per process: a run's contenders fitted one after another in one process each
     fingerprinted, counted and fitted the baseline on the same snapshot (about 4 s apiece
     at 30M events). The key names every file with its size and modification time, so a
-    changed file is a new key; the oldest entries go beyond :data:`MEMO_ENTRIES`."""
+    changed file is a new key; the oldest entries go beyond :data:`MEMO_ENTRIES`. Contenders
+    fitted at the same time on threads wait for the one computing a fact (a lock per fact)."""
     entry = (fact, key)
-    if entry in _memo:
-        return _memo[entry]  # type: ignore[return-value]
-    value = compute()
-    while len(_memo) >= MEMO_ENTRIES:
-        _memo.pop(next(iter(_memo)))
-    _memo[entry] = value
+    with _memo_lock:
+        if entry in _memo:
+            return _memo[entry]  # type: ignore[return-value]
+        computing = _computing.setdefault(entry, threading.Lock())
+    with computing:
+        with _memo_lock:
+            if entry in _memo:
+                return _memo[entry]  # type: ignore[return-value]
+        try:
+            value = compute()
+            with _memo_lock:
+                while len(_memo) >= MEMO_ENTRIES:
+                    _memo.pop(next(iter(_memo)))
+                _memo[entry] = value
+        finally:
+            with _memo_lock:
+                _computing.pop(entry, None)
     return value
 
 

@@ -48,6 +48,30 @@ def test_model_beats_trivial_baselines_on_the_planted_signal(first_run):
     assert m["test_logloss"] < log_loss(y, np.full(len(y), rate)) - 0.05
 
 
+def test_the_contenders_are_subflows_of_the_pipeline(first_run):
+    """Fitted at the same time on threads (a small run on a multi-core box), each contender is
+    still a flow run of its own under the pipeline's (Prefect's tree), none taken for another."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    _, _, summary = first_run
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["contender"]))
+        )
+        mine = [
+            r
+            for r in runs
+            if r.parent_task_run_id
+            and client.read_task_run(r.parent_task_run_id).flow_run_id == UUID(summary.run_id)
+        ]
+    families = {row["family"] for row in summary.metrics["leaderboard"]}
+    assert len(mine) == len(families) == len({r.parent_task_run_id for r in mine})
+    assert all(r.state is not None and r.state.is_completed() for r in mine)
+
+
 def test_registry_and_quarantine(first_run):
     store_dir, _, summary = first_run
     registry = ModelRegistry(LocalFolderStore(store_dir))

@@ -13,6 +13,7 @@ text, or a ``state_dict`` read with ``torch.load(weights_only=True)``).
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -213,18 +214,30 @@ def fit_threads(rows: int, setting: int = 0) -> int:
     return setting or (1 if rows < PARALLEL_FIT_ROWS else available_cores())
 
 
+_threads_lock = threading.Lock()
+_threads_open: list[int] = []  # what each open block asked for, in the order they opened
+_threads_before: list[int] = []  # the setting before the first of them
+
+
 @contextmanager
 def torch_threads(threads: int) -> Iterator[None]:
-    """torch's intra-op threads set to ``threads`` (:func:`fit_threads`) for the block, and
-    restored after it."""
+    """torch's intra-op threads set to ``threads`` (:func:`fit_threads`) for the block; when it
+    ends, set to what the newest block still open asked for, or restored once none is: fits on
+    several threads of one process (an embedded run's contenders at once) never restore the
+    setting under one another."""
     import torch
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    with _threads_lock:
+        if not _threads_open:
+            _threads_before[:] = [torch.get_num_threads()]
+        _threads_open.append(threads)
+        torch.set_num_threads(threads)
     try:
         yield
     finally:
-        torch.set_num_threads(previous)
+        with _threads_lock:
+            del _threads_open[len(_threads_open) - 1 - _threads_open[::-1].index(threads)]
+            torch.set_num_threads(_threads_open[-1] if _threads_open else _threads_before[0])
 
 
 def split_arrays(data: SnapshotStream, split: str) -> tuple[np.ndarray, np.ndarray]:
