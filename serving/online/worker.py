@@ -323,8 +323,13 @@ def _idle_policy() -> None:
     that wakes up (the endpoint's: a request's bytes arrived) takes the core from it at once
     (a niceness only lowers its share: a request can still wait behind it; docs/benchmarks.md,
     7 Dec 2026, measures both). Elsewhere: nothing."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    if not hasattr(os, "SCHED_IDLE"):
+        return
+    tasks = Path("/proc/self/task")  # a policy is a thread's: those started at import too
+    threads = [int(t) for t in os.listdir(tasks)] if tasks.is_dir() else [0]
+    for thread in threads:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
 
 
 def main() -> None:
