@@ -24,17 +24,14 @@ from tasks.ml.backtest import (
 from tasks.ml.network_plan import network_plan
 from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SnapshotStream
-from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot, synthetic_stream
 
 
 @pytest.fixture(scope="module")
 def earlier(tmp_path_factory):
     store = LocalFolderStore(tmp_path_factory.mktemp("sample-store"))
     _, prepared = publish_synthetic_snapshot(store, "earlier", rows=6000, seed=5)
-    manifest = read_dataset_manifest(store, prepared.snapshot_prefix)
-    normalizer = Normalizer.model_validate(manifest.metadata["normalizer"])
-    data = SnapshotStream(local_dataset_dir(store, manifest), normalizer.features, chunk_rows=500)
-    return data, normalizer
+    return synthetic_stream(store, prepared, chunk_rows=500)
 
 
 def _train_ids(data: SnapshotStream) -> set[str]:

@@ -14,15 +14,12 @@ import torch
 
 from infra.layout import CHECKPOINT_STATE, checkpoint_manifest_key, checkpoint_state_key
 from infra.settings import TrainingSettings
-from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from infra.storage.store import LocalFolderStore, sha256_bytes
 from tasks.ml.checkpoints import CheckpointManifest, CheckpointPolicy, CheckpointStore
 from tasks.ml.models import FitJob
 from tasks.ml.models.mlp import CustomerMLP, MLPFamily, MLPSpec, ModelConfig
 from tasks.ml.models.sequence import SequenceConfig, SequenceNet
-from tasks.ml.normalizer import Normalizer
-from tasks.ml.snapshot_reader import SnapshotStream
-from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot, synthetic_stream
 
 TID = "t-fallback"
 
@@ -33,9 +30,7 @@ def setup(tmp_path):
     torch.set_num_threads(1)
     store = LocalFolderStore(tmp_path / "store")
     _, prepared = publish_synthetic_snapshot(store, "r", rows=3000, seed=2)
-    manifest = read_dataset_manifest(store, prepared.snapshot_prefix)
-    normalizer = Normalizer.model_validate(manifest.metadata["normalizer"])
-    data = SnapshotStream(local_dataset_dir(store, manifest), normalizer.features, chunk_rows=700)
+    data, normalizer = synthetic_stream(store, prepared, chunk_rows=700)
     settings = TrainingSettings(batch_size=64, max_epochs=3, patience=5, threads=1)
     first = _fit(store, data, normalizer, settings, stop_after_steps=50)
     assert first.interrupted

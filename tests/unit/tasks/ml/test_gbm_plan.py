@@ -8,13 +8,10 @@ import numpy as np
 import pytest
 
 from infra.settings import TrainingSettings
-from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from infra.storage.store import LocalFolderStore
 from tasks.ml.models import FitJob, get_family, split_arrays
 from tasks.ml.models.gbm import GBMModel, GBMPlan, GBMSpec, gbm_plan
-from tasks.ml.normalizer import Normalizer
-from tasks.ml.snapshot_reader import SnapshotStream
-from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot, synthetic_stream
 
 
 def test_fits_below_large_fit_rows_keep_the_specs_trees():
@@ -53,9 +50,7 @@ def test_large_fit_rows_zero_turns_the_plan_off():
 def snapshot(tmp_path_factory):
     store = LocalFolderStore(tmp_path_factory.mktemp("gbm") / "store")
     _, prepared = publish_synthetic_snapshot(store, "gbm", rows=3000, seed=5)
-    manifest = read_dataset_manifest(store, prepared.snapshot_prefix)
-    normalizer = Normalizer.model_validate(manifest.metadata["normalizer"])
-    return SnapshotStream(local_dataset_dir(store, manifest), normalizer.features), normalizer
+    return synthetic_stream(store, prepared)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from infra.settings import TrainingSettings
-from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from infra.storage.registry import ModelRegistry
 from infra.storage.store import LocalFolderStore
 from serving.holder import _checked_fast_scorer
@@ -30,10 +29,8 @@ from tasks.ml.models import (
     predict_proba,
     split_arrays,
 )
-from tasks.ml.normalizer import Normalizer
 from tasks.ml.scoring_worker import ScoringModel, ScoringUnit, score_unit
-from tasks.ml.snapshot_reader import SnapshotStream
-from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot, synthetic_stream
 
 FAMILIES = ("rfm", "logistic", "gbm", "mlp")
 MIN_AUC = {"rfm": 0.62}  # four of the eight planted features; the others see all eight
@@ -44,9 +41,7 @@ def snapshot(tmp_path_factory):
     torch.set_num_threads(1)
     store = LocalFolderStore(tmp_path_factory.mktemp("families") / "store")
     _, prepared = publish_synthetic_snapshot(store, "fam", rows=4000, seed=8)
-    manifest = read_dataset_manifest(store, prepared.snapshot_prefix)
-    normalizer = Normalizer.model_validate(manifest.metadata["normalizer"])
-    data = SnapshotStream(local_dataset_dir(store, manifest), normalizer.features)
+    data, normalizer = synthetic_stream(store, prepared)
     return store, data, normalizer
 
 

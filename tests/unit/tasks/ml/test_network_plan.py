@@ -10,15 +10,12 @@ import pytest
 import torch
 
 from infra.settings import TrainingSettings
-from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from infra.storage.store import LocalFolderStore
 from tasks.ml import network_fit as network_fit_module
 from tasks.ml import network_plan as plan_module
 from tasks.ml.models import FitJob, get_family
 from tasks.ml.network_plan import SCALE_FROM_ROWS, network_plan, threads_for_step
-from tasks.ml.normalizer import Normalizer
-from tasks.ml.snapshot_reader import SnapshotStream
-from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot, synthetic_stream
 
 MLP_PARAMS = 5121  # the default mlp on 46 features
 
@@ -73,9 +70,7 @@ def test_threads_are_sized_to_the_cores_the_stage_owns_and_the_step_work():
 def snapshot(tmp_path_factory):
     store = LocalFolderStore(tmp_path_factory.mktemp("plan") / "store")
     _, prepared = publish_synthetic_snapshot(store, "plan", rows=3000, seed=3)
-    manifest = read_dataset_manifest(store, prepared.snapshot_prefix)
-    normalizer = Normalizer.model_validate(manifest.metadata["normalizer"])
-    return SnapshotStream(local_dataset_dir(store, manifest), normalizer.features), normalizer
+    return synthetic_stream(store, prepared)
 
 
 def test_a_network_fit_runs_with_the_plan_and_records_it(snapshot, monkeypatch, caplog):

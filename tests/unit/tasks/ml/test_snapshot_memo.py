@@ -9,21 +9,17 @@ import os
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from infra.storage.store import LocalFolderStore
 from tasks.ml import snapshot_reader
 from tasks.ml.backtest import baseline_of
-from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SnapshotStream
-from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot, synthetic_stream
 
 
 def _stream(tmp_path) -> SnapshotStream:
     store = LocalFolderStore(tmp_path / "store")
     _, prepared = publish_synthetic_snapshot(store, "memo", rows=3000, seed=2)
-    manifest = read_dataset_manifest(store, prepared.snapshot_prefix)
-    normalizer = Normalizer.model_validate(manifest.metadata["normalizer"])
-    return SnapshotStream(local_dataset_dir(store, manifest), normalizer.features, chunk_rows=500)
+    return synthetic_stream(store, prepared, chunk_rows=500)[0]
 
 
 def test_a_snapshots_facts_are_computed_once_per_process_and_again_when_a_file_changes(

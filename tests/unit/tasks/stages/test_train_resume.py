@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from infra.settings import HybridflowSettings, TrainingSettings
-from infra.storage.datasets import local_dataset_dir, read_dataset_manifest
 from infra.storage.registry import ModelRegistry
 from infra.storage.store import LocalFolderStore
 from tasks.ml.checkpoints import CheckpointPolicy, CheckpointStore
@@ -16,7 +15,7 @@ from tasks.ml.normalizer import Normalizer
 from tasks.ml.snapshot_reader import SnapshotStream
 from tasks.ml.training_loop import train_model
 from tasks.stages.train import TrainingOptions, train_stage
-from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
+from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot, synthetic_stream
 
 CPU = torch.device("cpu")
 
@@ -36,10 +35,7 @@ def store(tmp_path):
 
 
 def _stream(store, prepared, chunk_rows=700) -> tuple[SnapshotStream, Normalizer]:
-    manifest = read_dataset_manifest(store, prepared.snapshot_prefix)
-    normalizer = Normalizer.model_validate(manifest.metadata["normalizer"])
-    local = local_dataset_dir(store, manifest)
-    return SnapshotStream(local, normalizer.features, chunk_rows=chunk_rows), normalizer
+    return synthetic_stream(store, prepared, chunk_rows=chunk_rows)
 
 
 def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
