@@ -79,25 +79,23 @@ def compare_on(
     rows, plus every calibration method fitted on ``held_out`` and judged on them."""
     y, z = judged.labels, judged.logits
     raw = Calibration().probabilities(z)
+    # the identity calibrates to the raw sigmoid, value for value: one set of figures
+    calibrated = raw if calibration.method == "none" else calibration.probabilities(z)
     methods: dict[str, CalibrationScore] = {}
     for method in ("none", *FITTED_METHODS):
         if method == "none":
             probabilities = raw
         elif method == calibration.method:
-            probabilities = calibration.probabilities(z)
+            probabilities = calibrated
         else:
-            probabilities = fit_calibration(held_out.logits, held_out.labels, method).probabilities(
-                z
-            )
+            fitted = fit_calibration(held_out.logits, held_out.labels, method)
+            probabilities = fitted.probabilities(z)
         methods[method] = CalibrationScore.model_validate(
             probability_metrics(y, probabilities).model_dump()
         )
     uncalibrated = quality_metrics(y, raw)
     return ModelComparison(
-        # the identity calibrates to the raw sigmoid, value for value: one set of figures
-        model=uncalibrated
-        if calibration.method == "none"
-        else quality_metrics(y, calibration.probabilities(z)),
+        model=uncalibrated if calibrated is raw else quality_metrics(y, calibrated),
         model_uncalibrated=uncalibrated,
         baseline=baseline,
         calibration_methods=methods,

@@ -144,14 +144,12 @@ def contenders_at_once(
     network (a network fit seeds and draws from torch's global generator: two side by side
     would draw from each other's), else one. On a 2-core box the fits of a 431k-event run
     (12.5k training rows) left the second core idle: four one-threaded fits one after another."""
-    from tasks.ml.models.network import NetworkFamily
-
     train = settings.train
     if train.contenders_at_once:
         return max(1, min(train.contenders_at_once, len(devices)))
     on_cpu = all(d == "cpu" or (d == "auto" and not gpu_driver_present()) for d in devices.values())
     one_thread = training_rows < PARALLEL_FIT_ROWS and train.threads <= 1
-    networks = sum(isinstance(get_family(f), NetworkFamily) for f in devices)
+    networks = sum(map(_is_network, devices))
     if not (on_cpu and one_thread and train.ddp_processes <= 1 and networks <= 1):
         return 1
     return max(1, min(cores or available_cores(), len(devices)))
@@ -161,9 +159,14 @@ def longest_first(families: list[str]) -> list[str]:
     """The order to start contenders fitted at the same time in: a network first (it fits for
     epochs: at 4.26M events the mlp took 22 s against gbm's 12, logistic's 4 and rfm's 4), the
     others as given, so that the long fit does not start last on a free core."""
+    return sorted(families, key=lambda f: not _is_network(f))
+
+
+def _is_network(family: str) -> bool:
+    """Whether ``family`` fits a network (epochs, torch's global generator)."""
     from tasks.ml.models.network import NetworkFamily
 
-    return sorted(families, key=lambda f: not isinstance(get_family(f), NetworkFamily))
+    return isinstance(get_family(family), NetworkFamily)
 
 
 MIN_EXAMPLES_PER_CLASS = 5  # in every split: what fitting, calibrating and judging need
