@@ -102,9 +102,26 @@ def shared_reads() -> Iterator[None]:
     finally:
         with _shared_lock:
             _sharing -= 1
+            dropped = not _sharing and bool(_shared)
             if not _sharing:
                 _shared.clear()
                 _shared_bytes = 0
+        if dropped:
+            _return_freed_memory()
+
+
+def _return_freed_memory() -> None:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere
+    nothing): the shared arrays were freed, but pages of the heap they lay among stayed mapped
+    (about 160 MB after the contender phase at 30M events, still counted by the next stages'
+    RSS)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _shared_get(key: tuple[object, ...]) -> Decoded | None:
