@@ -61,6 +61,8 @@ def _rows(stream: SnapshotStream, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 def test_views_of_the_same_rows_decode_each_file_once_inside_the_scope(root, monkeypatch):
     calls = _decodes(monkeypatch)
+    trims: list[int] = []
+    monkeypatch.setattr(snapshot_reader, "_return_freed_memory", lambda: trims.append(1))
     alone = [_rows(SnapshotStream(root, FEATURES, chunk_rows=256), "train") for _ in range(2)]
     assert len(calls) == 2 * 2 * 8  # two views, two files of 1,800 rows in 256-row batches
     calls.clear()
@@ -77,6 +79,7 @@ def test_views_of_the_same_rows_decode_each_file_once_inside_the_scope(root, mon
     for x, y in shared[1:]:
         assert np.array_equal(x, alone[0][0]) and np.array_equal(y, alone[0][1])
     assert snapshot_reader._shared == {} and snapshot_reader._shared_bytes == 0  # dropped
+    assert trims == [1]  # and the heap's free pages given back, once
     calls.clear()
     _rows(SnapshotStream(root, FEATURES, chunk_rows=256), "train")
     assert len(calls) == 2 * 8
