@@ -202,13 +202,18 @@ def run_contenders_in_process(
 ) -> dict[str, UnitOrigin]:
     """Each family's contender unit here, one subflow each (``contenders``: family -> its
     parameters, ``families`` naming it); ``at_once`` > 1: that many at the same time, each on a
-    thread of its own (:func:`tasks.policy.contending.contenders_at_once`)."""
+    thread of its own (:func:`tasks.policy.contending.contenders_at_once`). They share what
+    they decode of the run's snapshots (:func:`tasks.ml.snapshot_reader.shared_reads`), which
+    is dropped before the stages after them."""
+    from tasks.ml.snapshot_reader import shared_reads
+
     contender = load_flow(CONTENDER.entrypoint)
-    if at_once <= 1 or len(contenders) <= 1:
-        for params in contenders.values():
-            contender(params)
-    else:
-        run_subflows_at_once(contender, list(contenders.values()), at_once)
+    with shared_reads():
+        if at_once <= 1 or len(contenders) <= 1:
+            for params in contenders.values():
+                contender(params)
+        else:
+            run_subflows_at_once(contender, list(contenders.values()), at_once)
     return {family: UnitOrigin(pool=None) for family in contenders}
 
 

@@ -81,6 +81,17 @@ def parse_manifest(store: ObjectStore, prefix: str, data: bytes) -> DatasetManif
 
 
 SOURCE_EVENTS_KEY = "source_events"
+CUSTOMER_FILES_KEY = "customer_files"
+"""A dataset's metadata entry, true when each of its files holds every row of the customers
+(``customer_id``) it has rows of: the good events validated in process, a share of the
+customers per file. A reader that takes a share of the customers at a time can take such files
+as they are instead of sharing the rows out again (:mod:`tasks.data.features_duckdb`)."""
+
+
+def customer_files(manifest: DatasetManifest) -> bool:
+    """Whether ``manifest``'s files are each the whole of their customers' rows
+    (:data:`CUSTOMER_FILES_KEY`); a dataset of one file always is."""
+    return len(manifest.files) <= 1 or manifest.metadata.get(CUSTOMER_FILES_KEY) is True
 
 
 class SourceEvents(BaseModel):

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from infra.compute.duckdb_session import (
     duckdb_connection,
@@ -47,7 +48,10 @@ class InProcessFeatures:
     reads only its cutoff's columns), not to memory: at 2M customers its ~115 columns are 2.2 GB
     in DuckDB's memory. More events than ``events_per_pass`` (default :data:`EVENTS_PER_PASS`)
     are computed in passes over shares of the customers (:func:`feature_passes`), so the
-    aggregates' memory is a share's."""
+    aggregates' memory is a share's; Parquet ``events`` whose files each hold every event of
+    their customers (``customer_files``: the good events validated in process, a file per
+    share of the customers) are those shares as they lie, a file or a few per pass
+    (:func:`file_passes`), instead of being shared out again."""
 
     def __init__(
         self,
@@ -59,6 +63,7 @@ class InProcessFeatures:
         memory: str | None = None,
         sequence_length: int = 0,
         events_per_pass: int | None = None,
+        customer_files: bool = False,
     ) -> None:
         self.available_columns = set(available_columns)
         self.sequence_length = sequence_length
@@ -70,7 +75,10 @@ class InProcessFeatures:
         self._con = duckdb_connection(threads=threads, memory=memory)
         self._scratch = scratch_dir("features")
         try:
-            self._build(events, wide, events_per_pass)
+            if customer_files and not isinstance(events, (pa.Table, pa.RecordBatchReader)):
+                self._build_by_files(events, wide, events_per_pass)
+            else:
+                self._build(events, wide, events_per_pass)
         except BaseException:
             self.close()
             raise
@@ -114,8 +122,24 @@ class InProcessFeatures:
             shutil.rmtree(self._scratch / "events", ignore_errors=True)
         if source == "events_input":
             con.unregister("events_input")
+        self._view_wide()
+
+    def _build_by_files(
+        self, files: Sequence[Path], wide: str, events_per_pass: int | None
+    ) -> None:
+        """The wide table as :meth:`_build` writes it, a pass per group of ``files`` (each file
+        every event of its customers, :func:`file_passes`): no share of the events written."""
+        rows = [pq.ParquetFile(path).metadata.num_rows for path in files]
+        for part, group in enumerate(file_passes(list(files), rows, events_per_pass)):
+            source = prepared_sql(parquet_files_sql(group))
+            self._con.execute(f"CREATE TEMP TABLE prepared AS {source}")
+            self._write_wide(wide, part)
+            self._con.execute("DROP TABLE prepared")
+        self._view_wide()
+
+    def _view_wide(self) -> None:
         parts = sql_string(str(self._scratch / "wide-*.parquet"))
-        con.execute(f"CREATE TEMP VIEW wide AS SELECT * FROM read_parquet({parts})")
+        self._con.execute(f"CREATE TEMP VIEW wide AS SELECT * FROM read_parquet({parts})")
 
     def _write_wide(self, wide: str, part: int) -> None:
         path = sql_string(str(self._scratch / f"wide-{part:05d}.parquet"))
@@ -172,6 +196,26 @@ def prepared_sql(events: str) -> str:
     return f"""SELECT customer_id, epoch_us(event_time) AS _t, event_type = 'purchase' AS _p,
     CAST(amount AS DOUBLE) AS amount, CAST(quantity AS DOUBLE) AS _q, event_type{mixes}
     FROM {events}"""
+
+
+def file_passes(
+    files: list[Path], rows: list[int], events_per_pass: int | None = None
+) -> list[list[Path]]:
+    """``files`` (of ``rows`` events each) in groups of consecutive files, one group per pass:
+    a group takes the next file while its events stay within ``events_per_pass`` (default
+    :data:`EVENTS_PER_PASS`); a larger file is a pass alone (the validate stage sizes its
+    files by the same figure)."""
+    per_pass = events_per_pass or EVENTS_PER_PASS
+    groups: list[list[Path]] = []
+    held = 0
+    for path, n in zip(files, rows, strict=True):
+        if groups and held + n <= per_pass:
+            groups[-1].append(path)
+            held += n
+        else:
+            groups.append([path])
+            held = n
+    return groups
 
 
 def feature_passes(events: int, events_per_pass: int | None = None) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from infra.compute.duckdb_session import duckdb_connection
 from tasks.data.non_finite import non_finite_count
@@ -35,16 +36,23 @@ def split_values(table: pa.Table, features: list[str]) -> dict[str, Any]:
     (NaN and infinite values, floating columns), named as
     :func:`tasks.data.split.split_count_columns`, ``normalizer_aggregates`` and
     ``non_finite_aggregates`` name them."""
-    split = table["split"].to_numpy(zero_copy_only=False)
-    values: dict[str, Any] = {f"n_{s}": int(np.count_nonzero(split == s)) for s in SPLITS}
-    train = split == "train"
+    split = table["split"]
+    values: dict[str, Any] = {
+        f"n_{s}": int(pc.sum(pc.equal(split, s)).as_py() or 0) for s in SPLITS
+    }
+    train = pc.fill_null(pc.equal(split, "train"), False).to_numpy(zero_copy_only=False)
     for f in features:
         column = table[f]
         if pa.types.is_floating(column.type):
             values[f"nf_{f}"] = non_finite_count(column)
-        x = column.to_numpy(zero_copy_only=False).astype(np.float64)[train]
-        x = np.sign(x) * np.log1p(np.abs(x))
-        x = x[np.isfinite(x)]  # a non-finite value is refused (nf_<feature>), not averaged
-        values[f"m_{f}"] = float(x.mean()) if x.size else None
-        values[f"s_{f}"] = float(x.std()) if x.size else None
+        # sign(x) * log1p(|x|) as before, value for value, in one array besides x's gather
+        x = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)[train]
+        y = np.abs(x)
+        np.log1p(y, out=y)
+        np.multiply(np.sign(x), y, out=y)
+        finite = np.isfinite(y)
+        if not finite.all():
+            y = y[finite]  # a non-finite value is refused (nf_<feature>), not averaged
+        values[f"m_{f}"] = float(y.mean()) if y.size else None
+        values[f"s_{f}"] = float(y.std()) if y.size else None
     return values

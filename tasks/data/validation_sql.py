@@ -196,6 +196,21 @@ UNION ALL
 SELECT {", ".join(CONTRACT_COLUMNS)}{text}, reason, {ROW_KEY}, copies FROM {bad}"""
 
 
+def shared_rows_sql(
+    source: str, present: Sequence[str], passes: int, rules: Sequence[Rule] = RULES
+) -> str:
+    """The conformed events ``source`` with their share of the customers (``_share``: a hash
+    of the conformed id modulo ``passes``), to be written a share at a time and read back as
+    conformed events: the same columns, but a good row's input values (``src_<column>``) null.
+    Only a bad row's are quarantined, and a good row stays good without them (the one rule
+    that reads one, on ``src_quantity``, holds only where it is not null), so the written
+    shares hold about half the values."""
+    src = "".join(f", CASE WHEN reason IS NOT NULL THEN src_{c} END AS src_{c}" for c in present)
+    return f"""SELECT {", ".join(CONTRACT_COLUMNS)}{src}, {ROW_KEY},
+  hash(customer_id) % {int(passes)} AS _share
+FROM {_flagged(source, present, rules)}"""
+
+
 def _flagged(source: str, present: Sequence[str], rules: Sequence[Rule]) -> str:
     """The conformed events ``source`` with their ``reason`` (null for a good row)."""
     return f"(SELECT *, {reason_sql(present, rules)} AS reason FROM {source}) AS flagged"

@@ -147,15 +147,21 @@ def isotonic_knots(z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
     weight = np.bincount(inverse).astype(np.float64)
     positives = np.bincount(inverse, weights=y)
     z_sum = values * weight
-    blocks: list[list[float]] = []  # [rows, positives, sum of z]
-    for w, pos, zs in zip(weight, positives, z_sum, strict=True):
-        blocks.append([w, pos, zs])
-        while len(blocks) > 1 and blocks[-2][1] * blocks[-1][0] >= blocks[-1][1] * blocks[-2][0]:
-            w2, p2, z2 = blocks.pop()
-            blocks[-1][0] += w2
-            blocks[-1][1] += p2
-            blocks[-1][2] += z2
-    arr = np.asarray(blocks)
+    # the blocks as three stacks of Python floats (numpy scalars made the loop 3x slower: 0.4
+    # s a fit at 235k held-out rows); each new value is merged into the blocks before it
+    # while their rate is not below its own, every sum the same float addition as before
+    rows: list[float] = []
+    hits: list[float] = []
+    sums: list[float] = []
+    for w, pos, zs in zip(weight.tolist(), positives.tolist(), z_sum.tolist(), strict=True):
+        while rows and hits[-1] * w >= pos * rows[-1]:
+            w += rows.pop()
+            pos += hits.pop()
+            zs += sums.pop()
+        rows.append(w)
+        hits.append(pos)
+        sums.append(zs)
+    block_rows, block_hits = np.asarray(rows), np.asarray(hits)
     rate = y.mean()
-    knots_p = (arr[:, 1] + ISOTONIC_PRIOR_ROWS * rate) / (arr[:, 0] + ISOTONIC_PRIOR_ROWS)
-    return arr[:, 2] / arr[:, 0], np.maximum.accumulate(knots_p)
+    knots_p = (block_hits + ISOTONIC_PRIOR_ROWS * rate) / (block_rows + ISOTONIC_PRIOR_ROWS)
+    return np.asarray(sums) / block_rows, np.maximum.accumulate(knots_p)

@@ -18,7 +18,10 @@ class Normalizer(BaseModel):
         """``(signed_log1p(x) - mean) / std`` in float64 (a zero std counts as 1)."""
         std = np.asarray(self.std, dtype=np.float64)
         std = np.where(std > 1e-12, std, 1.0)
-        return (signed_log1p(x) - np.asarray(self.mean, dtype=np.float64)) / std
+        out = signed_log1p(x)  # a new array: the same two operations, without two more
+        out -= np.asarray(self.mean, dtype=np.float64)
+        out /= std
+        return out
 
 
 def signed_log1p(x: np.ndarray) -> np.ndarray:

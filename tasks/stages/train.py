@@ -37,7 +37,7 @@ from tasks.ml.gate import RecipeBacktest, gate_and_promote
 from tasks.ml.models import FamilySpec, family_specs
 from tasks.ml.promotion import GateFigures, PromotionDecision
 from tasks.ml.quality import run_backtest
-from tasks.ml.snapshot_reader import SnapshotStream
+from tasks.ml.snapshot_reader import SnapshotStream, shared_reads
 from tasks.ml.warm_start import CODE_VERSION
 from tasks.policy.contending import (
     MIN_EXAMPLES_PER_CLASS,
@@ -136,7 +136,7 @@ def train_stage(
     specs = family_specs(options.families or settings.train.families, settings.train.specs)
     ctx, device = init_distributed(device_preference)
     configure_accelerator(device)
-    with opened_snapshot(store, prepared, settings) as opened:
+    with shared_reads(), opened_snapshot(store, prepared, settings) as opened:
         data = opened.data
         check_trainable(data, as_of, horizon_days)
         contenders: list[Contender] = []

@@ -12,7 +12,7 @@ from infra.compute.duckdb_session import memory_bounded
 from infra.compute.spark_io import spark_schema_metadata
 from infra.errors import HybridflowInputError
 from infra.storage.arrow_datasets import local_files, read_batches, write_table
-from infra.storage.datasets import DatasetManifest, read_dataset_manifest
+from infra.storage.datasets import DatasetManifest, customer_files, read_dataset_manifest
 from infra.storage.store import ObjectStore
 from tasks.data.features_duckdb import EVENT_COLUMNS, InProcessFeatures
 from tasks.data.non_finite import non_finite_count
@@ -46,7 +46,11 @@ class InProcessFeatureFrame:
         events = files if files is not None else read_batches(self._store, manifest, EVENT_COLUMNS)
         with memory_bounded("the features stage"):
             self._features = InProcessFeatures(
-                events, self._cutoffs, self._available, sequence_length=self._sequence_length
+                events,
+                self._cutoffs,
+                self._available,
+                sequence_length=self._sequence_length,
+                customer_files=customer_files(manifest),
             )
         return self
 

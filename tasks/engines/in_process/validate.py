@@ -2,7 +2,9 @@
 they lie, checks and de-duplicates the rows (:mod:`tasks.data.validation_duckdb`) and streams
 both outputs into Parquet files, published with their Spark schema recorded. No Spark job, no
 JVM; memory holds the de-duplicated rows, not the input or the outputs: all of them, or above
-:data:`tasks.data.validation_duckdb.EVENTS_PER_PASS` rows a share of the customers' at a time."""
+:data:`tasks.data.validation_duckdb.EVENTS_PER_PASS` rows a share of the customers' at a time,
+each share's good events a file of their own (the manifest says so,
+:data:`infra.storage.datasets.CUSTOMER_FILES_KEY`: the features stage takes them as its passes)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from infra.compute.duckdb_session import memory_bounded
 from infra.compute.spark_io import spark_schema_metadata
 from infra.errors import HybridflowInputError
 from infra.layout import run_dataset_prefix
-from infra.storage.datasets import DatasetManifest, publish_dataset
+from infra.storage.datasets import CUSTOMER_FILES_KEY, DatasetManifest, publish_dataset
 from infra.storage.store import ObjectStore
 from tasks.data.input_formats import (
     EventsInput,
@@ -95,7 +97,8 @@ def publish_validated_in_process(
                 good / "data",
                 run_dataset_prefix(run_id, "events"),
                 rows=figures.rows_valid,
-                metadata=spark_schema_metadata(GOOD_EVENTS_SCHEMA),
+                # a file per share of the customers (InProcessValidation.write_outputs)
+                metadata={**spark_schema_metadata(GOOD_EVENTS_SCHEMA), CUSTOMER_FILES_KEY: True},
             )
             quarantine = publish_dataset(
                 store,

@@ -241,14 +241,9 @@ def torch_threads(threads: int) -> Iterator[None]:
 
 
 def split_arrays(data: SnapshotStream, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """The raw features (float32, rows x features) and labels of one split, in file order."""
-    xs, ys = [], []
-    for x, y in data.chunks(split):
-        xs.append(x)
-        ys.append(y)
-    if not xs:
-        return np.empty((0, len(data.features)), dtype=np.float32), np.empty(0, dtype=np.float32)
-    return np.concatenate(xs), np.concatenate(ys)
+    """The raw features (float32, rows x features) and labels of one split, in file order
+    (:meth:`SnapshotStream.arrays`: one copy)."""
+    return data.arrays(split)
 
 
 def evaluate(

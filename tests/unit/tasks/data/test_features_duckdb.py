@@ -15,7 +15,7 @@ import pytest
 from tasks.data.cutoffs import Origins, pipeline_cutoffs
 from tasks.data.demo_events import DemoDataParams, generate_demo_events
 from tasks.data.features import customer_features_at, cutoff_features, examples_features
-from tasks.data.features_duckdb import InProcessFeatures, feature_passes
+from tasks.data.features_duckdb import InProcessFeatures, feature_passes, file_passes
 from tasks.data.sequences import sequence_fields
 from tasks.data.validation_duckdb import GOOD_EVENTS_SCHEMA
 from tasks.definitions.contract import CONTRACT_COLUMNS, REQUIRED_COLUMNS
@@ -166,3 +166,53 @@ def test_features_in_passes_over_shares_of_customers_equal_one_pass(events, tmp_
                 assert x == pytest.approx(y, rel=1e-9, nan_ok=True), name
             else:
                 assert x == y, name
+
+
+def test_files_of_whole_customers_are_the_passes_as_they_lie(events, tmp_path):
+    """Files that each hold every event of their customers (the good events validated in
+    process, a file per share) are the passes themselves, a few files per pass within
+    ``events_per_pass``: no events are shared out again, and the features are one pass's."""
+    run = pipeline_cutoffs(AS_OF, 90, ORIGINS)
+    cutoffs = list(run)
+    available = set(CONTRACT_COLUMNS)
+    ids = events["customer_id"].to_pylist()
+    # any rule that keeps a customer whole: the last file has about half the events
+    share = pa.array([min(sum(map(ord, i)) % 6, 3) for i in ids])
+    files = []
+    for k in range(4):
+        path = tmp_path / f"part-{k:05d}.parquet"
+        pq.write_table(events.filter(pc.equal(share, k)), path)
+        files.append(path)
+    rows = [pq.ParquetFile(p).metadata.num_rows for p in files]
+    per_pass = rows[0] + rows[1]  # the first two files in one pass, then one file each
+    assert file_passes(files, rows, per_pass) == [files[:2], [files[2]], [files[3]]]
+    got = {}
+    for name, source, customer_files in (("one", files, False), ("by-file", files, True)):
+        with InProcessFeatures(
+            source, cutoffs, available, events_per_pass=per_pass, customer_files=customer_files
+        ) as f:
+            if customer_files:
+                assert len(list(f._scratch.glob("wide-*.parquet"))) == 3
+                assert not (f._scratch / "events").exists()  # nothing shared out
+            got[name] = (
+                [f.cutoff_table(c) for c in cutoffs],
+                f.examples_table(list(run.train)),
+                f.events_after(),
+            )
+    (one, one_examples, one_after), (mine, mine_examples, mine_after) = got["one"], got["by-file"]
+    assert one_after == mine_after > 0
+    for a, b in [*zip(one, mine, strict=True), (one_examples, mine_examples)]:
+        assert a.column_names == b.column_names and a.num_rows == b.num_rows > 50
+        for name in a.column_names:
+            x, y = a[name].to_pylist(), b[name].to_pylist()
+            if pa.types.is_floating(a.schema.field(name).type):
+                assert x == pytest.approx(y, rel=1e-9, nan_ok=True), name
+            else:
+                assert x == y, name
+
+
+def test_file_passes_group_consecutive_files_within_the_events_per_pass(tmp_path):
+    files = [tmp_path / f"f{i}" for i in range(5)]
+    assert file_passes(files, [3, 3, 5, 9, 1], 6) == [files[:2], [files[2]], [files[3]], [files[4]]]
+    assert file_passes(files, [1] * 5, 6) == [files]
+    assert file_passes([], [], 6) == []

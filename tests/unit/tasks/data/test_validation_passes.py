@@ -56,6 +56,11 @@ def test_passes_over_shares_of_customers_validate_like_one_pass(tmp_path, passes
         assert _rows(many_good) == _rows(one_good), name
         assert _rows(many_bad) == _rows(one_bad), name
         assert pq.read_table(many_good).num_rows == one.rows_valid
+        # each file is every good event of its customers (the features stage's passes)
+        seen: dict[str, str] = {}
+        for part in many_good.iterdir():
+            for customer in set(pq.read_table(part, columns=["customer_id"])[0].to_pylist()):
+                assert seen.setdefault(customer, part.name) == part.name, (name, customer)
         if name == "demo_with_duplicates":
             assert one.quarantined.get("duplicate_event", 0) >= table.num_rows // 5
 

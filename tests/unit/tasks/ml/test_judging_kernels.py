@@ -132,3 +132,33 @@ def test_a_fitted_calibration_is_judged_apart_from_the_raw_model(snapshot):
     assert comparison.model != comparison.model_uncalibrated
     assert comparison.calibration_methods["platt"].logloss == comparison.model.logloss
     assert comparison.baseline is baseline
+
+
+def _numpy_scalar_pav(z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The isotonic map's pool-adjacent-violators loop as it was written on numpy scalars."""
+    values, inverse = np.unique(z, return_inverse=True)
+    weight = np.bincount(inverse).astype(np.float64)
+    positives = np.bincount(inverse, weights=y)
+    blocks: list[list[float]] = []
+    for w, pos, zs in zip(weight, positives, values * weight, strict=True):
+        blocks.append([w, pos, zs])
+        while len(blocks) > 1 and blocks[-2][1] * blocks[-1][0] >= blocks[-1][1] * blocks[-2][0]:
+            w2, p2, z2 = blocks.pop()
+            blocks[-1][0] += w2
+            blocks[-1][1] += p2
+            blocks[-1][2] += z2
+    arr = np.asarray(blocks)
+    knots_p = (arr[:, 1] + y.mean()) / (arr[:, 0] + 1.0)
+    return arr[:, 2] / arr[:, 0], np.maximum.accumulate(knots_p)
+
+
+@pytest.mark.parametrize("decimals", [None, 1, 3])
+def test_the_isotonic_map_has_the_blocks_and_knots_of_the_numpy_scalar_loop(decimals):
+    rng = np.random.default_rng(8)
+    z = rng.normal(0.0, 2.0, 20_000)
+    z = z if decimals is None else np.round(z, decimals)  # ties: values of several rows
+    y = (rng.random(len(z)) < 1.0 / (1.0 + np.exp(-z))).astype(np.float64)
+    fitted = fit_calibration(z, y, "isotonic")
+    knots_z, knots_p = _numpy_scalar_pav(z, y)
+    assert np.asarray(fitted.knots_logit).tobytes() == knots_z.tobytes()
+    assert np.asarray(fitted.knots_probability).tobytes() == knots_p.tobytes()

@@ -5,6 +5,7 @@ under fits on several threads, and the fits themselves: the same models as one a
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -16,6 +17,7 @@ from flows.executors import run_subflows_at_once
 from infra.settings import HybridflowSettings
 from infra.storage.store import LocalFolderStore
 from tasks.ml.models.base import torch_threads
+from tasks.ml.snapshot_reader import shared_reads
 from tasks.policy.contending import TrainingOptions, contenders_at_once, longest_first
 from tasks.stages.train_process import contender_for_run
 from tests.fixtures.synthetic_snapshot import publish_synthetic_snapshot
@@ -105,7 +107,7 @@ def test_torch_threads_restored_when_the_last_open_block_ends():
 FAMILIES = ["rfm", "logistic", "gbm", "mlp"]
 
 
-def _fits(tmp_path, name: str, at_once: int) -> dict[str, dict[str, float]]:
+def _fits(tmp_path, name: str, at_once: int, shared: bool = False) -> dict[str, dict[str, float]]:
     store = LocalFolderStore(tmp_path / name)
     publish_synthetic_snapshot(store, "run-1", rows=3000, seed=5)
     settings = HybridflowSettings(train={"families": FAMILIES})
@@ -121,7 +123,8 @@ def _fits(tmp_path, name: str, at_once: int) -> dict[str, dict[str, float]]:
             "epochs": float(unit.manifest.training.get("epochs", 0))
         }
 
-    run_subflows_at_once(fit, FAMILIES, at_once)  # type: ignore[arg-type]
+    with shared_reads() if shared else contextlib.nullcontext():
+        run_subflows_at_once(fit, FAMILIES, at_once)  # type: ignore[arg-type]
     return results
 
 
@@ -131,6 +134,9 @@ def test_fits_on_threads_are_the_fits_one_after_another(tmp_path):
     together = _fits(tmp_path, "together", 2)
     assert together == alone
     assert torch.get_num_threads() == threads
+    # sharing the decoded snapshot, as run_contenders_in_process does, changes no figure
+    assert _fits(tmp_path, "shared", 2, shared=True) == alone
+    assert _fits(tmp_path, "shared-alone", 1, shared=True) == alone
 
 
 def test_a_shared_fact_is_computed_once_by_fits_on_threads():
