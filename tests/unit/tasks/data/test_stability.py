@@ -132,3 +132,33 @@ def test_score_psi_in_bands_ignores_reshuffles_below_one_step_but_not_moves_acro
     assert measure(bands, aged) < 0.01
     moved = np.where(reference > 0.5, reference - 0.3, reference)  # high scorers drop a lot
     assert measure(bands, moved) > 0.25
+
+
+def _sorted_quantile_edges(values: np.ndarray, bins: int) -> list[float]:
+    """The definition, by a full sort: the smallest value with at least each share at or below."""
+    ordered = np.sort(values[np.isfinite(values)])
+    n = ordered.size
+    quantiles = [
+        ordered[min(n - 1, max(0, math.ceil(p * n) - 1))] for p in quantile_probabilities(bins)
+    ]
+    return bin_edges(float(q) for q in quantiles) if n else []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_quantile_edges_and_bin_counts_are_those_of_a_full_sort_and_one_value_at_a_time(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3_000))
+    values = rng.choice([0.0, 1.0, 2.5], n) if seed % 2 else rng.lognormal(0, 2, n)
+    values[rng.random(n) < 0.05] = np.nan
+    values[rng.random(n) < 0.01] = np.inf
+    for bins in (2, 7, 10, 40, 64):
+        edges = exact_quantile_edges(values, bins)
+        assert edges == _sorted_quantile_edges(values, bins)
+        expected: dict[int, int] = {}
+        for v in values:
+            b = bin_of(None if np.isnan(v) else float(v), edges)
+            expected[b] = expected.get(b, 0) + 1
+        counts = sample_bin_counts(values, edges)
+        assert counts == expected
+        assert list(counts) == sorted(counts)  # the null bin first, then by bin
+    assert sample_bin_counts(np.array([]), [1.0]) == {}
