@@ -137,6 +137,33 @@ def test_parquet_files_a_stream_and_a_table_give_the_same_features(events, tmp_p
     assert [t.num_rows > 50 for t in tables["table"]] == [True] * len(cutoffs), tables["table"]
 
 
+def _feature_outputs(features: InProcessFeatures, cutoffs, run) -> tuple:
+    """What a features run yields: the table at each cutoff, the training examples, and the
+    count of events after the last cutoff."""
+    return (
+        [features.cutoff_table(c) for c in cutoffs],
+        features.examples_table(list(run.train)),
+        features.events_after(),
+    )
+
+
+def _assert_same_features(left: tuple, right: tuple) -> None:
+    """Two :func:`_feature_outputs` hold the same rows and values (doubles to 1e-9: DuckDB's
+    parallel sums add in another order per pass)."""
+    left_tables, left_examples, left_after = left
+    right_tables, right_examples, right_after = right
+    assert left_after == right_after > 0
+    pairs = [*zip(left_tables, right_tables, strict=True), (left_examples, right_examples)]
+    for a, b in pairs:
+        assert a.column_names == b.column_names and a.num_rows == b.num_rows > 50
+        for name in a.column_names:
+            x, y = a[name].to_pylist(), b[name].to_pylist()
+            if pa.types.is_floating(a.schema.field(name).type):
+                assert x == pytest.approx(y, rel=1e-9, nan_ok=True), name
+            else:
+                assert x == y, name
+
+
 def test_features_in_passes_over_shares_of_customers_equal_one_pass(events, tmp_path):
     """Above ``events_per_pass`` the aggregates are computed a share of the customers at a
     time (what bounds their memory at 30M events): the same customers and features."""
@@ -151,21 +178,8 @@ def test_features_in_passes_over_shares_of_customers_equal_one_pass(events, tmp_
         with InProcessFeatures([path], cutoffs, available, events_per_pass=per_pass) as f:
             shares = sorted(p.name for p in f._scratch.glob("wide-*.parquet"))
             assert len(shares) == (1 if per_pass is None else 4)
-            got[passes] = (
-                [f.cutoff_table(c) for c in cutoffs],
-                f.examples_table(list(run.train)),
-                f.events_after(),
-            )
-    (one, one_examples, one_after), (four, four_examples, four_after) = got["one"], got["four"]
-    assert one_after == four_after > 0
-    for a, b in [*zip(one, four, strict=True), (one_examples, four_examples)]:
-        assert a.column_names == b.column_names and a.num_rows == b.num_rows > 50
-        for name in a.column_names:
-            x, y = a[name].to_pylist(), b[name].to_pylist()
-            if pa.types.is_floating(a.schema.field(name).type):
-                assert x == pytest.approx(y, rel=1e-9, nan_ok=True), name
-            else:
-                assert x == y, name
+            got[passes] = _feature_outputs(f, cutoffs, run)
+    _assert_same_features(got["one"], got["four"])
 
 
 def test_files_of_whole_customers_are_the_passes_as_they_lie(events, tmp_path):
@@ -194,21 +208,8 @@ def test_files_of_whole_customers_are_the_passes_as_they_lie(events, tmp_path):
             if customer_files:
                 assert len(list(f._scratch.glob("wide-*.parquet"))) == 3
                 assert not (f._scratch / "events").exists()  # nothing shared out
-            got[name] = (
-                [f.cutoff_table(c) for c in cutoffs],
-                f.examples_table(list(run.train)),
-                f.events_after(),
-            )
-    (one, one_examples, one_after), (mine, mine_examples, mine_after) = got["one"], got["by-file"]
-    assert one_after == mine_after > 0
-    for a, b in [*zip(one, mine, strict=True), (one_examples, mine_examples)]:
-        assert a.column_names == b.column_names and a.num_rows == b.num_rows > 50
-        for name in a.column_names:
-            x, y = a[name].to_pylist(), b[name].to_pylist()
-            if pa.types.is_floating(a.schema.field(name).type):
-                assert x == pytest.approx(y, rel=1e-9, nan_ok=True), name
-            else:
-                assert x == y, name
+            got[name] = _feature_outputs(f, cutoffs, run)
+    _assert_same_features(got["one"], got["by-file"])
 
 
 def test_file_passes_group_consecutive_files_within_the_events_per_pass(tmp_path):
