@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -117,6 +118,22 @@ class SparkJobs:
         if self._sc is not None:
             self._sc.addJobTag(self._tag)
         return self
+
+    def wait_for_tasks(self, timeout_s: float = 60.0) -> None:
+        """Return once no task of the jobs this block started is running: when a task fails,
+        Spark fails its job at once and kills the job's other tasks afterwards, so what they
+        write would land after a caller's cleanup. Nothing to wait for on Spark Connect."""
+        if self._sc is None:
+            return
+        jobs = self._sc._jsc.sc().statusTracker().getJobIdsForTag(self._tag)
+        tracker = self._sc._jsc.statusTracker()
+        stages = [s for j in jobs if (job := tracker.getJobInfo(j)) for s in job.stageIds()]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(
+            (stage := tracker.getStageInfo(s)) is not None and stage.numActiveTasks() > 0
+            for s in stages
+        ):
+            time.sleep(0.05)
 
     def __exit__(self, *exc: object) -> None:
         if self._sc is None:

@@ -86,6 +86,7 @@ class PartitionFeatureFrame(TaskPartsFrame):
                     self._sequence_length,
                 )
             finally:
+                jobs.wait_for_tasks()  # a failed job's other tasks may still write pieces
                 self._store.delete_prefix(pieces)
         self.spark_jobs = jobs.count
         return rows
