@@ -476,7 +476,10 @@ def main() -> dict:
         launch = launcher_into(records, work / "logs", REPO)
         master_url = os.environ.get("BENCH_BREAKDOWN_MASTER")  # e.g. local[2]: a smoke test
         if master_url is None:
-            master_url, _ = start_standalone(launch, work / "cluster", spec, dict(os.environ))
+            # the timed tasks are this module's functions: the executors' Python imports bench
+            path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+            cluster_env = dict(os.environ) | {"PYTHONPATH": path}
+            master_url, _ = start_standalone(launch, work / "cluster", spec, cluster_env)
         log_dir = work / "events-log"
         log_dir.mkdir()
         conf = {
