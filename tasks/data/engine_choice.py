@@ -41,6 +41,7 @@ class EngineInputs(BaseModel):
 
     rows: int
     limit: int
+    rows_estimated: bool = False  # ``rows`` from the files' sizes (CSV), not counted
     cluster: bool = False
     layout_problem: str | None = None  # why this input needs Spark (None: any engine reads it)
     clustered_by_customer: bool = False
@@ -59,11 +60,12 @@ def choose_engine(stage: str, inputs: EngineInputs) -> EngineChoice:
         return EngineChoice(engine=SPARK, reason=inputs.layout_problem)
     if inputs.cluster and stage in CLUSTER_ONLY:
         return EngineChoice(engine=SPARK, reason="on a cluster: scored by its executors")
+    rows = f"{'about ' if inputs.rows_estimated else ''}{inputs.rows:,} rows"
     if inputs.rows <= inputs.limit:
         return EngineChoice(
-            engine=IN_PROCESS, reason=f"{inputs.rows:,} rows <= in-process limit {inputs.limit:,}"
+            engine=IN_PROCESS, reason=f"{rows} <= in-process limit {inputs.limit:,}"
         )
-    over = f"{inputs.rows:,} rows > in-process limit {inputs.limit:,}"
+    over = f"{rows} > in-process limit {inputs.limit:,}"
     if stage not in PER_CUSTOMER_TASKS:
         return EngineChoice(engine=SPARK, reason=over)
     if inputs.clustered_by_customer:

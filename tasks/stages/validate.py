@@ -165,7 +165,11 @@ def engine_inputs(
     else:
         problem = in_process_type_problem(schema, timestamp_format)
     return EngineInputs(
-        rows=found.rows_estimate, limit=limit, cluster=cluster, layout_problem=problem
+        rows=found.rows_estimate,
+        rows_estimated=found.format == "csv",
+        limit=limit,
+        cluster=cluster,
+        layout_problem=problem,
     )
 
 

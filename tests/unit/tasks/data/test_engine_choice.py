@@ -3,6 +3,8 @@ size and layout, the cluster or not, and the in-process limit (the setting or an
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tasks.data.engine_choice import (
@@ -14,6 +16,8 @@ from tasks.data.engine_choice import (
     choose_engine,
     run_needs_spark,
 )
+from tasks.data.input_formats import InputOptions, inspect_events
+from tasks.stages.validate import engine_inputs
 
 LIMIT = 1_000
 
@@ -88,3 +92,25 @@ def test_a_run_needs_spark_when_any_cpu_stage_would_run_there():
     assert run_needs_spark(EngineInputs(rows=10, limit=LIMIT, cluster=True))  # batch inference
     assert run_needs_spark(EngineInputs(rows=LIMIT + 1, limit=LIMIT))
     assert run_needs_spark(EngineInputs(rows=10, limit=LIMIT, layout_problem="CSV input"))
+
+
+def test_a_reason_says_when_the_rows_are_an_estimate():
+    estimated = EngineInputs(rows=5, limit=10, rows_estimated=True)
+    assert choose_engine("validate", estimated).reason == "about 5 rows <= in-process limit 10"
+    over = estimated.model_copy(update={"rows": 20})
+    assert choose_engine("validate", over).reason == "about 20 rows > in-process limit 10"
+
+
+def test_csv_rows_are_estimated_parquet_rows_counted(tmp_path):
+    """A CSV file's rows come from its size (a 6,453-row shop export read as 4,823 rows in the
+    stage's report); a Parquet file's from its footer."""
+    csv = tmp_path / "events.csv"
+    csv.write_text("customer_id,event_time,amount\n" + "c1,2025-01-01,1.5\n" * 3)
+    parquet = tmp_path / "events.parquet"
+    columns = {"customer_id": ["c1"] * 3, "event_time": ["2025-01-01"] * 3, "amount": [1.5] * 3}
+    pq.write_table(pa.table(columns), parquet)
+    from_csv = engine_inputs(inspect_events(csv, InputOptions()), limit=10)
+    from_parquet = engine_inputs(inspect_events(parquet, InputOptions()), limit=10)
+    assert from_csv.rows_estimated and not from_parquet.rows_estimated
+    assert from_parquet.rows == 3
+    assert choose_engine("validate", from_csv).reason.startswith("about ")
