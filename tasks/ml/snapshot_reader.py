@@ -362,16 +362,17 @@ class SnapshotStream:
             return np.empty((0, len(self.features)), dtype=np.float32), np.empty(0, np.float32)
         return np.concatenate(xs), np.concatenate(ys)
 
-    def chunks(self, split: str, seed: int | None = None, epoch: int = 0):
+    def chunks(self, split: str, seed: int | None = None, epoch: int = 0, *, copy: bool = True):
         """``(x, y)`` chunks of exactly ``chunk_rows`` rows (last one shorter); shuffled when a
-        seed is given (file order and rows within each chunk)."""
+        seed is given (file order and rows within each chunk). ``copy=False``: a caller that
+        only reads them may get the cache's own arrays (unshuffled, a chunk within one batch)."""
         files = list(self.splits[split].files)
         if seed is not None:
             order = np.random.default_rng([seed, epoch]).permutation(len(files))
             files = [files[i] for i in order]
         # a shuffled chunk is copied by its shuffle, so a chunk within one batch is not copied
-        # before it; unshuffled chunks are always copies (callers may not write to the cache)
-        join = _joined if seed is not None else np.concatenate
+        # before it; unshuffled chunks are copies unless the caller only reads them
+        join = _joined if seed is not None or not copy else np.concatenate
         buf_x: list[np.ndarray] = []
         buf_y: list[np.ndarray] = []
         held, index = 0, 0

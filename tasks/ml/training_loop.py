@@ -115,7 +115,7 @@ def evaluate(model: nn.Module, data: SnapshotStream, split: str) -> dict[str, fl
     ys, ps = [], []
     was_training = model.training
     model.eval()
-    for x, y in data.chunks(split):
+    for x, y in data.chunks(split, copy=False):
         ys.append(y)
         ps.append(sigmoid(network_logits(model, x)))
     model.train(was_training)

@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from tasks.ml.metrics import classification_metrics, log_loss, pr_auc, roc_auc
+from tasks.ml.metrics import (
+    _roc_auc_sorted,
+    classification_metrics,
+    descending,
+    log_loss,
+    pr_auc,
+    roc_auc,
+)
 
 
 def test_roc_auc_perfect_and_inverted():
@@ -51,3 +58,11 @@ def test_roc_auc_with_many_ties_matches_pairwise_definition():
     pos, neg = s[y == 1], s[y == 0]
     pairwise = ((pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])).mean()
     assert roc_auc(y, s) == pytest.approx(pairwise, abs=1e-12)
+
+
+def test_roc_auc_is_the_same_whatever_order_a_tie_group_is_sorted_in():
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 50_000).astype(float)
+    s = np.round(rng.normal(size=50_000) + y, 2)  # large tie groups of both labels
+    stable = descending(s)
+    assert roc_auc(y, s) == _roc_auc_sorted(y[stable], s[stable])  # bit for bit
