@@ -45,7 +45,8 @@ def split_values(table: pa.Table, features: list[str]) -> dict[str, Any]:
         column = table[f]
         if pa.types.is_floating(column.type):
             values[f"nf_{f}"] = non_finite_count(column)
-        # sign(x) * log1p(|x|) as before, value for value, in one array besides x's gather
+        # sign(x) * log1p(|x|) in one array besides x's gather: the transform of the models'
+        # normaliser (tasks.ml.normalizer.signed_log1p), which tasks.data may not import
         x = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)[train]
         y = np.abs(x)
         np.log1p(y, out=y)
