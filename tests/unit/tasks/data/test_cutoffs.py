@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tasks.data.cutoffs import Origins, end_of_day, pipeline_cutoffs
@@ -15,6 +15,7 @@ from tasks.data.cutoffs import Origins, end_of_day, pipeline_cutoffs
 AS_OF = dt.date(2025, 6, 30)
 
 
+@settings(deadline=None)  # a loaded box must not fail a pure function on time
 @given(
     horizon=st.integers(1, 400),
     count=st.integers(1, 12),
