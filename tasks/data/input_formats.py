@@ -224,6 +224,11 @@ class EventsInput:
     """Parquet columns (the input's names) of nanosecond timestamps, as pandas writes them:
     DuckDB reads them, Spark refuses such a file (:func:`refuse_nanoseconds_for_spark`)."""
 
+    @property
+    def rows_estimated(self) -> bool:
+        """``rows_estimate`` is from the files' sizes (CSV), not counted."""
+        return self.format == "csv"
+
 
 @dataclass
 class RawEvents:

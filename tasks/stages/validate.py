@@ -166,7 +166,7 @@ def engine_inputs(
         problem = in_process_type_problem(schema, timestamp_format)
     return EngineInputs(
         rows=found.rows_estimate,
-        rows_estimated=found.format == "csv",
+        rows_estimated=found.rows_estimated,
         limit=limit,
         cluster=cluster,
         layout_problem=problem,
